@@ -1,0 +1,218 @@
+package device
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+)
+
+// decode runs an agent-style config block through the schema and validation.
+func decode(t *testing.T, block string) (settings, error) {
+	t.Helper()
+	b, err := devicetest.EncodeConfig(configSpec, block)
+	must.NoError(t, err)
+	var c Config
+	must.NoError(t, decodeConfig(b, &c))
+	return c.validate()
+}
+
+func TestConfig_Defaults(t *testing.T) {
+	s, err := decode(t, `config {
+  parent_dataset = "tank/nomad"
+  class "scratch" {
+    slots = 4
+    quota = "10GiB"
+  }
+}`)
+	must.NoError(t, err)
+	must.Eq(t, 30*time.Second, s.fingerprintPeriod)
+	must.Eq(t, 10*time.Second, s.statsPeriod)
+	must.Eq(t, "tank/nomad", s.slots.Parent)
+	must.SliceLen(t, 1, s.slots.Classes)
+	c := s.slots.Classes[0]
+	must.Eq(t, "scratch", c.Name)
+	must.Eq(t, 4, c.Slots)
+	must.Eq(t, uint64(10<<30), c.Quota)
+	must.Eq(t, "/zfs/scratch", c.MountPath)
+	must.False(t, c.ReadOnly)
+	must.Eq(t, 65534, c.UID)
+	must.Eq(t, 65534, c.GID)
+	must.Eq(t, os.FileMode(0o770), c.Mode)
+	must.MapEmpty(t, c.Properties)
+}
+
+func TestConfig_FullAndBothPropertySyntaxes(t *testing.T) {
+	for _, props := range []string{
+		`properties = { compression = "lz4", recordsize = "1M" }`,
+		"properties {\n compression = \"lz4\"\n recordsize = \"1M\"\n }",
+	} {
+		s, err := decode(t, `config {
+  parent_dataset     = "tank/nomad"
+  fingerprint_period = "5s"
+  stats_period       = "1m"
+  class "fast-1" {
+    slots      = 2
+    quota      = "512M"
+    mount_path = "/data/fast"
+    read_only  = true
+    owner      = "root:0"
+    mode       = "0700"
+    `+props+`
+  }
+  class "scratch" {
+    slots = 0
+    quota = "1073741824"
+  }
+}`)
+		must.NoError(t, err)
+		must.Eq(t, 5*time.Second, s.fingerprintPeriod)
+		must.Eq(t, time.Minute, s.statsPeriod)
+		must.SliceLen(t, 2, s.slots.Classes)
+		c := s.slots.Classes[0]
+		must.Eq(t, "fast-1", c.Name)
+		must.Eq(t, "/data/fast", c.MountPath)
+		must.True(t, c.ReadOnly)
+		must.Eq(t, 0, c.UID)
+		must.Eq(t, os.FileMode(0o700), c.Mode)
+		must.Eq(t, map[string]string{"compression": "lz4", "recordsize": "1M"}, c.Properties)
+		must.Eq(t, uint64(1<<30), s.slots.Classes[1].Quota)
+		must.Eq(t, 0, s.slots.Classes[1].Slots)
+	}
+}
+
+func TestConfig_Invalid(t *testing.T) {
+	class := func(body string) string {
+		return `config {
+  parent_dataset = "tank/nomad"
+  class "scratch" {
+    ` + body + `
+  }
+}`
+	}
+	cases := []struct {
+		name, block, wantErr string
+	}{
+		{"no classes", `config {
+  parent_dataset = "tank/nomad"
+}`, "at least one class block is required"},
+		{"bad parent", `config {
+  parent_dataset = "tank//nomad"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `parent_dataset "tank//nomad"`},
+		{"option-like parent", `config {
+  parent_dataset = "-o"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `starts with '-'`},
+		{"bad fingerprint period", `config {
+  parent_dataset = "tank/nomad"
+  fingerprint_period = "soon"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `fingerprint_period = "soon"`},
+		{"zero stats period", `config {
+  parent_dataset = "tank/nomad"
+  stats_period = "0s"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `stats_period = "0s": must be greater than zero`},
+		{"bad class name", `config {
+  parent_dataset = "tank/nomad"
+  class "Scratch" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `class name "Scratch"`},
+		{"class name too long", `config {
+  parent_dataset = "tank/nomad"
+  class "a123456789012345678901234567890123" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `at most 32 characters`},
+		{"negative slots", class(`slots = -1
+    quota = "1G"`), `class "scratch": slots = -1`},
+		{"bad quota", class(`slots = 1
+    quota = "10Q"`), `class "scratch": quota = "10Q"`},
+		{"zero quota", class(`slots = 1
+    quota = "0"`), `greater than zero`},
+		{"relative mount path", class(`slots = 1
+    quota = "1G"
+    mount_path = "zfs/x"`), `class "scratch": mount_path = "zfs/x"`},
+		{"unclean mount path", class(`slots = 1
+    quota = "1G"
+    mount_path = "/zfs/../etc"`), `mount_path = "/zfs/../etc"`},
+		{"root mount path", class(`slots = 1
+    quota = "1G"
+    mount_path = "/"`), `mount_path = "/"`},
+		{"bad owner", class(`slots = 1
+    quota = "1G"
+    owner = "65534"`), `owner = "65534": want uid:gid`},
+		{"unknown user", class(`slots = 1
+    quota = "1G"
+    owner = "no-such-user-xyz:0"`), `user "no-such-user-xyz"`},
+		{"bad mode", class(`slots = 1
+    quota = "1G"
+    mode = "0999"`), `mode = "0999"`},
+		{"mode too wide", class(`slots = 1
+    quota = "1G"
+    mode = "4777"`), `mode = "4777"`},
+		{"forbidden mountpoint", class(`slots = 1
+    quota = "1G"
+    properties = { mountpoint = "/x" }`), `"mountpoint" may not be set`},
+		{"forbidden refquota", class(`slots = 1
+    quota = "1G"
+    properties = { refquota = "1G" }`), `"refquota" may not be set: use the class quota`},
+		{"forbidden canmount", class(`slots = 1
+    quota = "1G"
+    properties = { canmount = "off" }`), `"canmount" may not be set`},
+		{"forbidden quota", class(`slots = 1
+    quota = "1G"
+    properties = { quota = "1G" }`), `"quota" may not be set`},
+		{"plugin's own property", class(`slots = 1
+    quota = "1G"
+    properties = { "nomad-device-zfs:state" = "free" }`), `the plugin's own properties are reserved`},
+		{"bad property name", class(`slots = 1
+    quota = "1G"
+    properties = { "Compression" = "on" }`), `"Compression" is not a valid ZFS property name`},
+		{"empty property value", class(`slots = 1
+    quota = "1G"
+    properties = { compression = "" }`), `compression = "": value must be non-empty`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decode(t, tc.block)
+			must.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestConfig_SchemaRejectsMissingRequired(t *testing.T) {
+	_, err := devicetest.EncodeConfig(configSpec, `config {
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`)
+	must.ErrorContains(t, err, "parent_dataset")
+	_, err = devicetest.EncodeConfig(configSpec, `config {
+  parent_dataset = "tank/nomad"
+  class "a" {
+    quota = "1G"
+  }
+}`)
+	must.ErrorContains(t, err, "slots")
+}

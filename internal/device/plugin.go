@@ -1,0 +1,336 @@
+// Package device is the Nomad device plugin: its configuration schema,
+// SetConfig, Fingerprint, Stats and Reserve. It is a thin translation between
+// Nomad's device API and the slot manager.
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	"github.com/hashicorp/nomad/plugins/shared/structs"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+const (
+	// PluginName is the name operators use in the agent's plugin block.
+	PluginName = "nomad-device-zfs"
+	// Vendor and DeviceType make the device name "zfs/dataset/<class>".
+	Vendor     = "zfs"
+	DeviceType = "dataset"
+	// reserveTimeout bounds the one zfs command a Reserve may run.
+	reserveTimeout = 30 * time.Second
+)
+
+// Version is the plugin version, set at build time with
+// -ldflags "-X .../internal/device.Version=...".
+var Version = "0.1.0-dev"
+
+// Plugin implements device.DevicePlugin.
+type Plugin struct {
+	log   hclog.Logger
+	zfs   *zfs.Client
+	slots *slots.Manager
+
+	// mu guards settings, which SetConfig replaces.
+	mu       sync.Mutex
+	settings settings
+	set      bool
+}
+
+// New returns an unconfigured plugin that runs zfs through runner.
+func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
+	log = log.Named(PluginName)
+	if runner.Logger == nil {
+		runner.Logger = log.Named("zfs")
+	}
+	client := zfs.NewClient(runner)
+	return &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots"))}
+}
+
+var _ device.DevicePlugin = (*Plugin)(nil)
+
+// PluginInfo is called by Nomad when it loads the plugin.
+func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
+	return &base.PluginInfoResponse{
+		Type:              base.PluginTypeDevice,
+		PluginApiVersions: []string{device.ApiVersion010},
+		PluginVersion:     Version,
+		Name:              PluginName,
+	}, nil
+}
+
+// ConfigSchema is called by Nomad to decode the agent's plugin block.
+func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+
+// SetConfig is called by Nomad once after loading the plugin (and when the
+// agent validates its configuration). It validates every field, checks that
+// the parent dataset exists, and only then takes the new configuration: a
+// rejected configuration changes nothing. Datasets are provisioned by the
+// fingerprint loop, not here, so SetConfig stays quick.
+func (p *Plugin) SetConfig(c *base.Config) error {
+	var cfg Config
+	if err := decodeConfig(c.PluginConfig, &cfg); err != nil {
+		return err
+	}
+	s, err := cfg.validate()
+	if err != nil {
+		return fmt.Errorf("nomad-device-zfs config: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.slots.CheckParent(ctx, s.slots.Parent); err != nil {
+		return fmt.Errorf("nomad-device-zfs config: %w", err)
+	}
+	p.mu.Lock()
+	p.settings, p.set = s, true
+	p.mu.Unlock()
+	p.slots.SetConfig(s.slots)
+	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes),
+		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod)
+	return nil
+}
+
+func (p *Plugin) current() (settings, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.set {
+		return settings{}, errors.New("nomad-device-zfs is not configured: SetConfig has not been called")
+	}
+	return p.settings, nil
+}
+
+// Fingerprint is called by Nomad once after SetConfig; the stream lives until
+// ctx is done. The loop syncs the slots with ZFS at start and then every
+// fingerprint_period, and sends the device groups at start and afterwards
+// only when they changed. Transient faults (pool not ONLINE, parent missing,
+// zfs failing) are reported as unhealthy devices, never as a fingerprint
+// error, which would make Nomad kill the plugin.
+func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
+	if _, err := p.current(); err != nil {
+		return nil, err
+	}
+	ch := make(chan *device.FingerprintResponse)
+	go p.fingerprintLoop(ctx, ch)
+	return ch, nil
+}
+
+func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.FingerprintResponse) {
+	defer close(ch)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last []*device.DeviceGroup
+	sent := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		s, _ := p.current()
+		if err := p.slots.Sync(ctx); err != nil {
+			p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
+		}
+		groups := deviceGroups(s, p.slots.Slots())
+		if !sent || !reflect.DeepEqual(groups, last) {
+			select {
+			case ch <- device.NewFingerprint(groups...):
+			case <-ctx.Done():
+				return
+			}
+			last, sent = groups, true
+			p.log.Debug("fingerprint sent", "groups", len(groups))
+		}
+		timer.Reset(s.fingerprintPeriod)
+	}
+}
+
+// deviceGroups builds one group per class with at least one slot. The result
+// depends only on configuration and health, not on usage, so that an
+// unchanged node sends no new fingerprint.
+func deviceGroups(s settings, all []slots.Slot) []*device.DeviceGroup {
+	var groups []*device.DeviceGroup
+	for _, c := range s.slots.Classes {
+		g := &device.DeviceGroup{
+			Vendor: Vendor,
+			Type:   DeviceType,
+			Name:   c.Name,
+			Attributes: map[string]*structs.Attribute{
+				"quota":      quotaAttribute(c.Quota),
+				"pool":       structs.NewStringAttribute(s.slots.Pool()),
+				"mount_path": structs.NewStringAttribute(c.MountPath),
+				"read_only":  structs.NewBoolAttribute(c.ReadOnly),
+			},
+		}
+		for _, sl := range all {
+			if sl.Class == c.Name {
+				g.Devices = append(g.Devices, &device.Device{ID: sl.ID, Healthy: sl.Healthy, HealthDesc: sl.HealthDesc})
+			}
+		}
+		if len(g.Devices) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	return groups
+}
+
+// quotaAttribute expresses a byte count in the largest binary unit that
+// divides it exactly, so that constraints such as
+// `${device.attr.quota} >= 5 GiB` compare correctly. Nomad knows no plain
+// byte unit; a count that is not a multiple of 1 KiB is given in KiB as a
+// float.
+func quotaAttribute(b uint64) *structs.Attribute {
+	units := []struct {
+		name  string
+		shift uint
+	}{{structs.UnitPiB, 50}, {structs.UnitTiB, 40}, {structs.UnitGiB, 30}, {structs.UnitMiB, 20}, {structs.UnitKiB, 10}}
+	for _, u := range units {
+		if b%(1<<u.shift) == 0 {
+			return structs.NewIntAttribute(int64(b>>u.shift), u.name)
+		}
+	}
+	return structs.NewFloatAttribute(float64(b)/1024, structs.UnitKiB)
+}
+
+// Reserve is called by Nomad when a task that asked for devices of one group
+// starts, with the instance IDs the scheduler picked. It marks the slots in
+// use (one zfs command per slot not yet reserved, none on a repeated call)
+// and returns one bind mount per ID plus environment variables.
+func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
+	s, err := p.current()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
+	defer cancel()
+	reserved, err := p.slots.Reserve(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var class slots.Class
+	for _, c := range s.slots.Classes {
+		if c.Name == reserved[0].Class {
+			class = c
+		}
+	}
+	return reservation(class, reserved), nil
+}
+
+// reservation builds the mounts and environment for reserved slots of one
+// class, in the order Nomad gave the IDs.
+func reservation(c slots.Class, reserved []slots.Slot) *device.ContainerReservation {
+	name := EnvName(c.Name)
+	res := &device.ContainerReservation{Envs: map[string]string{}}
+	for i, sl := range reserved {
+		taskPath := c.MountPath
+		if len(reserved) > 1 {
+			taskPath = path.Join(c.MountPath, strconv.Itoa(i))
+		}
+		res.Mounts = append(res.Mounts, &device.Mount{TaskPath: taskPath, HostPath: sl.Mountpoint, ReadOnly: c.ReadOnly})
+		if i == 0 {
+			res.Envs["ZFS_"+name+"_DATASET"] = sl.Dataset
+			res.Envs["ZFS_"+name+"_PATH"] = taskPath
+			res.Envs["ZFS_"+name+"_HOST_PATH"] = sl.Mountpoint
+		}
+		if len(reserved) > 1 {
+			prefix := "ZFS_" + name + "_" + strconv.Itoa(i) + "_"
+			res.Envs[prefix+"DATASET"] = sl.Dataset
+			res.Envs[prefix+"PATH"] = taskPath
+			res.Envs[prefix+"HOST_PATH"] = sl.Mountpoint
+		}
+	}
+	return res
+}
+
+// EnvName turns a class name into the NAME of its environment variables:
+// upper case, '-' becomes '_'.
+func EnvName(class string) string {
+	return strings.ReplaceAll(strings.ToUpper(class), "-", "_")
+}
+
+// Stats is called by Nomad once; the stream lives until ctx is done and
+// Nomad expects a message every interval (one second by default). ZFS is
+// read at most once per stats_period; cached figures are served in between.
+func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.StatsResponse, error) {
+	if _, err := p.current(); err != nil {
+		return nil, err
+	}
+	if interval <= 0 {
+		interval = time.Second
+	}
+	ch := make(chan *device.StatsResponse)
+	go p.statsLoop(ctx, interval, ch)
+	return ch, nil
+}
+
+func (p *Plugin) statsLoop(ctx context.Context, interval time.Duration, ch chan<- *device.StatsResponse) {
+	defer close(ch)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		s, _ := p.current()
+		if err := p.slots.RefreshIfOlder(ctx, s.statsPeriod); err != nil {
+			p.log.Warn("stats refresh failed; serving the last figures", "error", err)
+		}
+		select {
+		case ch <- &device.StatsResponse{Groups: statsGroups(s, p.slots.Slots(), time.Now())}:
+		case <-ctx.Done():
+			return
+		}
+		timer.Reset(interval)
+	}
+}
+
+func statsGroups(s settings, all []slots.Slot, now time.Time) []*device.DeviceGroupStats {
+	var groups []*device.DeviceGroupStats
+	for _, c := range s.slots.Classes {
+		g := &device.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*device.DeviceStats{}}
+		for _, sl := range all {
+			if sl.Class != c.Name {
+				continue
+			}
+			u := sl.Usage
+			g.InstanceStats[sl.ID] = &device.DeviceStats{
+				Summary: &structs.StatValue{
+					IntNumeratorVal:   intPtr(u.Used),
+					IntDenominatorVal: intPtr(c.Quota),
+					Unit:              "bytes",
+					Desc:              "used over quota",
+				},
+				Stats: &structs.StatObject{Attributes: map[string]*structs.StatValue{
+					"used":          {IntNumeratorVal: intPtr(u.Used), Unit: "bytes", Desc: "space used by the dataset and its snapshots"},
+					"available":     {IntNumeratorVal: intPtr(u.Available), Unit: "bytes", Desc: "space left to the dataset"},
+					"referenced":    {IntNumeratorVal: intPtr(u.Referenced), Unit: "bytes", Desc: "space referenced by the dataset"},
+					"compressratio": {FloatNumeratorVal: &u.CompressRatio, Unit: "x", Desc: "compression ratio"},
+				}},
+				Timestamp: now,
+			}
+		}
+		if len(g.InstanceStats) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	return groups
+}
+
+func intPtr(v uint64) *int64 {
+	i := int64(v)
+	return &i
+}

@@ -1,0 +1,180 @@
+package slots
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// ds builds an observed dataset; props are name=value pairs set locally.
+func ds(name string, props ...string) zfs.Dataset {
+	d := zfs.Dataset{Name: name, Props: map[string]zfs.Prop{}}
+	for i := 0; i+1 < len(props); i += 2 {
+		d.Props[props[i]] = zfs.Prop{Value: props[i+1], Source: "local"}
+	}
+	return d
+}
+
+func inherited(d zfs.Dataset, prop, value, from string) zfs.Dataset {
+	d.Props[prop] = zfs.Prop{Value: value, Source: "inherited from " + from}
+	return d
+}
+
+func slotDS(name string, state State) zfs.Dataset {
+	return ds(name, PropManaged, ManagedSlot, PropState, string(state), "refquota", "1048576", "mounted", "yes", "mountpoint", "/"+name)
+}
+
+func testConfig(slots int) Config {
+	return Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: slots, Quota: 1 << 20, Mode: 0o770}}}
+}
+
+type step struct {
+	Kind    ActionKind
+	Dataset string
+}
+
+func steps(p Plan) []step {
+	var s []step
+	for _, a := range p.Actions {
+		s = append(s, step{a.Kind, a.Dataset})
+	}
+	return s
+}
+
+func TestMakePlan(t *testing.T) {
+	parent := ds("tank/nomad")
+	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
+	cases := []struct {
+		name     string
+		cfg      Config
+		observed []zfs.Dataset
+		want     []step
+		foreign  []string
+	}{
+		{
+			name:     "fresh parent: create class and every slot",
+			cfg:      testConfig(2),
+			observed: []zfs.Dataset{parent},
+			want: []step{
+				{CreateClass, "tank/nomad/scratch"},
+				{CreateSlot, "tank/nomad/scratch/0"},
+				{CreateSlot, "tank/nomad/scratch/1"},
+			},
+		},
+		{
+			name:     "everything exists: nothing to do",
+			cfg:      testConfig(2),
+			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
+		},
+		{
+			name:     "raise slots: create only the new one",
+			cfg:      testConfig(3),
+			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
+			want:     []step{{CreateSlot, "tank/nomad/scratch/2"}},
+		},
+		{
+			name: "lower slots: destroy free surplus, keep the one in use",
+			cfg:  testConfig(1),
+			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateReserved),
+				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/2", StateFree)},
+			want: []step{{DestroySlot, "tank/nomad/scratch/2"}},
+		},
+		{
+			name: "unmanaged datasets are never touched",
+			cfg:  testConfig(2),
+			observed: []zfs.Dataset{parent, class,
+				inherited(ds("tank/nomad/scratch/0"), PropManaged, ManagedSlot, "tank/nomad/scratch"),
+				ds("tank/nomad/scratch/1"),
+				ds("tank/nomad/scratch/5"),
+				ds("tank/nomad/scratch/data"),
+				ds("tank/nomad/other")},
+			foreign: []string{"tank/nomad/other", "tank/nomad/scratch/0", "tank/nomad/scratch/1", "tank/nomad/scratch/5", "tank/nomad/scratch/data"},
+		},
+		{
+			name:     "a foreign dataset where the class goes: hands off",
+			cfg:      testConfig(2),
+			observed: []zfs.Dataset{parent, ds("tank/nomad/scratch"), ds("tank/nomad/scratch/0")},
+			foreign:  []string{"tank/nomad/scratch"},
+		},
+		{
+			name: "class removed from config: its datasets are left alone",
+			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "fast", Slots: 1, Quota: 1 << 20}}},
+			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree),
+				ds("tank/nomad/fast", PropManaged, ManagedClass), slotDS("tank/nomad/fast/0", StateFree)},
+			foreign: []string{"tank/nomad/scratch"},
+		},
+		{
+			name: "quota changed: only free slots follow",
+			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: 2, Quota: 2 << 20}}},
+			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree),
+				slotDS("tank/nomad/scratch/1", StateReserved)},
+			want: []step{{SetQuota, "tank/nomad/scratch/0"}},
+		},
+		{
+			name:     "zero slots: destroy free, keep class",
+			cfg:      testConfig(0),
+			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree)},
+			want:     []step{{DestroySlot, "tank/nomad/scratch/0"}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := MakePlan(tc.cfg, tc.observed)
+			must.Eq(t, tc.want, steps(p))
+			must.Eq(t, tc.foreign, p.Foreign)
+		})
+	}
+}
+
+func TestSlotProps(t *testing.T) {
+	c := Class{Name: "scratch", Quota: 10 << 30, Properties: map[string]string{"compression": "lz4", "setuid": "on"}}
+	must.Eq(t, map[string]string{
+		"compression": "lz4",
+		"setuid":      "on",
+		"devices":     "off",
+		"refquota":    "10737418240",
+		PropManaged:   ManagedSlot,
+		PropState:     "free",
+	}, c.SlotProps())
+}
+
+func TestBuildSlots_Health(t *testing.T) {
+	cfg := testConfig(4)
+	observed := []zfs.Dataset{
+		ds("tank/nomad"),
+		ds("tank/nomad/scratch", PropManaged, ManagedClass),
+		slotDS("tank/nomad/scratch/0", StateFree),
+		ds("tank/nomad/scratch/1", PropManaged, ManagedSlot, PropState, "free", "mounted", "no", "mountpoint", "/x"),
+		ds("tank/nomad/scratch/2"),
+		slotDS("tank/nomad/scratch/6", StateReserved),
+	}
+	slots := buildSlots(cfg, observed, "", map[string]string{"tank/nomad/scratch/3": "create slot failed: boom"})
+	var ids []string
+	for _, s := range slots {
+		ids = append(ids, s.ID)
+	}
+	must.Eq(t, []string{"scratch-0", "scratch-1", "scratch-2", "scratch-3", "scratch-6"}, ids)
+	must.True(t, slots[0].Healthy)
+	must.Eq(t, "/tank/nomad/scratch/0", slots[0].Mountpoint)
+	must.False(t, slots[1].Healthy)
+	must.StrContains(t, slots[1].HealthDesc, "not mounted")
+	must.StrContains(t, slots[2].HealthDesc, "not managed by nomad-device-zfs")
+	must.Eq(t, "create slot failed: boom", slots[3].HealthDesc)
+	must.True(t, slots[4].Surplus)
+	must.StrContains(t, slots[4].HealthDesc, "beyond slots = 4")
+
+	down := buildSlots(cfg, nil, "pool tank is FAULTED", nil)
+	must.SliceLen(t, 4, down)
+	for _, s := range down {
+		must.False(t, s.Healthy)
+		must.Eq(t, "pool tank is FAULTED", s.HealthDesc)
+	}
+}
+
+func TestParseIndex(t *testing.T) {
+	for in, want := range map[string]int{"0": 0, "12": 12, "007": -1, "-1": -1, "x": -1, "": -1, "1a": -1} {
+		must.Eq(t, want, parseIndex(in), must.Sprintf("%q", in))
+	}
+}

@@ -1,0 +1,151 @@
+package zfs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Client offers the few zfs operations the plugin needs, each one process.
+// Its methods are safe for concurrent use.
+type Client struct {
+	Runner *Runner
+}
+
+// NewClient returns a client that runs commands through r.
+func NewClient(r *Runner) *Client { return &Client{Runner: r} }
+
+// Get runs one `zfs get -H -p -o name,property,value,source` of props over
+// name. With depth > 0 it recurses that many levels (`-r -d depth`); with
+// depth < 0 it recurses fully; with 0 it reads name alone. Snapshots are left
+// out of the result.
+func (c *Client) Get(ctx context.Context, name string, depth int, props ...string) ([]Dataset, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if len(props) == 0 {
+		return nil, fmt.Errorf("zfs get %s: no properties asked for", name)
+	}
+	args := []string{"get", "-H", "-p", "-o", "name,property,value,source"}
+	switch {
+	case depth > 0:
+		args = append(args, "-r", "-d", strconv.Itoa(depth))
+	case depth < 0:
+		args = append(args, "-r")
+	}
+	args = append(args, strings.Join(props, ","), name)
+	out, err := c.Runner.ZFSCmd(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGet(out)
+}
+
+// Create runs `zfs create -o k=v ... name`, with the properties in sorted
+// order. It does not create missing parents.
+func (c *Client) Create(ctx context.Context, name string, props map[string]string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	args := []string{"create"}
+	for _, k := range sortedKeys(props) {
+		args = append(args, "-o", k+"="+props[k])
+	}
+	args = append(args, name)
+	_, err := c.Runner.ZFSCmd(ctx, args...)
+	return err
+}
+
+// Set runs `zfs set prop=value name`.
+func (c *Client) Set(ctx context.Context, name, prop, value string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "set", prop+"="+value, name)
+	return err
+}
+
+// Destroy runs `zfs destroy name`: never -f, never -r. A dataset with
+// snapshots or children fails, and so does one that is busy (after the
+// runner's bounded retries).
+func (c *Client) Destroy(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "destroy", name)
+	return err
+}
+
+// Mount runs `zfs mount name`.
+func (c *Client) Mount(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "mount", name)
+	return err
+}
+
+// PoolHealth runs `zpool list -H -o name,health pool` and returns the health.
+func (c *Client) PoolHealth(ctx context.Context, pool string) (string, error) {
+	if err := checkName(pool); err != nil {
+		return "", err
+	}
+	out, err := c.Runner.ZpoolCmd(ctx, "list", "-H", "-o", "name,health", pool)
+	if err != nil {
+		return "", err
+	}
+	return ParsePoolHealth(out, pool)
+}
+
+// checkName refuses names that zfs would read as an option.
+func checkName(name string) error {
+	if name == "" || strings.HasPrefix(name, "-") {
+		return &Error{Args: []string{"zfs"}, Kind: ErrInvalid, Err: fmt.Errorf("invalid dataset name %q", name)}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// PoolOf returns the pool part of a dataset name ("tank" for "tank/a/b").
+func PoolOf(dataset string) string {
+	pool, _, _ := strings.Cut(dataset, "/")
+	return pool
+}
+
+// ValidateDatasetName reports whether name is a well-formed filesystem name:
+// components of letters, digits, '_', '-', '.', ':' separated by single '/',
+// none empty, none "." or "..", and not starting with '-'.
+func ValidateDatasetName(name string) error {
+	if name == "" {
+		return fmt.Errorf("dataset name is empty")
+	}
+	if strings.HasPrefix(name, "-") {
+		return fmt.Errorf("dataset name %q starts with '-'", name)
+	}
+	if strings.ContainsAny(name, "@#") {
+		return fmt.Errorf("dataset name %q names a snapshot or bookmark, not a filesystem", name)
+	}
+	for _, comp := range strings.Split(name, "/") {
+		if comp == "" || comp == "." || comp == ".." {
+			return fmt.Errorf("dataset name %q has an empty, '.' or '..' component", name)
+		}
+		for _, r := range comp {
+			ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+				r == '_' || r == '-' || r == '.' || r == ':'
+			if !ok {
+				return fmt.Errorf("dataset name %q has the character %q, which zfs does not allow", name, r)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+// Package zfs is the only code in nomad-device-zfs that runs the zfs and zpool
+// commands. It offers one careful runner (argument lists only, a context and a
+// timeout on every call, standard error kept apart, busy errors retried with a
+// bounded backoff), a typed *Error with sentinels, and pure parsers of the
+// tab-separated output of `zfs get -H -p` and `zpool list -H`.
+package zfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+)
+
+// Defaults for Runner fields left at zero.
+const (
+	DefaultTimeout     = 2 * time.Minute
+	DefaultBusyRetries = 6
+	DefaultBusyBackoff = 250 * time.Millisecond
+	// killGrace is how long a command has between SIGTERM and SIGKILL once
+	// its context is done.
+	killGrace = 5 * time.Second
+)
+
+// Runner runs zfs and zpool. The zero value is usable: it finds both on PATH.
+// A Runner is safe for concurrent use; it holds no mutable state but a counter.
+type Runner struct {
+	// ZFS and Zpool are the commands to run; "zfs" and "zpool" (found on
+	// PATH) when empty.
+	ZFS, Zpool string
+	// Timeout bounds each single run of a command (DefaultTimeout when zero).
+	Timeout time.Duration
+	// BusyRetries is how many times a command that failed with ErrBusy is run
+	// again; BusyBackoff is the first wait, doubled each time.
+	BusyRetries int
+	BusyBackoff time.Duration
+	// Logger receives one debug line per command; nil means no logging.
+	Logger hclog.Logger
+
+	runs atomic.Int64
+}
+
+// Runs reports how many processes the runner has started so far. Tests and
+// benchmarks use it to prove that periodic work costs one process per refresh.
+func (r *Runner) Runs() int64 { return r.runs.Load() }
+
+// ZFSCmd runs `zfs args...` and returns its standard output.
+func (r *Runner) ZFSCmd(ctx context.Context, args ...string) ([]byte, error) {
+	return r.run(ctx, orDefault(r.ZFS, "zfs"), args)
+}
+
+// ZpoolCmd runs `zpool args...` and returns its standard output.
+func (r *Runner) ZpoolCmd(ctx context.Context, args ...string) ([]byte, error) {
+	return r.run(ctx, orDefault(r.Zpool, "zpool"), args)
+}
+
+// run runs the command, retrying ErrBusy with a doubling backoff. On return
+// the process has exited (or was killed); a non-nil error is always *Error.
+func (r *Runner) run(ctx context.Context, bin string, args []string) ([]byte, error) {
+	retries := r.BusyRetries
+	if retries == 0 {
+		retries = DefaultBusyRetries
+	}
+	backoff := r.BusyBackoff
+	if backoff == 0 {
+		backoff = DefaultBusyBackoff
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := r.runOnce(ctx, bin, args)
+		if err == nil || !errors.Is(err, ErrBusy) || attempt >= retries {
+			return out, err
+		}
+		if r.Logger != nil {
+			r.Logger.Debug("zfs busy, retrying", "cmd", bin, "args", args, "attempt", attempt+1, "backoff", backoff)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte, error) {
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// On timeout or cancel: SIGTERM first, SIGKILL after killGrace.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = killGrace
+	// A stable, parseable output regardless of the caller's locale.
+	cmd.Env = append(cmd.Environ(), "LC_ALL=C")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+
+	start := time.Now()
+	r.runs.Add(1)
+	err := cmd.Run()
+	if r.Logger != nil {
+		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", time.Since(start), "error", err)
+	}
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+
+	full := append([]string{bin}, args...)
+	zerr := &Error{Args: full, Stderr: strings.TrimSpace(stderr.String()), ExitCode: -1}
+	var exitErr *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		zerr.Err = ctx.Err()
+	case errors.As(err, &exitErr):
+		zerr.ExitCode = exitErr.ExitCode()
+		zerr.Kind = classify(zerr.Stderr)
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
+		zerr.Kind = ErrUnavailable
+		zerr.Err = err
+	default:
+		zerr.Err = err
+	}
+	return stdout.Bytes(), zerr
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
