@@ -23,7 +23,21 @@ type ZFS interface {
 	Create(ctx context.Context, name string, props map[string]string) error
 	Set(ctx context.Context, name, prop, value string) error
 	Destroy(ctx context.Context, name string) error
+	DestroyRecursive(ctx context.Context, name, within string) error
+	Unmount(ctx context.Context, name string) error
+	Rename(ctx context.Context, from, to string) error
 	PoolHealth(ctx context.Context, pool string) (string, error)
+}
+
+// Nomad is what the release logic needs to know of allocations. A nil Nomad
+// means no slot is ever released.
+type Nomad interface {
+	// Holder returns the one live allocation that holds the device, if the
+	// latest allocation list names exactly one.
+	Holder(deviceID string) (Owner, bool)
+	// Ended reports whether the owner's allocation has positively ended on
+	// this node, with a reason. Any doubt is an error, and means keep.
+	Ended(ctx context.Context, o Owner) (ended bool, reason string, err error)
 }
 
 // Usage is the space accounting of one slot, in bytes.
@@ -40,12 +54,16 @@ type Slot struct {
 	Dataset    string
 	Mountpoint string // host path; empty when not mounted
 	State      State
+	Owner      Owner // stamped after Reserve; zero while unknown
 	Healthy    bool
 	HealthDesc string
 	// Surplus is true for an in-use slot whose index is at or beyond the
 	// configured count: it is kept until released, and offered to no one.
 	Surplus bool
 	Usage   Usage
+
+	// stamped is the owner as recorded on the dataset.
+	stamped Owner
 }
 
 // Manager owns the slots of one plugin instance. Its methods are safe for
@@ -61,18 +79,56 @@ type Manager struct {
 	// refreshMu makes concurrent RefreshIfOlder calls share one zfs get.
 	refreshMu sync.Mutex
 
+	// kick wakes Run to release ended slots and stamp owners.
+	kick chan struct{}
+
 	// mu guards the fields below. It is never held while a zfs command runs.
 	mu       sync.Mutex
 	cfg      Config
+	nomad    Nomad
 	slots    []Slot // sorted by class, then index
 	byID     map[string]int
 	usageAt  time.Time // when the usage figures were last read
 	reported map[string]bool
+	// owners are owners learned at Reserve and not yet stamped, by ID.
+	owners map[string]Owner
+	// notes explain why an in-use slot is kept, by ID.
+	notes map[string]string
+	// changed is closed and replaced whenever the slot list is replaced.
+	changed chan struct{}
 }
 
 // NewManager returns a manager that reaches ZFS through z.
 func NewManager(z ZFS, log hclog.Logger) *Manager {
-	return &Manager{zfs: z, log: log, byID: map[string]int{}, reported: map[string]bool{}}
+	return &Manager{
+		zfs: z, log: log, kick: make(chan struct{}, 1),
+		byID: map[string]int{}, reported: map[string]bool{},
+		owners: map[string]Owner{}, notes: map[string]string{}, changed: make(chan struct{}),
+	}
+}
+
+// SetNomad sets where the manager learns about allocations. Until it is
+// set, nothing is ever released.
+func (m *Manager) SetNomad(n Nomad) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nomad = n
+}
+
+// Changed returns a channel that is closed at the next change of the slot
+// list.
+func (m *Manager) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// Kick asks Run to look for ended allocations now. It never blocks.
+func (m *Manager) Kick() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 }
 
 // SetConfig replaces the configuration. Nothing changes on ZFS until the
@@ -115,16 +171,25 @@ func (m *Manager) UsageAge() time.Duration {
 }
 
 // Sync observes ZFS and brings it to the configuration: it creates missing
-// class datasets and slots, destroys free slots beyond the count, and fixes
-// the quota and root directory owner and mode of free slots. It runs one
-// `zpool list` and one batched `zfs get` (a second one only when it changed
-// something), plus one command per change. When the pool is not ONLINE or
-// the parent is missing it changes nothing and marks every slot unhealthy.
-// On return the slot list reflects what ZFS said; the error reports changes
-// that failed (their slots are marked unhealthy too).
+// class datasets and slots, destroys free slots beyond the count, fixes the
+// quota and root directory owner and mode of free slots, and carries every
+// started release to its end (archive or destroy, then a fresh dataset). It
+// runs one `zpool list` and one batched `zfs get`, plus, only when it
+// changed something, one command per change and one more `zfs get`. When
+// the pool is not ONLINE or the parent is missing it changes nothing and
+// marks every slot unhealthy. On return the slot list reflects what ZFS
+// said; the error reports changes that failed (their slots are unhealthy).
 func (m *Manager) Sync(ctx context.Context) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
+	return m.syncLocked(ctx)
+}
+
+// maxRounds bounds the observe-and-act rounds of one Sync. A release takes
+// one round, the fresh dataset's owner and mode a second look.
+const maxRounds = 3
+
+func (m *Manager) syncLocked(ctx context.Context) error {
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
@@ -133,35 +198,28 @@ func (m *Manager) Sync(ctx context.Context) error {
 		m.setUnavailable(cfg, reason)
 		return nil
 	}
-	datasets, err := m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
-	if err != nil {
-		m.setUnavailable(cfg, parentReason(cfg.Parent, err))
-		return nil
-	}
-
-	plan := MakePlan(cfg, datasets)
-	m.reportForeign(plan.Foreign)
-	failed := make(map[string]string)
-	var errs []error
-	for _, a := range plan.Actions {
-		if err := m.apply(ctx, a); err != nil {
-			m.log.Error("slot change failed", "action", a.Kind.String(), "dataset", a.Dataset, "error", err)
-			failed[a.Dataset] = fmt.Sprintf("%s failed: %v", a.Kind, err)
-			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Dataset, err))
-			if a.Kind == CreateClass {
-				for i := 0; i < classByName(cfg, a.Class).Slots; i++ {
-					failed[cfg.SlotDataset(a.Class, i)] = fmt.Sprintf("%s %s failed: %v", a.Kind, a.Dataset, err)
-				}
-			}
-			continue
-		}
-		m.log.Info("slot changed", "action", a.Kind.String(), "dataset", a.Dataset)
-	}
-	if len(plan.Actions) > len(errs) {
-		if datasets, err = m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...); err != nil {
+	var (
+		datasets []zfs.Dataset
+		errs     []error
+		failed   = make(map[string]string)
+	)
+	for round := 0; ; round++ {
+		var err error
+		datasets, err = m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
+		if err != nil {
 			m.setUnavailable(cfg, parentReason(cfg.Parent, err))
-			return errors.Join(append(errs, err)...)
+			return errors.Join(errs...)
 		}
+		if round == maxRounds {
+			break
+		}
+		plan := MakePlan(cfg, datasets, time.Now())
+		m.reportForeign(plan.Foreign)
+		plan.Actions = dropFailed(plan.Actions, failed)
+		if len(plan.Actions) == 0 {
+			break
+		}
+		errs = append(errs, m.applyAll(ctx, cfg, plan.Actions, failed)...)
 	}
 
 	slots := buildSlots(cfg, datasets, "", failed)
@@ -182,6 +240,50 @@ func (m *Manager) Sync(ctx context.Context) error {
 	m.usageAt = time.Now()
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// applyAll runs the actions in order. A failed action records why in
+// failed (by slot dataset) and skips the rest of its chain.
+func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, failed map[string]string) []error {
+	var errs []error
+	broken := map[string]bool{}
+	for _, a := range actions {
+		if a.Chain != "" && broken[a.Chain] {
+			continue
+		}
+		if err := m.apply(ctx, cfg, a); err != nil {
+			if a.Chain != "" {
+				broken[a.Chain] = true
+			}
+			reason := fmt.Sprintf("%s failed: %v", a.Kind, err)
+			if errors.Is(err, zfs.ErrBusy) {
+				reason = fmt.Sprintf("%s: dataset is busy (a process still has it open); retrying", a.Kind)
+			}
+			m.log.Error("slot change failed", "action", a.Kind.String(), "dataset", a.Dataset, "error", err)
+			failed[a.Dataset] = reason
+			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Dataset, err))
+			if a.Kind == CreateClass {
+				for i := 0; i < classByName(cfg, a.Class).Slots; i++ {
+					failed[cfg.SlotDataset(a.Class, i)] = fmt.Sprintf("%s %s failed: %v", a.Kind, a.Dataset, err)
+				}
+			}
+			continue
+		}
+		m.log.Info("slot changed", "action", a.Kind.String(), "dataset", a.Dataset, "prop", a.Prop, "value", a.Value, "target", a.Target)
+	}
+	return errs
+}
+
+// dropFailed removes actions on datasets that already failed in this Sync,
+// so that a dataset that cannot be changed is not retried within one Sync.
+func dropFailed(actions []Action, failed map[string]string) []Action {
+	out := actions[:0]
+	for _, a := range actions {
+		if _, bad := failed[a.Dataset]; !bad {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Refresh reads usage figures with one batched `zfs get` and updates them on
@@ -218,53 +320,284 @@ func (m *Manager) RefreshIfOlder(ctx context.Context, maxAge time.Duration) erro
 }
 
 // Reserve marks the slots with the given device IDs reserved, durably, and
-// returns them in the order given. All IDs must belong to one class and be
-// healthy (or already reserved). It runs at most one zfs command per slot
-// that is not yet reserved, and none for a repeated call.
+// returns them in the order given. All IDs must belong to one class. A free,
+// healthy slot costs one zfs command; a slot already reserved by a live
+// allocation costs none (Nomad calls Reserve again when a task restarts).
+//
+// Nomad's scheduler treats a device as free as soon as its allocation is
+// terminal, so it may hand out a slot that still holds the previous tenant's
+// data. Such a slot (or one being released) is released first: Reserve
+// waits, until ctx is done, for the fresh dataset to be in place. When it
+// cannot tell whether the previous owner has ended, it waits as well, and
+// fails at the deadline with the reason.
 func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("no device IDs to reserve")
 	}
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	start := time.Now()
+	for {
+		changed := m.Changed()
+		m.opMu.Lock()
+		res, wait, err := m.tryReserveLocked(ctx, ids)
+		m.opMu.Unlock()
+		if err != nil || wait == "" {
+			return res, err
+		}
+		m.log.Debug("reserve waiting", "devices", ids, "reason", wait)
+		m.Kick()
+		retry := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return nil, fmt.Errorf("%s; gave up after %s", wait, time.Since(start).Round(time.Second))
+		case <-changed:
+		case <-retry.C:
+		}
+		retry.Stop()
+	}
+}
 
+// tryReserveLocked reserves the slots if it can now. When a slot must first
+// be released (or its previous owner's fate is unknown) it starts what it can
+// and returns a non-empty wait reason. opMu is held.
+func (m *Manager) tryReserveLocked(ctx context.Context, ids []string) (res []Slot, wait string, err error) {
 	m.mu.Lock()
-	res := make([]Slot, 0, len(ids))
+	nomad := m.nomad
+	res = make([]Slot, 0, len(ids))
 	for _, id := range ids {
 		i, ok := m.byID[id]
 		if !ok {
 			m.mu.Unlock()
-			return nil, fmt.Errorf("unknown device ID %q: this node offers %s", id, m.idSummaryLocked())
+			return nil, "", fmt.Errorf("unknown device ID %q: this node offers %s", id, m.idSummaryLocked())
 		}
 		s := m.slots[i]
 		if len(res) > 0 && s.Class != res[0].Class {
 			m.mu.Unlock()
-			return nil, fmt.Errorf("device IDs %q and %q belong to different classes (%s, %s): reserve one class at a time", res[0].ID, id, res[0].Class, s.Class)
-		}
-		if s.Mountpoint == "" || (!s.Healthy && s.State != StateReserved) {
-			m.mu.Unlock()
-			return nil, fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", id, s.Dataset, s.HealthDesc)
+			return nil, "", fmt.Errorf("device IDs %q and %q belong to different classes (%s, %s): reserve one class at a time", res[0].ID, id, res[0].Class, s.Class)
 		}
 		res = append(res, s)
 	}
 	m.mu.Unlock()
+
+	var release []Slot
+	for _, s := range res {
+		switch {
+		case s.State == StateReleasing || s.State == StateDestroying:
+			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
+		case s.State == StateReserved && s.Owner.Known() && nomad != nil:
+			ended, why, err := nomad.Ended(ctx, s.Owner)
+			switch {
+			case err != nil:
+				wait = fmt.Sprintf("device %s still holds the data of %s, whose state cannot be read (%v)", s.ID, s.Owner, err)
+			case ended:
+				release = append(release, s)
+				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, why)
+			}
+		case s.State == StateReserved:
+			// Reserved by a live owner, or by one not yet known: a repeat.
+		case !s.Healthy || s.Mountpoint == "":
+			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.HealthDesc)
+		}
+	}
+	for _, s := range release {
+		if err := m.markReleaseLocked(ctx, s); err != nil {
+			return nil, "", err
+		}
+	}
+	if len(release) > 0 {
+		go m.Kick()
+	}
+	if wait != "" {
+		return nil, wait, nil
+	}
 
 	for i := range res {
 		if res[i].State == StateReserved {
 			continue
 		}
 		if err := m.zfs.Set(ctx, res[i].Dataset, PropState, string(StateReserved)); err != nil {
-			return nil, fmt.Errorf("reserving device %s (dataset %s): %w", res[i].ID, res[i].Dataset, err)
+			return nil, "", fmt.Errorf("reserving device %s (dataset %s): %w", res[i].ID, res[i].Dataset, err)
 		}
 		res[i].State = StateReserved
+		var owner Owner
+		if nomad != nil {
+			owner, _ = nomad.Holder(res[i].ID)
+		}
 		m.mu.Lock()
 		if j, ok := m.byID[res[i].ID]; ok {
 			m.slots[j].State = StateReserved
+			m.slots[j].Owner = owner
+		}
+		if owner.Known() {
+			m.owners[res[i].ID] = owner
 		}
 		m.mu.Unlock()
-		m.log.Info("slot reserved", "device", res[i].ID, "dataset", res[i].Dataset)
+		m.log.Info("slot reserved", "device", res[i].ID, "dataset", res[i].Dataset, "owner", owner.String())
 	}
-	return res, nil
+	m.Kick() // stamp owners in the background, off Reserve's path
+	return res, "", nil
+}
+
+// markReleaseLocked starts the release of a slot whose owner has ended:
+// it records the release time, then the state that the next Sync carries
+// out (releasing, or destroying when the class says so). opMu is held.
+func (m *Manager) markReleaseLocked(ctx context.Context, s Slot) error {
+	m.mu.Lock()
+	c := classByName(m.cfg, s.Class)
+	m.mu.Unlock()
+	state := StateReleasing
+	if c.OnRelease == OnReleaseDestroy {
+		state = StateDestroying
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	if err := m.zfs.Set(ctx, s.Dataset, PropReleasedAt, now); err != nil {
+		return fmt.Errorf("starting the release of %s: %w", s.ID, err)
+	}
+	if err := m.zfs.Set(ctx, s.Dataset, PropState, string(state)); err != nil {
+		return fmt.Errorf("starting the release of %s: %w", s.ID, err)
+	}
+	m.mu.Lock()
+	if j, ok := m.byID[s.ID]; ok {
+		m.slots[j].State = state
+		m.slots[j].Healthy = false
+		m.slots[j].HealthDesc = fmt.Sprintf("releasing: %s has ended", s.Owner)
+	}
+	delete(m.notes, s.ID)
+	m.mu.Unlock()
+	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease)
+	return nil
+}
+
+// Run stamps owners and releases the slots of ended allocations whenever it
+// is kicked (after Reserve, and by the caller on every new allocation list)
+// and every period, until ctx is done.
+func (m *Manager) Run(ctx context.Context, period time.Duration) {
+	timer := time.NewTimer(period)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		case <-timer.C:
+			timer.Reset(period)
+		}
+		if err := m.ReleaseEnded(ctx); err != nil && ctx.Err() == nil {
+			m.log.Error("release pass incomplete", "error", err)
+		}
+	}
+}
+
+// ReleaseEnded stamps the owners of reserved slots that do not carry one
+// yet, then starts the release of every reserved slot whose owner has
+// positively ended, and runs a Sync to carry the releases out. A slot whose
+// owner's fate cannot be read is kept, with the reason in its health text.
+func (m *Manager) ReleaseEnded(ctx context.Context) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	m.mu.Lock()
+	nomad := m.nomad
+	slots := append([]Slot(nil), m.slots...)
+	m.mu.Unlock()
+	if nomad == nil {
+		return nil
+	}
+	var errs []error
+	started := false
+	for _, s := range slots {
+		switch s.State {
+		case StateReleasing, StateDestroying:
+			started = true
+			continue
+		case StateReserved:
+		default:
+			continue
+		}
+		if !s.Owner.Known() {
+			if o, ok := nomad.Holder(s.ID); ok {
+				s.Owner = o
+			}
+		}
+		if !s.Owner.Known() {
+			m.setNote(s.ID, "in use by an allocation not yet identified; kept")
+			continue
+		}
+		if err := m.stampOwnerLocked(ctx, s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ended, why, err := nomad.Ended(ctx, s.Owner)
+		if err != nil {
+			m.setNote(s.ID, fmt.Sprintf("in use by %s; kept: %v", s.Owner, err))
+			m.log.Warn("cannot tell whether the owner has ended; keeping the dataset", "device", s.ID, "owner", s.Owner.String(), "error", err)
+			continue
+		}
+		if !ended {
+			m.setNote(s.ID, "")
+			continue
+		}
+		m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", why)
+		if err := m.markReleaseLocked(ctx, s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		started = true
+	}
+	if started {
+		errs = append(errs, m.syncLocked(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// stampOwnerLocked writes the owner's identity on the dataset, one property
+// per command (zfs-fuse sets one at a time), skipping what is already there.
+func (m *Manager) stampOwnerLocked(ctx context.Context, s Slot) error {
+	m.mu.Lock()
+	var have Owner
+	if j, ok := m.byID[s.ID]; ok {
+		have = m.slots[j].stamped
+	}
+	m.mu.Unlock()
+	if have == s.Owner {
+		return nil
+	}
+	hv, want := have.values(), s.Owner.values()
+	for i, p := range ownerProps {
+		if hv[i] == want[i] || want[i] == "" {
+			continue
+		}
+		if err := m.zfs.Set(ctx, s.Dataset, p, want[i]); err != nil {
+			return fmt.Errorf("recording the owner of %s: %w", s.ID, err)
+		}
+	}
+	m.mu.Lock()
+	if j, ok := m.byID[s.ID]; ok {
+		m.slots[j].Owner, m.slots[j].stamped = s.Owner, s.Owner
+	}
+	delete(m.owners, s.ID)
+	m.mu.Unlock()
+	m.log.Debug("owner recorded", "device", s.ID, "owner", s.Owner.String())
+	return nil
+}
+
+// setNote sets (or, with "", clears) why an in-use slot is kept, and
+// publishes it in the slot's health text.
+func (m *Manager) setNote(id, note string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.notes[id] == note {
+		return
+	}
+	if note == "" {
+		delete(m.notes, id)
+	} else {
+		m.notes[id] = note
+	}
+	if j, ok := m.byID[id]; ok && m.slots[j].State == StateReserved && m.slots[j].Healthy {
+		slots := append([]Slot(nil), m.slots...)
+		slots[j].HealthDesc = note
+		m.setSlotsLocked(slots)
+	}
 }
 
 // checkPool returns why the pool cannot be used, or "" when it is ONLINE.
@@ -305,14 +638,23 @@ func (m *Manager) setUnavailable(cfg Config, reason string) {
 	}
 }
 
-func (m *Manager) apply(ctx context.Context, a Action) error {
+func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 	switch a.Kind {
-	case CreateClass, CreateSlot:
+	case CreateClass, CreateSlot, CreateArchive:
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
 	case DestroySlot:
 		return m.zfs.Destroy(ctx, a.Dataset)
 	case SetQuota:
 		return m.zfs.Set(ctx, a.Dataset, "refquota", a.Value)
+	case SetProp:
+		return m.zfs.Set(ctx, a.Dataset, a.Prop, a.Value)
+	case Unmount:
+		return m.zfs.Unmount(ctx, a.Dataset)
+	case RenameToArchive:
+		return m.zfs.Rename(ctx, a.Dataset, a.Target)
+	case DestroyArchived:
+		// -r only ever inside the plugin's own archive tree.
+		return m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset())
 	}
 	return fmt.Errorf("unknown action %d", a.Kind)
 }
@@ -330,11 +672,22 @@ func (m *Manager) reportForeign(names []string) {
 }
 
 func (m *Manager) setSlotsLocked(slots []Slot) {
+	for i := range slots {
+		s := &slots[i]
+		if note := m.notes[s.ID]; note != "" && s.Healthy && s.State == StateReserved {
+			s.HealthDesc = note
+		}
+		if o, ok := m.owners[s.ID]; ok && !s.Owner.Known() && s.State == StateReserved {
+			s.Owner = o
+		}
+	}
 	m.slots = slots
 	m.byID = make(map[string]int, len(slots))
 	for i, s := range slots {
 		m.byID[s.ID] = i
 	}
+	close(m.changed)
+	m.changed = make(chan struct{})
 }
 
 func (m *Manager) byDataset(name string) (int, bool) {
@@ -386,6 +739,8 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			d, exists := byName[s.Dataset]
 			if exists {
 				s.State = slotState(d)
+				s.Owner = ownerOf(d)
+				s.stamped = s.Owner
 				if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
 					if mounted, _ := d.Value("mounted"); mounted == "yes" {
 						s.Mountpoint = mp
@@ -424,6 +779,8 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 		return false, fmt.Sprintf("dataset %s is missing", s.Dataset)
 	case !isManaged(d, ManagedSlot):
 		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
+	case s.State == StateReleasing || s.State == StateDestroying:
+		return false, fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
 	case s.Surplus:
 		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
 	case s.Mountpoint == "":

@@ -262,3 +262,13 @@ func TestManager_PoolUnavailable(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
+
+// startHolder starts a process whose working directory is dir and stops it
+// (by its PID) at cleanup.
+func startHolder(t *testing.T, dir string) *os.Process {
+	t.Helper()
+	p, err := os.StartProcess("/bin/sleep", []string{"sleep", "120"}, &os.ProcAttr{Dir: dir})
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = p.Kill(); _, _ = p.Wait() })
+	return p
+}

@@ -2,6 +2,7 @@ package slots
 
 import (
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -46,6 +47,7 @@ func steps(p Plan) []step {
 func TestMakePlan(t *testing.T) {
 	parent := ds("tank/nomad")
 	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
+	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
 	cases := []struct {
 		name     string
 		cfg      Config
@@ -58,6 +60,7 @@ func TestMakePlan(t *testing.T) {
 			cfg:      testConfig(2),
 			observed: []zfs.Dataset{parent},
 			want: []step{
+				{CreateArchive, "tank/nomad/.archive"},
 				{CreateClass, "tank/nomad/scratch"},
 				{CreateSlot, "tank/nomad/scratch/0"},
 				{CreateSlot, "tank/nomad/scratch/1"},
@@ -66,25 +69,25 @@ func TestMakePlan(t *testing.T) {
 		{
 			name:     "everything exists: nothing to do",
 			cfg:      testConfig(2),
-			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
 		},
 		{
 			name:     "raise slots: create only the new one",
 			cfg:      testConfig(3),
-			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
 			want:     []step{{CreateSlot, "tank/nomad/scratch/2"}},
 		},
 		{
 			name: "lower slots: destroy free surplus, keep the one in use",
 			cfg:  testConfig(1),
-			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateReserved),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved),
 				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/2", StateFree)},
 			want: []step{{DestroySlot, "tank/nomad/scratch/2"}},
 		},
 		{
 			name: "unmanaged datasets are never touched",
 			cfg:  testConfig(2),
-			observed: []zfs.Dataset{parent, class,
+			observed: []zfs.Dataset{parent, arch, class,
 				inherited(ds("tank/nomad/scratch/0"), PropManaged, ManagedSlot, "tank/nomad/scratch"),
 				ds("tank/nomad/scratch/1"),
 				ds("tank/nomad/scratch/5"),
@@ -95,33 +98,34 @@ func TestMakePlan(t *testing.T) {
 		{
 			name:     "a foreign dataset where the class goes: hands off",
 			cfg:      testConfig(2),
-			observed: []zfs.Dataset{parent, ds("tank/nomad/scratch"), ds("tank/nomad/scratch/0")},
+			observed: []zfs.Dataset{parent, arch, ds("tank/nomad/scratch"), ds("tank/nomad/scratch/0")},
 			foreign:  []string{"tank/nomad/scratch"},
 		},
 		{
 			name: "class removed from config: its datasets are left alone",
 			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "fast", Slots: 1, Quota: 1 << 20}}},
-			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
 				ds("tank/nomad/fast", PropManaged, ManagedClass), slotDS("tank/nomad/fast/0", StateFree)},
 			foreign: []string{"tank/nomad/scratch"},
 		},
 		{
 			name: "quota changed: only free slots follow",
 			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: 2, Quota: 2 << 20}}},
-			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
 				slotDS("tank/nomad/scratch/1", StateReserved)},
 			want: []step{{SetQuota, "tank/nomad/scratch/0"}},
 		},
 		{
 			name:     "zero slots: destroy free, keep class",
 			cfg:      testConfig(0),
-			observed: []zfs.Dataset{parent, class, slotDS("tank/nomad/scratch/0", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree)},
 			want:     []step{{DestroySlot, "tank/nomad/scratch/0"}},
 		},
 	}
+	now := time.Date(2026, 11, 21, 14, 30, 0, 0, time.UTC)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := MakePlan(tc.cfg, tc.observed)
+			p := MakePlan(tc.cfg, tc.observed, now)
 			must.Eq(t, tc.want, steps(p))
 			must.Eq(t, tc.foreign, p.Foreign)
 		})
@@ -177,4 +181,115 @@ func TestParseIndex(t *testing.T) {
 	for in, want := range map[string]int{"0": 0, "12": 12, "007": -1, "-1": -1, "x": -1, "": -1, "1a": -1} {
 		must.Eq(t, want, parseIndex(in), must.Sprintf("%q", in))
 	}
+}
+
+func TestMakePlan_Release(t *testing.T) {
+	now := time.Date(2026, 11, 21, 14, 30, 0, 0, time.UTC)
+	parent := ds("tank/nomad")
+	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
+	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
+	owned := func(d zfs.Dataset, kv ...string) zfs.Dataset {
+		props := []string{PropAllocID, "0b1c2d3e-aaaa-bbbb-cccc-000000000000", PropNamespace, "default",
+			PropJob, "web app", PropGroup, "g", PropTask, "t"}
+		for i := 0; i+1 < len(props); i += 2 {
+			d.Props[props[i]] = zfs.Prop{Value: props[i+1], Source: "local"}
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Props[kv[i]] = zfs.Prop{Value: kv[i+1], Source: "local"}
+		}
+		return d
+	}
+	leaf := "tank/nomad/.archive/scratch-1.default.web_app.g.t.0b1c2d3e.20261121T143000Z"
+	type act struct {
+		Kind                     ActionKind
+		Dataset, Prop, Value, To string
+	}
+	cases := []struct {
+		name     string
+		slots    int
+		observed []zfs.Dataset
+		want     []act
+	}{
+		{
+			name:  "fresh release: every step, then a new slot",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "on")},
+			want: []act{
+				{SetProp, "tank/nomad/scratch/1", PropReleasedAt, "2026-11-21T14:30:00Z", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
+			},
+		},
+		{
+			name:  "resumed after the unmount: rename with the recorded time",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "noauto", "mounted", "no",
+					PropReleasedAt, "2026-11-21T14:30:00Z")},
+			want: []act{
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
+			},
+		},
+		{
+			name:  "resumed after the rename: new slot, archive marked archived",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS(leaf, StateReleasing), "mounted", "no")},
+			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
+				{SetProp, leaf, PropState, "archived", ""},
+			},
+		},
+		{
+			name:     "on_release destroy: the archived copy is destroyed",
+			slots:    1,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateDestroying))},
+			want:     []act{{DestroyArchived, leaf, "", "", ""}},
+		},
+		{
+			name:     "archived datasets are left as they are",
+			slots:    1,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived))},
+		},
+		{
+			name:  "surplus slot released: no new slot in its place",
+			slots: 1,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z")},
+			want: []act{{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf}},
+		},
+		{
+			name:  "someone else's .archive: no release step runs",
+			slots: 2,
+			observed: []zfs.Dataset{parent, ds("tank/nomad/.archive"), class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateReleasing))},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(tc.slots)
+			p := MakePlan(cfg, tc.observed, now)
+			var got []act
+			for _, a := range p.Actions {
+				got = append(got, act{a.Kind, a.Dataset, a.Prop, a.Value, a.Target})
+				if a.Kind == RenameToArchive || a.Kind == Unmount {
+					must.Eq(t, a.Dataset, a.Chain)
+				}
+			}
+			must.Eq(t, tc.want, got)
+		})
+	}
+}
+
+func TestArchiveLeaf(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	o := Owner{AllocID: "12345678-9abc", Namespace: "prod", Job: "a/b c", Group: "g", Task: "t@1"}
+	must.Eq(t, "scratch-0.prod.a_b_c.g.t_1.12345678.20260102T030405Z", ArchiveLeaf("scratch", 0, o, at))
+	must.Eq(t, "scratch-0._._._._._.20260102T030405Z", ArchiveLeaf("scratch", 0, Owner{}, at))
+	long := Owner{AllocID: "x", Namespace: "n", Job: string(make([]byte, 100)), Group: "g", Task: "t"}
+	must.NoError(t, zfs.ValidateDatasetName("tank/"+ArchiveLeaf("s", 1, long, at)))
 }

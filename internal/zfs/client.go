@@ -78,6 +78,45 @@ func (c *Client) Destroy(ctx context.Context, name string) error {
 	return err
 }
 
+// DestroyRecursive runs `zfs destroy -r name` (never -f, never -R), and only
+// for a dataset strictly below within: the plugin destroys recursively only
+// inside its own archive tree.
+func (c *Client) DestroyRecursive(ctx context.Context, name, within string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if within == "" || !strings.HasPrefix(name, within+"/") {
+		return &Error{Args: []string{"zfs", "destroy", "-r", name}, Kind: ErrInvalid,
+			Err: fmt.Errorf("refusing a recursive destroy of %s outside %s", name, within)}
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "destroy", "-r", name)
+	return err
+}
+
+// Unmount runs `zfs unmount name` (never -f). A busy dataset is retried by
+// the runner, then reported as ErrBusy.
+func (c *Client) Unmount(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "unmount", name)
+	return err
+}
+
+// Rename runs `zfs rename from to`. zfs-fuse cannot rename a mounted
+// dataset, and calls one busy for a moment after an unmount: unmount first;
+// the runner retries the busy moments.
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	if err := checkName(from); err != nil {
+		return err
+	}
+	if err := checkName(to); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "rename", from, to)
+	return err
+}
+
 // Mount runs `zfs mount name`.
 func (c *Client) Mount(ctx context.Context, name string) error {
 	if err := checkName(name); err != nil {

@@ -1,0 +1,395 @@
+package slots_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// allocs stands in for the Nomad API at the slots.Nomad interface: which
+// live allocation holds each device, and which allocations have ended. The
+// API itself is tested in allocwatch and end to end with a real agent.
+type allocs struct {
+	mu      sync.Mutex
+	holders map[string]slots.Owner
+	ended   map[string]bool
+	err     error
+}
+
+func newAllocs() *allocs {
+	return &allocs{holders: map[string]slots.Owner{}, ended: map[string]bool{}}
+}
+
+func (a *allocs) Holder(id string) (slots.Owner, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	o, ok := a.holders[id]
+	return o, ok
+}
+
+func (a *allocs) Ended(_ context.Context, o slots.Owner) (bool, string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return false, "", a.err
+	}
+	return a.ended[o.AllocID], "allocation is complete", nil
+}
+
+func (a *allocs) hold(id string, o slots.Owner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holders[id] = o
+}
+
+func (a *allocs) end(o slots.Owner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended[o.AllocID] = true
+	for id, h := range a.holders {
+		if h == o {
+			delete(a.holders, id)
+		}
+	}
+}
+
+func owner(n int) slots.Owner {
+	return slots.Owner{AllocID: fmt.Sprintf("%08d-0000-0000-0000-000000000000", n), Namespace: "default",
+		Job: "job", Group: "grp", Task: "task", AllocName: fmt.Sprintf("job.grp[%d]", n)}
+}
+
+// reserveAndWrite reserves device id for o and writes a file into it.
+func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) slots.Slot {
+	t.Helper()
+	a.hold(id, o)
+	res, err := e.mgr.Reserve(context.Background(), []string{id})
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant "+o.AllocID), 0o644))
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // stamps the owner
+	return res[0]
+}
+
+func archived(t *testing.T, e *env) []string {
+	t.Helper()
+	out := e.pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", e.cfg.ArchiveDataset())
+	var names []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != e.cfg.ArchiveDataset() && l != "" {
+			names = append(names, l)
+		}
+	}
+	return names
+}
+
+// checkFresh asserts that the slot is free, healthy, empty, and shows no
+// snapshot of a previous tenant.
+func checkFresh(t *testing.T, e *env, id string, oldGUID string) slots.Slot {
+	t.Helper()
+	var s slots.Slot
+	for _, x := range e.mgr.Slots() {
+		if x.ID == id {
+			s = x
+		}
+	}
+	must.Eq(t, id, s.ID)
+	must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
+	must.Eq(t, slots.StateFree, s.State)
+	must.NotEq(t, oldGUID, e.guid(t, s.Dataset))
+	entries, err := os.ReadDir(s.Mountpoint)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+	snaps, _ := os.ReadDir(filepath.Join(s.Mountpoint, ".zfs", "snapshot"))
+	must.SliceEmpty(t, snaps)
+	must.Eq(t, "", e.pool.ZFS(t, "list", "-H", "-t", "snapshot", "-o", "name", "-r", s.Dataset))
+	return s
+}
+
+func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
+	e := newEnv(t, 2)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	o := owner(1)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	e.pool.ZFS(t, "snapshot", s.Dataset+"@operator-snap")
+	guid := e.guid(t, s.Dataset)
+	must.Eq(t, o.AllocID, e.pool.Prop(t, s.Dataset, slots.PropAllocID))
+	must.Eq(t, "job.grp[1]", e.pool.Prop(t, s.Dataset, slots.PropAllocName))
+
+	// Still running: nothing happens.
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, guid, e.guid(t, s.Dataset))
+	must.SliceEmpty(t, archived(t, e))
+
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	checkFresh(t, e, "scratch-0", guid)
+
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	arch := names[0]
+	must.StrContains(t, arch, ".archive/scratch-0.default.job.grp.task.00000001.")
+	must.Eq(t, guid, e.guid(t, arch))
+	must.Eq(t, "archived", e.pool.Prop(t, arch, slots.PropState))
+	must.Eq(t, "noauto", e.pool.Prop(t, arch, "canmount"))
+	must.Eq(t, "no", e.pool.Prop(t, arch, "mounted"))
+	for prop, want := range map[string]string{slots.PropAllocID: o.AllocID, slots.PropNamespace: "default",
+		slots.PropJob: "job", slots.PropGroup: "grp", slots.PropTask: "task"} {
+		must.Eq(t, want, e.pool.Prop(t, arch, prop))
+	}
+	_, err := time.Parse(time.RFC3339, e.pool.Prop(t, arch, slots.PropReleasedAt))
+	must.NoError(t, err)
+	// The data is intact: mount the archive read-only where we can see it.
+	e.pool.ZFS(t, "mount", arch)
+	b, err := os.ReadFile(filepath.Join(e.pool.Prop(t, arch, "mountpoint"), "data.txt"))
+	must.NoError(t, err)
+	must.Eq(t, "tenant "+o.AllocID, string(b))
+	e.pool.ZFS(t, "unmount", arch)
+
+	// The slot is reusable: a second tenant gets the fresh dataset.
+	o2 := owner(2)
+	s2 := reserveAndWrite(t, e, a, "scratch-0", o2)
+	must.Eq(t, o2.AllocID, e.pool.Prop(t, s2.Dataset, slots.PropAllocID))
+	// The untouched neighbour was never disturbed.
+	must.Eq(t, slots.StateFree, e.mgr.Slots()[1].State)
+}
+
+func TestRelease_Destroy(t *testing.T) {
+	e := newEnv(t, 1)
+	e.cfg.Classes[0].OnRelease = slots.OnReleaseDestroy
+	e.mgr.SetConfig(e.cfg)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	o := owner(3)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	e.pool.ZFS(t, "snapshot", s.Dataset+"@snap")
+	guid := e.guid(t, s.Dataset)
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	checkFresh(t, e, "scratch-0", guid)
+	must.SliceEmpty(t, archived(t, e))
+}
+
+// A dataset that a process still has open is never forced: the release
+// waits, the data stays in place, and the slot reports why.
+func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
+	e := newEnv(t, 1)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	o := owner(4)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	holder := startHolder(t, s.Mountpoint)
+	a.end(o)
+
+	err := e.mgr.ReleaseEnded(context.Background())
+	must.ErrorIs(t, err, zfs.ErrBusy)
+	got := e.mgr.Slots()[0]
+	must.False(t, got.Healthy)
+	must.StrContains(t, got.HealthDesc, "busy")
+	must.Eq(t, guid, e.guid(t, s.Dataset))
+	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))
+	must.Eq(t, "releasing", e.pool.Prop(t, s.Dataset, slots.PropState))
+	_, err = os.Stat(filepath.Join(s.Mountpoint, "data.txt"))
+	must.NoError(t, err)
+
+	must.NoError(t, holder.Kill())
+	_, _ = holder.Wait()
+	must.NoError(t, e.mgr.Sync(context.Background()))
+	checkFresh(t, e, "scratch-0", guid)
+	must.SliceLen(t, 1, archived(t, e))
+}
+
+// crashAfter lets the first n changing zfs commands through to the real
+// pool, then fails every later one, as if the plugin died right there.
+type crashAfter struct {
+	slots.ZFS
+	n   int
+	mu  sync.Mutex
+	ops []string
+}
+
+var errCrash = errors.New("simulated crash")
+
+func (c *crashAfter) step(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ops) >= c.n {
+		return errCrash
+	}
+	c.ops = append(c.ops, op)
+	return nil
+}
+
+func (c *crashAfter) Create(ctx context.Context, name string, props map[string]string) error {
+	if err := c.step("create " + name); err != nil {
+		return err
+	}
+	return c.ZFS.Create(ctx, name, props)
+}
+
+func (c *crashAfter) Set(ctx context.Context, name, prop, value string) error {
+	if err := c.step("set " + prop + "=" + value + " " + name); err != nil {
+		return err
+	}
+	return c.ZFS.Set(ctx, name, prop, value)
+}
+
+func (c *crashAfter) Unmount(ctx context.Context, name string) error {
+	if err := c.step("unmount " + name); err != nil {
+		return err
+	}
+	return c.ZFS.Unmount(ctx, name)
+}
+
+func (c *crashAfter) Rename(ctx context.Context, from, to string) error {
+	if err := c.step("rename " + from); err != nil {
+		return err
+	}
+	return c.ZFS.Rename(ctx, from, to)
+}
+
+func (c *crashAfter) DestroyRecursive(ctx context.Context, name, within string) error {
+	if err := c.step("destroy -r " + name); err != nil {
+		return err
+	}
+	return c.ZFS.DestroyRecursive(ctx, name, within)
+}
+
+// TestRelease_CrashBetweenEverySteps stops the release after each of its
+// steps in turn (nothing of the dead plugin's memory survives: a new
+// manager starts from what ZFS says), and checks that the next start
+// finishes the job with the data intact in the archive.
+func TestRelease_CrashBetweenEverySteps(t *testing.T) {
+	for _, onRelease := range []string{slots.OnReleaseArchive, slots.OnReleaseDestroy} {
+		// Steps: released-at, state, canmount, unmount, rename, create,
+		// then archived (archive) or destroy -r (destroy).
+		for n := 0; n <= 7; n++ {
+			t.Run(fmt.Sprintf("%s/after_%d_steps", onRelease, n), func(t *testing.T) {
+				e := newEnv(t, 1)
+				e.cfg.Classes[0].OnRelease = onRelease
+				e.mgr.SetConfig(e.cfg)
+				a := newAllocs()
+				e.mgr.SetNomad(a)
+				e.sync(t)
+				o := owner(5)
+				s := reserveAndWrite(t, e, a, "scratch-0", o)
+				guid := e.guid(t, s.Dataset)
+				a.end(o)
+
+				crash := &crashAfter{ZFS: zfs.NewClient(e.runner), n: n}
+				dying := slots.NewManager(crash, hclog.NewNullLogger())
+				dying.SetConfig(e.cfg)
+				dying.SetNomad(a)
+				must.NoError(t, dying.Sync(context.Background()))
+				_ = dying.ReleaseEnded(context.Background())
+				t.Logf("steps done before the crash: %q", crash.ops)
+
+				// A new plugin process: it knows only what ZFS says.
+				e.restart(t)
+				e.mgr.SetNomad(a)
+				must.NoError(t, e.mgr.Sync(context.Background()))
+				must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+				checkFresh(t, e, "scratch-0", guid)
+				names := archived(t, e)
+				if onRelease == slots.OnReleaseDestroy {
+					must.SliceEmpty(t, names)
+					return
+				}
+				must.SliceLen(t, 1, names)
+				must.Eq(t, guid, e.guid(t, names[0]))
+				must.Eq(t, "archived", e.pool.Prop(t, names[0], slots.PropState))
+			})
+		}
+	}
+}
+
+// Nomad may hand a slot to a new allocation while the previous one's data
+// is still there: Reserve releases it first and answers with a fresh one.
+func TestReserve_WaitsForTheRelease(t *testing.T) {
+	e := newEnv(t, 1)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.mgr.Run(ctx, time.Hour)
+
+	o := owner(6)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	a.end(o)
+	a.hold("scratch-0", owner(7))
+
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer rcancel()
+	res, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.NotEq(t, guid, e.guid(t, res[0].Dataset))
+	entries, err := os.ReadDir(res[0].Mountpoint)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+	must.Eq(t, "reserved", e.pool.Prop(t, res[0].Dataset, slots.PropState))
+	must.SliceLen(t, 1, archived(t, e))
+}
+
+// When the previous owner's fate cannot be read, Reserve neither releases
+// nor hands the old data over: it fails at its deadline with the reason.
+func TestReserve_UnknownFateTimesOut(t *testing.T) {
+	e := newEnv(t, 1)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	o := owner(8)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	a.mu.Lock()
+	a.err = errors.New("GET /v1/allocations: 403 Permission denied")
+	a.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.ErrorContains(t, err, "state cannot be read")
+	must.ErrorContains(t, err, "403")
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	got := e.mgr.Slots()[0]
+	must.True(t, got.Healthy)
+	must.StrContains(t, got.HealthDesc, "kept: GET /v1/allocations: 403")
+	must.Eq(t, guid, e.guid(t, s.Dataset))
+	must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
+}
+
+// With the parent gone, nothing is released, renamed or destroyed, however
+// ended the owner is.
+func TestRelease_NothingWhenParentMissing(t *testing.T) {
+	e := newEnv(t, 1)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	o := owner(9)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	a.end(o)
+	cfg := e.cfg
+	cfg.Parent = e.pool.Dataset("elsewhere")
+	e.mgr.SetConfig(cfg)
+	must.NoError(t, e.mgr.Sync(context.Background()))
+	_ = e.mgr.ReleaseEnded(context.Background())
+	must.Eq(t, guid, e.guid(t, s.Dataset))
+	must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
+}
