@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"os/user"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -24,6 +26,8 @@ const (
 	DefaultStatsPeriod       = "10s"
 	DefaultOwner             = "65534:65534"
 	DefaultMode              = "0770"
+	DefaultReserveTimeout    = "2m"
+	DefaultOnRelease         = "archive"
 )
 
 // configSpec is the agent-side schema of the plugin block. Nomad parses agent
@@ -41,6 +45,19 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("stats_period", "string", false),
 		hclspec.NewLiteral(strconv.Quote(DefaultStatsPeriod)),
 	),
+	"reserve_timeout": hclspec.NewDefault(
+		hclspec.NewAttr("reserve_timeout", "string", false),
+		hclspec.NewLiteral(strconv.Quote(DefaultReserveTimeout)),
+	),
+	"nomad": hclspec.NewBlock("nomad", false, hclspec.NewObject(map[string]*hclspec.Spec{
+		"address":         hclspec.NewAttr("address", "string", false),
+		"token_file":      hclspec.NewAttr("token_file", "string", false),
+		"ca_file":         hclspec.NewAttr("ca_file", "string", false),
+		"cert_file":       hclspec.NewAttr("cert_file", "string", false),
+		"key_file":        hclspec.NewAttr("key_file", "string", false),
+		"tls_server_name": hclspec.NewAttr("tls_server_name", "string", false),
+		"node_id":         hclspec.NewAttr("node_id", "string", false),
+	})),
 	"class": hclspec.NewBlockMap("class", []string{"name"}, hclspec.NewObject(map[string]*hclspec.Spec{
 		"slots":      hclspec.NewAttr("slots", "number", true),
 		"quota":      hclspec.NewAttr("quota", "string", true),
@@ -58,6 +75,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 			hclspec.NewLiteral(strconv.Quote(DefaultMode)),
 		),
 		"properties": hclspec.NewBlockAttrs("properties", "string", false),
+		"on_release": hclspec.NewDefault(
+			hclspec.NewAttr("on_release", "string", false),
+			hclspec.NewLiteral(strconv.Quote(DefaultOnRelease)),
+		),
 	})),
 })
 
@@ -66,7 +87,23 @@ type Config struct {
 	ParentDataset     string                 `codec:"parent_dataset"`
 	FingerprintPeriod string                 `codec:"fingerprint_period"`
 	StatsPeriod       string                 `codec:"stats_period"`
+	ReserveTimeout    string                 `codec:"reserve_timeout"`
+	Nomad             *NomadConfig           `codec:"nomad"`
 	Classes           map[string]ClassConfig `codec:"class"`
+}
+
+// NomadConfig is the `nomad { ... }` block: how the plugin reads the node's
+// allocations. Empty fields fall back to NOMAD_ADDR, NOMAD_TOKEN,
+// NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY and NOMAD_TLS_SERVER_NAME,
+// then to the local agent.
+type NomadConfig struct {
+	Address       string `codec:"address"`
+	TokenFile     string `codec:"token_file"`
+	CAFile        string `codec:"ca_file"`
+	CertFile      string `codec:"cert_file"`
+	KeyFile       string `codec:"key_file"`
+	TLSServerName string `codec:"tls_server_name"`
+	NodeID        string `codec:"node_id"`
 }
 
 // ClassConfig is one `class "name" { ... }` block.
@@ -78,6 +115,7 @@ type ClassConfig struct {
 	Owner      string            `codec:"owner"`
 	Mode       string            `codec:"mode"`
 	Properties map[string]string `codec:"properties"`
+	OnRelease  string            `codec:"on_release"`
 }
 
 // settings is a validated configuration.
@@ -85,6 +123,8 @@ type settings struct {
 	slots             slots.Config
 	fingerprintPeriod time.Duration
 	statsPeriod       time.Duration
+	reserveTimeout    time.Duration
+	nomad             allocwatch.Config
 }
 
 var classNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
@@ -128,6 +168,12 @@ func (c *Config) validate() (settings, error) {
 		return s, err
 	}
 	if s.statsPeriod, err = positiveDuration("stats_period", c.StatsPeriod, DefaultStatsPeriod); err != nil {
+		return s, err
+	}
+	if s.reserveTimeout, err = positiveDuration("reserve_timeout", c.ReserveTimeout, DefaultReserveTimeout); err != nil {
+		return s, err
+	}
+	if s.nomad, err = c.Nomad.validate(); err != nil {
 		return s, err
 	}
 	if len(c.Classes) == 0 {
@@ -192,6 +238,15 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 	}
 	cl.Mode = os.FileMode(m)
 
+	switch cc.OnRelease {
+	case "":
+		cl.OnRelease = DefaultOnRelease
+	case slots.OnReleaseArchive, slots.OnReleaseDestroy:
+		cl.OnRelease = cc.OnRelease
+	default:
+		return cl, fmt.Errorf("%s = %q: want %q or %q", field("on_release"), cc.OnRelease, slots.OnReleaseArchive, slots.OnReleaseDestroy)
+	}
+
 	cl.Properties = make(map[string]string, len(cc.Properties))
 	for k, v := range cc.Properties {
 		switch {
@@ -207,6 +262,40 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 		cl.Properties[k] = v
 	}
 	return cl, nil
+}
+
+// validate checks the nomad block; a missing block means all defaults.
+// Files named must exist now, so that a typo shows at agent start.
+func (n *NomadConfig) validate() (allocwatch.Config, error) {
+	if n == nil {
+		return allocwatch.Config{}, nil
+	}
+	if n.Address != "" {
+		u, err := url.Parse(n.Address)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || (u.Host == "" && u.Scheme != "unix") {
+			return allocwatch.Config{}, fmt.Errorf("nomad.address = %q: want a URL such as http://127.0.0.1:4646", n.Address)
+		}
+	}
+	for _, f := range []struct{ name, path string }{
+		{"nomad.token_file", n.TokenFile}, {"nomad.ca_file", n.CAFile}, {"nomad.cert_file", n.CertFile}, {"nomad.key_file", n.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if !path.IsAbs(f.path) {
+			return allocwatch.Config{}, fmt.Errorf("%s = %q: must be an absolute path", f.name, f.path)
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return allocwatch.Config{}, fmt.Errorf("%s = %q: %w", f.name, f.path, err)
+		}
+	}
+	if (n.CertFile == "") != (n.KeyFile == "") {
+		return allocwatch.Config{}, fmt.Errorf("nomad.cert_file and nomad.key_file go together: set both or neither")
+	}
+	return allocwatch.Config{
+		Address: n.Address, TokenFile: n.TokenFile, CAFile: n.CAFile, CertFile: n.CertFile,
+		KeyFile: n.KeyFile, TLSServerName: n.TLSServerName, NodeID: n.NodeID,
+	}, nil
 }
 
 // parseOwner reads "uid:gid", where each side is a number or a name on the host.

@@ -2,11 +2,13 @@ package device
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 )
 
@@ -43,6 +45,33 @@ func TestConfig_Defaults(t *testing.T) {
 	must.Eq(t, 65534, c.GID)
 	must.Eq(t, os.FileMode(0o770), c.Mode)
 	must.MapEmpty(t, c.Properties)
+	must.Eq(t, "archive", c.OnRelease)
+	must.Eq(t, 2*time.Minute, s.reserveTimeout)
+	must.Eq(t, allocwatch.Config{}, s.nomad)
+}
+
+func TestConfig_NomadBlockAndRelease(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "zfs.token")
+	must.NoError(t, os.WriteFile(token, []byte("secret"), 0o600))
+	s, err := decode(t, `config {
+  parent_dataset  = "tank/nomad"
+  reserve_timeout = "45s"
+  nomad {
+    address         = "https://nomad.example:4646"
+    token_file      = "`+token+`"
+    tls_server_name = "client.global.nomad"
+    node_id         = "abc"
+  }
+  class "scratch" {
+    slots      = 1
+    quota      = "1G"
+    on_release = "destroy"
+  }
+}`)
+	must.NoError(t, err)
+	must.Eq(t, 45*time.Second, s.reserveTimeout)
+	must.Eq(t, allocwatch.Config{Address: "https://nomad.example:4646", TokenFile: token, TLSServerName: "client.global.nomad", NodeID: "abc"}, s.nomad)
+	must.Eq(t, "destroy", s.slots.Classes[0].OnRelease)
 }
 
 func TestConfig_FullAndBothPropertySyntaxes(t *testing.T) {
@@ -188,6 +217,57 @@ func TestConfig_Invalid(t *testing.T) {
 		{"bad property name", class(`slots = 1
     quota = "1G"
     properties = { "Compression" = "on" }`), `"Compression" is not a valid ZFS property name`},
+		{"bad on_release", class(`slots = 1
+    quota = "1G"
+    on_release = "keep"`), `class "scratch": on_release = "keep": want "archive" or "destroy"`},
+		{"bad reserve_timeout", `config {
+  parent_dataset = "tank/nomad"
+  reserve_timeout = "-1s"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `reserve_timeout = "-1s"`},
+		{"bad nomad address", `config {
+  parent_dataset = "tank/nomad"
+  nomad {
+    address = "127.0.0.1:4646"
+  }
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `nomad.address = "127.0.0.1:4646"`},
+		{"missing token file", `config {
+  parent_dataset = "tank/nomad"
+  nomad {
+    token_file = "/nonexistent/zfs.token"
+  }
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `nomad.token_file = "/nonexistent/zfs.token"`},
+		{"relative ca file", `config {
+  parent_dataset = "tank/nomad"
+  nomad {
+    ca_file = "ca.pem"
+  }
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `nomad.ca_file = "ca.pem": must be an absolute path`},
+		{"cert without key", `config {
+  parent_dataset = "tank/nomad"
+  nomad {
+    cert_file = "/etc/hostname"
+  }
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `nomad.cert_file and nomad.key_file go together`},
 		{"empty property value", class(`slots = 1
     quota = "1G"
     properties = { compression = "" }`), `compression = "": value must be non-empty`},

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -30,8 +31,6 @@ const (
 	// Vendor and DeviceType make the device name "zfs/dataset/<class>".
 	Vendor     = "zfs"
 	DeviceType = "dataset"
-	// reserveTimeout bounds the one zfs command a Reserve may run.
-	reserveTimeout = 30 * time.Second
 )
 
 // Version is the plugin version, set at build time with
@@ -44,10 +43,11 @@ type Plugin struct {
 	zfs   *zfs.Client
 	slots *slots.Manager
 
-	// mu guards settings, which SetConfig replaces.
+	// mu guards the fields below.
 	mu       sync.Mutex
-	settings settings
+	settings settings // replaced by SetConfig
 	set      bool
+	watching bool // the allocation watcher and release loop are running
 }
 
 // New returns an unconfigured plugin that runs zfs through runner.
@@ -123,8 +123,49 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintRes
 		return nil, err
 	}
 	ch := make(chan *device.FingerprintResponse)
+	p.startWatching(ctx)
 	go p.fingerprintLoop(ctx, ch)
 	return ch, nil
+}
+
+// startWatching starts, once, the allocation watcher and the release loop,
+// for as long as ctx (the fingerprint stream's, which lives as long as the
+// plugin) is not done. Without a watcher nothing is ever released.
+func (p *Plugin) startWatching(ctx context.Context) {
+	p.mu.Lock()
+	s := p.settings
+	if p.watching {
+		p.mu.Unlock()
+		return
+	}
+	p.watching = true
+	p.mu.Unlock()
+
+	w, err := allocwatch.New(s.nomad, p.log.Named("allocwatch"))
+	if err != nil {
+		p.log.Error("cannot watch allocations; no dataset will be released", "error", err)
+		return
+	}
+	p.log.Info("watching allocations", "address", w.Address())
+	p.slots.SetNomad(nomadAllocs{w})
+	go w.Run(ctx, func(*allocwatch.Snapshot) { p.slots.Kick() })
+	go p.slots.Run(ctx, s.fingerprintPeriod)
+}
+
+// nomadAllocs adapts the watcher to what the slot manager asks.
+type nomadAllocs struct{ w *allocwatch.Watcher }
+
+func (n nomadAllocs) Holder(deviceID string) (slots.Owner, bool) {
+	a, task, ok := n.w.Holder(deviceID)
+	if !ok {
+		return slots.Owner{}, false
+	}
+	return slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, Task: task, AllocName: a.Name}, true
+}
+
+func (n nomadAllocs) Ended(ctx context.Context, o slots.Owner) (bool, string, error) {
+	v, err := n.w.Status(ctx, o.Namespace, o.AllocID, o.Task)
+	return v.Ended, v.Reason, err
 }
 
 func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.FingerprintResponse) {
@@ -134,14 +175,23 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.Fingerpr
 	var last []*device.DeviceGroup
 	sent := false
 	for {
+		changed := p.slots.Changed()
+		doSync := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+			doSync = true
+		case <-changed:
+			// A release or a reservation changed a slot: send its health
+			// now rather than at the next period.
 		}
 		s, _ := p.current()
-		if err := p.slots.Sync(ctx); err != nil {
-			p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
+		if doSync {
+			if err := p.slots.Sync(ctx); err != nil {
+				p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
+			}
+			timer.Reset(s.fingerprintPeriod)
 		}
 		groups := deviceGroups(s, p.slots.Slots())
 		if !sent || !reflect.DeepEqual(groups, last) {
@@ -153,7 +203,6 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.Fingerpr
 			last, sent = groups, true
 			p.log.Debug("fingerprint sent", "groups", len(groups))
 		}
-		timer.Reset(s.fingerprintPeriod)
 	}
 }
 
@@ -206,14 +255,16 @@ func quotaAttribute(b uint64) *structs.Attribute {
 
 // Reserve is called by Nomad when a task that asked for devices of one group
 // starts, with the instance IDs the scheduler picked. It marks the slots in
-// use (one zfs command per slot not yet reserved, none on a repeated call)
-// and returns one bind mount per ID plus environment variables.
+// use (one zfs command per free slot, none on a repeated call) and returns
+// one bind mount per ID plus environment variables. A slot that still holds
+// an ended allocation's data is released first; Reserve waits for the fresh
+// dataset up to reserve_timeout, then fails (Nomad's restart policy retries).
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	s, err := p.current()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.reserveTimeout)
 	defer cancel()
 	reserved, err := p.slots.Reserve(ctx, ids)
 	if err != nil {

@@ -1,0 +1,481 @@
+// Package allocwatch reads the allocations of this plugin's node through the
+// Nomad HTTP API: it learns the node ID, follows the node's allocations with
+// blocking queries (plus a full read at start and on a slow period), and
+// answers the two questions the release logic asks: which live allocation
+// holds a device, and whether an allocation has positively ended.
+//
+// Nomad's device API has no release call, so this is how the plugin learns
+// that a dataset can be taken back. Every uncertainty (an API error, a
+// timeout, a 403, a namespace the token cannot read) is reported as an error
+// or as "unknown", never as "ended".
+package allocwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Device vendor and type of the plugin's devices in allocations.
+const (
+	deviceVendor = "zfs"
+	deviceType   = "dataset"
+)
+
+// Defaults.
+const (
+	DefaultFullPeriod = 5 * time.Minute
+	blockingWait      = 5 * time.Minute
+	minBackoff        = time.Second
+	maxBackoff        = 30 * time.Second
+	maxBehind         = 3
+)
+
+// ErrPermission is wrapped by errors that come from a 403: the token may not
+// read what was asked. It always means "keep".
+var ErrPermission = errors.New("permission denied by the Nomad API")
+
+// Config says how to reach the Nomad API. Empty fields take the standard
+// NOMAD_* environment variables, then the local agent.
+type Config struct {
+	Address       string
+	TokenFile     string
+	CAFile        string
+	CertFile      string
+	KeyFile       string
+	TLSServerName string
+	// NodeID overrides the node ID learned from the local agent.
+	NodeID string
+	// FullPeriod is how often the allocations are read in full besides the
+	// blocking queries (DefaultFullPeriod when zero).
+	FullPeriod time.Duration
+}
+
+// Alloc is what the plugin needs to know of one allocation.
+type Alloc struct {
+	ID, Namespace, JobID, TaskGroup, Name string
+	ClientStatus                          string
+	// Devices maps each of the plugin's device IDs the allocation holds to
+	// the task that holds it.
+	Devices map[string]string
+	// DeadTasks lists tasks whose state is "dead".
+	DeadTasks map[string]bool
+}
+
+// Ended reports whether the allocation has positively stopped on the client
+// for the given task: its client status is complete or failed, or it is
+// lost and the task is dead. Desired status alone ("stop") is not enough: the
+// task may still be running.
+func (a *Alloc) Ended(task string) bool {
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
+		return true
+	case api.AllocClientStatusLost:
+		return a.DeadTasks[task]
+	}
+	return false
+}
+
+// Snapshot is the latest view of the node's allocations.
+type Snapshot struct {
+	// Allocs holds the allocations the token can see, by ID.
+	Allocs map[string]*Alloc
+	// Index is the Raft index of the read.
+	Index uint64
+	// At is when the read completed.
+	At time.Time
+}
+
+// Watcher follows one node's allocations. Its methods are safe for
+// concurrent use.
+type Watcher struct {
+	log        hclog.Logger
+	client     *api.Client
+	cfg        Config
+	fullPeriod time.Duration
+	// minBackoff and maxBackoff bound the wait after a failed read.
+	minBackoff, maxBackoff time.Duration
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	nodeID   string
+	snap     *Snapshot
+	lastErr  error
+	tokenMod time.Time
+	tokenLen int64
+	updated  chan struct{} // closed and replaced on every new snapshot
+}
+
+// New returns a watcher; it does not contact Nomad until Run.
+func New(cfg Config, log hclog.Logger) (*Watcher, error) {
+	ac := api.DefaultConfig()
+	if cfg.Address != "" {
+		ac.Address = cfg.Address
+	}
+	if cfg.CAFile != "" {
+		ac.TLSConfig.CACert = cfg.CAFile
+	}
+	if cfg.CertFile != "" {
+		ac.TLSConfig.ClientCert = cfg.CertFile
+	}
+	if cfg.KeyFile != "" {
+		ac.TLSConfig.ClientKey = cfg.KeyFile
+	}
+	if cfg.TLSServerName != "" {
+		ac.TLSConfig.TLSServerName = cfg.TLSServerName
+	}
+	// Blocking queries wait up to blockingWait; leave room for the answer.
+	ac.WaitTime = blockingWait
+	client, err := api.NewClient(ac)
+	if err != nil {
+		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
+	}
+	w := &Watcher{log: log, client: client, cfg: cfg, fullPeriod: cfg.FullPeriod, nodeID: cfg.NodeID,
+		minBackoff: minBackoff, maxBackoff: maxBackoff, updated: make(chan struct{})}
+	if w.fullPeriod == 0 {
+		w.fullPeriod = DefaultFullPeriod
+	}
+	if cfg.TokenFile != "" {
+		if err := w.refreshToken(); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Address is the API address in use.
+func (w *Watcher) Address() string { return w.client.Address() }
+
+// refreshToken re-reads the token file when its size or modification time
+// changed since the last read.
+func (w *Watcher) refreshToken() error {
+	if w.cfg.TokenFile == "" {
+		return nil
+	}
+	fi, err := os.Stat(w.cfg.TokenFile)
+	if err != nil {
+		return fmt.Errorf("nomad token_file: %w", err)
+	}
+	w.mu.Lock()
+	same := fi.ModTime().Equal(w.tokenMod) && fi.Size() == w.tokenLen
+	w.mu.Unlock()
+	if same {
+		return nil
+	}
+	b, err := os.ReadFile(w.cfg.TokenFile)
+	if err != nil {
+		return fmt.Errorf("nomad token_file: %w", err)
+	}
+	w.client.SetSecretID(strings.TrimSpace(string(b)))
+	w.mu.Lock()
+	w.tokenMod, w.tokenLen = fi.ModTime(), fi.Size()
+	w.mu.Unlock()
+	w.log.Debug("nomad token read", "token_file", w.cfg.TokenFile)
+	return nil
+}
+
+// NodeID returns the node ID, asking the local agent the first time: the
+// configured node_id, else /v1/agent/self (needs agent:read), else the one
+// node whose name is this host's name (needs node:read only).
+func (w *Watcher) NodeID(ctx context.Context) (string, error) {
+	w.mu.Lock()
+	id := w.nodeID
+	w.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	if err := w.refreshToken(); err != nil {
+		return "", err
+	}
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	self, err := w.client.Agent().Self()
+	if err == nil {
+		if s, ok := self.Stats["client"]; ok && s["node_id"] != "" {
+			id = s["node_id"]
+		}
+	}
+	if id == "" {
+		host, herr := os.Hostname()
+		if herr != nil {
+			return "", fmt.Errorf("learning the node ID: agent self: %v; hostname: %w", err, herr)
+		}
+		nodes, _, lerr := w.client.Nodes().List(q)
+		if lerr != nil {
+			return "", fmt.Errorf("learning the node ID: agent self: %v; listing nodes: %w", err, classify(lerr))
+		}
+		var matches []string
+		for _, n := range nodes {
+			if n.Name == host {
+				matches = append(matches, n.ID)
+			}
+		}
+		if len(matches) != 1 {
+			return "", fmt.Errorf("learning the node ID: agent self: %v; %d nodes are named %q: set nomad { node_id = ... }", err, len(matches), host)
+		}
+		id = matches[0]
+	}
+	w.mu.Lock()
+	w.nodeID = id
+	w.mu.Unlock()
+	return id, nil
+}
+
+// Run follows the node's allocations until ctx is done, calling onUpdate
+// (from Run's goroutine) after each successful read that changed the index
+// or after a full read. Errors are logged, kept for Err, and retried with a
+// capped backoff; they never clear the last snapshot.
+func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
+	backoff := w.minBackoff
+	var index, seen uint64 // wait index; highest index taken
+	behind := 0
+	lastFull := time.Time{}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		full := time.Since(lastFull) >= w.fullPeriod
+		wait := index
+		if full {
+			wait = 0
+		}
+		snap, err := w.read(ctx, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.setErr(err)
+			w.log.Warn("reading the node's allocations failed; keeping every dataset", "error", err, "retry_in", backoff)
+			timer.Reset(backoff)
+			backoff = min(backoff*2, w.maxBackoff)
+			continue
+		}
+		if snap.Index < seen && behind < maxBehind {
+			// An answer older than what we have (a stale server): keep
+			// the newer view and ask again from scratch, as Nomad's
+			// documentation advises when an index goes back. After
+			// maxBehind such answers in a row the index really went back
+			// (a restored cluster), and the answer is taken.
+			behind++
+			w.log.Debug("allocation list older than the last one; ignored", "index", snap.Index, "have", seen)
+			index = 0
+			timer.Reset(backoff)
+			backoff = min(backoff*2, w.maxBackoff)
+			continue
+		}
+		behind = 0
+		backoff = w.minBackoff
+		if full {
+			lastFull = time.Now()
+		}
+		changed := snap.Index != index || full
+		index, seen = snap.Index, snap.Index
+		w.setSnapshot(snap)
+		if changed {
+			onUpdate(snap)
+		}
+		timer.Reset(0)
+	}
+}
+
+// read does one (blocking when waitIndex > 0) read of the node's
+// allocations.
+func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error) {
+	if err := w.refreshToken(); err != nil {
+		return nil, err
+	}
+	nodeID, err := w.NodeID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait, AllowStale: true}).WithContext(ctx)
+	allocs, meta, err := w.client.Nodes().Allocations(nodeID, q)
+	if err != nil {
+		return nil, fmt.Errorf("GET /v1/node/%s/allocations: %w", nodeID, classify(err))
+	}
+	snap := &Snapshot{Allocs: make(map[string]*Alloc, len(allocs)), At: time.Now()}
+	if meta != nil {
+		snap.Index = meta.LastIndex
+	}
+	for _, a := range allocs {
+		if a == nil || a.ID == "" {
+			continue
+		}
+		snap.Allocs[a.ID] = convert(a)
+	}
+	return snap, nil
+}
+
+func convert(a *api.Allocation) *Alloc {
+	out := &Alloc{
+		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, TaskGroup: a.TaskGroup, Name: a.Name,
+		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{},
+	}
+	if a.AllocatedResources != nil {
+		for task, tr := range a.AllocatedResources.Tasks {
+			if tr == nil {
+				continue
+			}
+			for _, d := range tr.Devices {
+				if d == nil || d.Vendor != deviceVendor || d.Type != deviceType {
+					continue
+				}
+				for _, id := range d.DeviceIDs {
+					out.Devices[id] = task
+				}
+			}
+		}
+	}
+	for task, ts := range a.TaskStates {
+		if ts != nil && ts.State == "dead" {
+			out.DeadTasks[task] = true
+		}
+	}
+	return out
+}
+
+func (w *Watcher) setSnapshot(s *Snapshot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.snap, w.lastErr = s, nil
+	close(w.updated)
+	w.updated = make(chan struct{})
+}
+
+func (w *Watcher) setErr(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastErr = err
+}
+
+// Snapshot returns the latest snapshot (nil before the first read) and the
+// error of the latest read (nil when it succeeded).
+func (w *Watcher) Snapshot() (*Snapshot, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.snap, w.lastErr
+}
+
+// Updated returns a channel that is closed at the next new snapshot.
+func (w *Watcher) Updated() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.updated
+}
+
+// Holder returns the one allocation in the latest snapshot that holds the
+// device and has not ended, with the task that holds it. ok is false when
+// there is no snapshot, or none or several such allocations.
+func (w *Watcher) Holder(deviceID string) (alloc *Alloc, task string, ok bool) {
+	w.mu.Lock()
+	snap := w.snap
+	w.mu.Unlock()
+	if snap == nil {
+		return nil, "", false
+	}
+	var found []*Alloc
+	for _, a := range snap.Allocs {
+		if t, holds := a.Devices[deviceID]; holds && !a.Ended(t) {
+			found = append(found, a)
+		}
+	}
+	if len(found) != 1 {
+		return nil, "", false
+	}
+	return found[0], found[0].Devices[deviceID], true
+}
+
+// Verdict is the answer to "has this allocation ended?".
+type Verdict struct {
+	Ended  bool
+	Reason string
+}
+
+// Status says whether allocation allocID (in namespace, holding task) has
+// positively ended. It uses the latest snapshot when the allocation is in it;
+// when it is not, it asks the API directly with a namespace-scoped list by ID
+// prefix, which answers 403 when the token may not read that namespace
+// (where a read by ID would answer 404 and be mistaken for "gone"). Any
+// doubt is an error: the caller keeps the data.
+func (w *Watcher) Status(ctx context.Context, namespace, allocID, task string) (Verdict, error) {
+	snap, lastErr := w.Snapshot()
+	if snap == nil {
+		if lastErr == nil {
+			lastErr = errors.New("no allocation list read yet")
+		}
+		return Verdict{}, lastErr
+	}
+	if a, ok := snap.Allocs[allocID]; ok {
+		if a.Ended(task) {
+			return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
+		}
+		return Verdict{Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
+	}
+	if namespace == "" {
+		return Verdict{}, fmt.Errorf("allocation %s is not in the node's list and its namespace is unknown", short(allocID))
+	}
+	if err := w.refreshToken(); err != nil {
+		return Verdict{}, err
+	}
+	q := (&api.QueryOptions{Namespace: namespace, Prefix: allocID, AllowStale: false}).WithContext(ctx)
+	stubs, _, err := w.client.Allocations().List(q)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("looking up allocation %s in namespace %q: %w", short(allocID), namespace, classify(err))
+	}
+	for _, s := range stubs {
+		if s.ID == allocID {
+			a := &Alloc{ID: s.ID, ClientStatus: s.ClientStatus, DeadTasks: map[string]bool{}}
+			for t, ts := range s.TaskStates {
+				if ts != nil && ts.State == "dead" {
+					a.DeadTasks[t] = true
+				}
+			}
+			if a.Ended(task) {
+				return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), s.ClientStatus)}, nil
+			}
+			// Present and live, but not in the node's list: the token
+			// cannot see it there, or the list is stale. Keep.
+			return Verdict{}, fmt.Errorf("allocation %s is %s but missing from the node's allocation list", short(allocID), s.ClientStatus)
+		}
+	}
+	return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s no longer exists", short(allocID))}, nil
+}
+
+// classify wraps a 403 from the API with ErrPermission.
+func classify(err error) error {
+	var ure api.UnexpectedResponseError
+	if errors.As(err, &ure) && ure.StatusCode() == http.StatusForbidden {
+		return fmt.Errorf("%w: %v", ErrPermission, err)
+	}
+	return err
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// SortedIDs returns the snapshot's allocation IDs in order (for logs and
+// tests).
+func (s *Snapshot) SortedIDs() []string {
+	ids := make([]string, 0, len(s.Allocs))
+	for id := range s.Allocs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
