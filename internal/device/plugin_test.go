@@ -249,4 +249,3 @@ func TestPlugin_NotConfigured(t *testing.T) {
 	err = p.SetConfig(&base.Config{})
 	must.ErrorContains(t, err, "parent_dataset and a class are required")
 }
-
