@@ -64,6 +64,9 @@ type Config struct {
 type Alloc struct {
 	ID, Namespace, JobID, TaskGroup, Name string
 	ClientStatus                          string
+	// Stopping is true when the servers want the allocation stopped or
+	// evicted: a Reserve for its devices then comes from a new allocation.
+	Stopping bool
 	// Devices maps each of the plugin's device IDs the allocation holds to
 	// the task that holds it.
 	Devices map[string]string
@@ -322,6 +325,7 @@ func convert(a *api.Allocation) *Alloc {
 	out := &Alloc{
 		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, TaskGroup: a.TaskGroup, Name: a.Name,
 		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{},
+		Stopping: a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict,
 	}
 	if a.AllocatedResources != nil {
 		for task, tr := range a.AllocatedResources.Tasks {
@@ -375,32 +379,38 @@ func (w *Watcher) Updated() <-chan struct{} {
 	return w.updated
 }
 
-// Holder returns the one allocation in the latest snapshot that holds the
-// device and has not ended, with the task that holds it. ok is false when
-// there is no snapshot, or none or several such allocations.
-func (w *Watcher) Holder(deviceID string) (alloc *Alloc, task string, ok bool) {
+// Holders returns the allocations in the latest snapshot that hold the
+// device and have not ended, sorted by ID, with the task holding it in each.
+// It returns nil before the first snapshot.
+func (w *Watcher) Holders(deviceID string) []Holding {
 	w.mu.Lock()
 	snap := w.snap
 	w.mu.Unlock()
 	if snap == nil {
-		return nil, "", false
+		return nil
 	}
-	var found []*Alloc
+	var found []Holding
 	for _, a := range snap.Allocs {
 		if t, holds := a.Devices[deviceID]; holds && !a.Ended(t) {
-			found = append(found, a)
+			found = append(found, Holding{Alloc: a, Task: t})
 		}
 	}
-	if len(found) != 1 {
-		return nil, "", false
-	}
-	return found[0], found[0].Devices[deviceID], true
+	sort.Slice(found, func(i, j int) bool { return found[i].Alloc.ID < found[j].Alloc.ID })
+	return found
+}
+
+// Holding is one allocation's task holding a device.
+type Holding struct {
+	Alloc *Alloc
+	Task  string
 }
 
 // Verdict is the answer to "has this allocation ended?".
 type Verdict struct {
-	Ended  bool
-	Reason string
+	Ended bool
+	// Stopping: not ended yet, but the servers want it stopped.
+	Stopping bool
+	Reason   string
 }
 
 // Status says whether allocation allocID (in namespace, holding task) has
@@ -421,7 +431,7 @@ func (w *Watcher) Status(ctx context.Context, namespace, allocID, task string) (
 		if a.Ended(task) {
 			return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
 		}
-		return Verdict{Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
+		return Verdict{Stopping: a.Stopping, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
 	}
 	if namespace == "" {
 		return Verdict{}, fmt.Errorf("allocation %s is not in the node's list and its namespace is unknown", short(allocID))

@@ -155,17 +155,18 @@ func (p *Plugin) startWatching(ctx context.Context) {
 // nomadAllocs adapts the watcher to what the slot manager asks.
 type nomadAllocs struct{ w *allocwatch.Watcher }
 
-func (n nomadAllocs) Holder(deviceID string) (slots.Owner, bool) {
-	a, task, ok := n.w.Holder(deviceID)
-	if !ok {
-		return slots.Owner{}, false
+func (n nomadAllocs) Holders(deviceID string) []slots.Owner {
+	var out []slots.Owner
+	for _, h := range n.w.Holders(deviceID) {
+		a := h.Alloc
+		out = append(out, slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, Task: h.Task, AllocName: a.Name})
 	}
-	return slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, Task: task, AllocName: a.Name}, true
+	return out
 }
 
-func (n nomadAllocs) Ended(ctx context.Context, o slots.Owner) (bool, string, error) {
+func (n nomadAllocs) Fate(ctx context.Context, o slots.Owner) (slots.Fate, error) {
 	v, err := n.w.Status(ctx, o.Namespace, o.AllocID, o.Task)
-	return v.Ended, v.Reason, err
+	return slots.Fate{Ended: v.Ended, Stopping: v.Stopping, Reason: v.Reason}, err
 }
 
 func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.FingerprintResponse) {

@@ -32,12 +32,31 @@ type ZFS interface {
 // Nomad is what the release logic needs to know of allocations. A nil Nomad
 // means no slot is ever released.
 type Nomad interface {
-	// Holder returns the one live allocation that holds the device, if the
-	// latest allocation list names exactly one.
-	Holder(deviceID string) (Owner, bool)
-	// Ended reports whether the owner's allocation has positively ended on
-	// this node, with a reason. Any doubt is an error, and means keep.
-	Ended(ctx context.Context, o Owner) (ended bool, reason string, err error)
+	// Holders returns the allocations (with the task) that hold the device
+	// and have not ended, as the latest allocation list says.
+	Holders(deviceID string) []Owner
+	// Fate reports whether the owner's allocation has positively ended on
+	// this node. Any doubt is an error, and means keep.
+	Fate(ctx context.Context, o Owner) (Fate, error)
+}
+
+// Fate is what is known of an owner allocation.
+type Fate struct {
+	// Ended: it has positively stopped on this node.
+	Ended bool
+	// Stopping: not ended, but the servers want it stopped, so a new
+	// Reserve for its device comes from another allocation.
+	Stopping bool
+	Reason   string
+}
+
+// soleHolder returns the one live holder of a device, if there is one.
+func soleHolder(n Nomad, id string) (Owner, bool) {
+	h := n.Holders(id)
+	if len(h) != 1 {
+		return Owner{}, false
+	}
+	return h[0], true
 }
 
 // Usage is the space accounting of one slot, in bytes.
@@ -385,13 +404,17 @@ func (m *Manager) tryReserveLocked(ctx context.Context, ids []string) (res []Slo
 		case s.State == StateReleasing || s.State == StateDestroying:
 			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
 		case s.State == StateReserved && s.Owner.Known() && nomad != nil:
-			ended, why, err := nomad.Ended(ctx, s.Owner)
+			fate, err := nomad.Fate(ctx, s.Owner)
 			switch {
 			case err != nil:
 				wait = fmt.Sprintf("device %s still holds the data of %s, whose state cannot be read (%v)", s.ID, s.Owner, err)
-			case ended:
+			case fate.Ended:
 				release = append(release, s)
-				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, why)
+				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, fate.Reason)
+			case fate.Stopping || otherHolder(nomad.Holders(s.ID), s.Owner):
+				// Another allocation asks while the owner is still
+				// stopping: it gets the slot once the owner has ended.
+				wait = fmt.Sprintf("device %s is still in use by %s, which is stopping (%s)", s.ID, s.Owner, fate.Reason)
 			}
 		case s.State == StateReserved:
 			// Reserved by a live owner, or by one not yet known: a repeat.
@@ -421,7 +444,7 @@ func (m *Manager) tryReserveLocked(ctx context.Context, ids []string) (res []Slo
 		res[i].State = StateReserved
 		var owner Owner
 		if nomad != nil {
-			owner, _ = nomad.Holder(res[i].ID)
+			owner, _ = soleHolder(nomad, res[i].ID)
 		}
 		m.mu.Lock()
 		if j, ok := m.byID[res[i].ID]; ok {
@@ -514,7 +537,7 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 			continue
 		}
 		if !s.Owner.Known() {
-			if o, ok := nomad.Holder(s.ID); ok {
+			if o, ok := soleHolder(nomad, s.ID); ok {
 				s.Owner = o
 			}
 		}
@@ -526,17 +549,17 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		ended, why, err := nomad.Ended(ctx, s.Owner)
+		fate, err := nomad.Fate(ctx, s.Owner)
 		if err != nil {
 			m.setNote(s.ID, fmt.Sprintf("in use by %s; kept: %v", s.Owner, err))
 			m.log.Warn("cannot tell whether the owner has ended; keeping the dataset", "device", s.ID, "owner", s.Owner.String(), "error", err)
 			continue
 		}
-		if !ended {
+		if !fate.Ended {
 			m.setNote(s.ID, "")
 			continue
 		}
-		m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", why)
+		m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", fate.Reason)
 		if err := m.markReleaseLocked(ctx, s); err != nil {
 			errs = append(errs, err)
 			continue
@@ -578,6 +601,17 @@ func (m *Manager) stampOwnerLocked(ctx context.Context, s Slot) error {
 	m.mu.Unlock()
 	m.log.Debug("owner recorded", "device", s.ID, "owner", s.Owner.String())
 	return nil
+}
+
+// otherHolder reports whether an allocation other than owner holds the
+// device.
+func otherHolder(holders []Owner, owner Owner) bool {
+	for _, h := range holders {
+		if h.AllocID != owner.AllocID {
+			return true
+		}
+	}
+	return false
 }
 
 // setNote sets (or, with "", clears) why an in-use slot is kept, and

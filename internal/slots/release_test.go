@@ -23,29 +23,35 @@ import (
 // API itself is tested in allocwatch and end to end with a real agent.
 type allocs struct {
 	mu      sync.Mutex
-	holders map[string]slots.Owner
-	ended   map[string]bool
-	err     error
+	holders  map[string]slots.Owner
+	extra    map[string][]slots.Owner // further live holders, by device
+	ended    map[string]bool
+	stopping map[string]bool
+	err      error
 }
 
 func newAllocs() *allocs {
-	return &allocs{holders: map[string]slots.Owner{}, ended: map[string]bool{}}
+	return &allocs{holders: map[string]slots.Owner{}, extra: map[string][]slots.Owner{}, ended: map[string]bool{}, stopping: map[string]bool{}}
 }
 
-func (a *allocs) Holder(id string) (slots.Owner, bool) {
+func (a *allocs) Holders(id string) []slots.Owner {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	o, ok := a.holders[id]
-	return o, ok
+	var out []slots.Owner
+	if o, ok := a.holders[id]; ok {
+		out = append(out, o)
+	}
+	out = append(out, a.extra[id]...)
+	return out
 }
 
-func (a *allocs) Ended(_ context.Context, o slots.Owner) (bool, string, error) {
+func (a *allocs) Fate(_ context.Context, o slots.Owner) (slots.Fate, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
-		return false, "", a.err
+		return slots.Fate{}, a.err
 	}
-	return a.ended[o.AllocID], "allocation is complete", nil
+	return slots.Fate{Ended: a.ended[o.AllocID], Stopping: a.stopping[o.AllocID], Reason: "allocation is complete"}, nil
 }
 
 func (a *allocs) hold(id string, o slots.Owner) {
@@ -345,6 +351,59 @@ func TestReserve_WaitsForTheRelease(t *testing.T) {
 	must.SliceEmpty(t, entries)
 	must.Eq(t, "reserved", e.pool.Prop(t, res[0].Dataset, slots.PropState))
 	must.SliceLen(t, 1, archived(t, e))
+}
+
+// While the owner is still stopping (desired stop, task not dead yet),
+// Nomad may already give its device to a new allocation: that Reserve waits
+// for the owner to end, and never shares the live tenant's dataset.
+func TestReserve_NewAllocationWaitsForAStoppingOwner(t *testing.T) {
+	e := newEnv(t, 1)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.mgr.Run(ctx, time.Hour)
+	o, next := owner(10), owner(11)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+
+	// The owner's task restarts: Reserve again, same dataset, no wait.
+	res, err := e.mgr.Reserve(context.Background(), []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+
+	// Stopping, and a new allocation holds the device too.
+	a.mu.Lock()
+	a.stopping[o.AllocID] = true
+	a.extra["scratch-0"] = []slots.Owner{next}
+	a.mu.Unlock()
+	short, shortCancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer shortCancel()
+	_, err = e.mgr.Reserve(short, []string{"scratch-0"})
+	must.ErrorContains(t, err, "which is stopping")
+	must.Eq(t, guid, e.guid(t, s.Dataset))
+
+	// Once the owner has ended, the new allocation gets a fresh dataset.
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		a.end(o)
+		a.mu.Lock()
+		a.holders["scratch-0"] = next
+		a.extra = map[string][]slots.Owner{}
+		a.mu.Unlock()
+		e.mgr.Kick()
+	}()
+	long, longCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer longCancel()
+	res, err = e.mgr.Reserve(long, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.NotEq(t, guid, e.guid(t, res[0].Dataset))
+	entries, err := os.ReadDir(res[0].Mountpoint)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, next.AllocID, e.pool.Prop(t, res[0].Dataset, slots.PropAllocID))
 }
 
 // When the previous owner's fate cannot be read, Reserve neither releases

@@ -1,0 +1,458 @@
+package nomadtest
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+const (
+	// startTimeout bounds the wait for the API and a ready node.
+	startTimeout = 2 * time.Minute
+	// stopTimeout is how long Stop waits after SIGINT before SIGKILL.
+	stopTimeout = 30 * time.Second
+	// logTailLines is how much of the agent log a failed test shows.
+	logTailLines = 150
+	// startAttempts covers a free port taken by another process between
+	// picking it and the agent binding it.
+	startAttempts = 3
+)
+
+// Options configures StartAgent.
+type Options struct {
+	// PluginDir is the agent's -plugin-dir (a fresh empty directory when
+	// empty).
+	PluginDir string
+	// PluginConfig is HCL appended to the agent configuration, normally a
+	// whole `plugin "nomad-device-zfs" { config { ... } }` block.
+	PluginConfig string
+	// ACL enables ACLs and bootstraps them; Agent.Token is the management
+	// token and Agent.API uses it. The token is also in the agent's
+	// environment as NOMAD_TOKEN (so plugins that use the standard NOMAD_*
+	// variables have it) and in the file Agent.TokenFile.
+	ACL bool
+	// LogLevel of the agent ("DEBUG" when empty, so plugin logs show).
+	LogLevel string
+}
+
+// Agent is a running dev-mode Nomad agent (server and client in one
+// process) started by StartAgent.
+type Agent struct {
+	// Addr is the HTTP address, such as http://127.0.0.1:41234.
+	Addr string
+	// API is a client of Addr (with Token when ACLs are on).
+	API *api.Client
+	// NodeID is the ID of the agent's own client node.
+	NodeID string
+	// Token is the management token's secret when Options.ACL, and
+	// TokenFile a file that holds it.
+	Token     string
+	TokenFile string
+	// PID is the agent process's PID.
+	PID int
+	// Dir holds agent.hcl, agent.log and the data directory.
+	Dir       string
+	LogPath   string
+	PluginDir string
+
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when the process has exited
+	exitErr  error         // set before exited is closed
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartAgent starts `nomad agent -dev` on free loopback ports with the given
+// plugin directory and configuration, waits until its API answers and its
+// node is ready, and stops it (by its PID) when the test ends. On test
+// failure the tail of the agent log is logged.
+//
+// The agent runs with the caller's environment minus every NOMAD_* variable,
+// plus NOMAD_ADDR set to its own address (and NOMAD_TOKEN with ACLs). Nomad
+// passes its environment to the plugins it launches, so a plugin that finds
+// the Nomad API through the standard variables talks to this agent, never
+// to one at the default address or to the caller's.
+func StartAgent(t testing.TB, opts Options) *Agent {
+	t.Helper()
+	bin := Binary(t)
+	var a *Agent
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		a, err = startAgent(t, bin, opts)
+		if err == nil {
+			return a
+		}
+		if a == nil || !strings.Contains(a.logText(), "address already in use") {
+			break
+		}
+		t.Logf("nomad agent attempt %d lost a port race; retrying: %v", attempt, err)
+	}
+	// The cleanup registered by startAgent shows the log tail.
+	t.Fatalf("starting nomad agent: %v", err)
+	return nil
+}
+
+func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
+	t.Helper()
+	dir := t.TempDir()
+	a := &Agent{
+		Dir:       dir,
+		LogPath:   filepath.Join(dir, "agent.log"),
+		PluginDir: opts.PluginDir,
+		exited:    make(chan struct{}),
+	}
+	if a.PluginDir == "" {
+		a.PluginDir = filepath.Join(dir, "plugins")
+		if err := os.Mkdir(a.PluginDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(agentConfig(opts, ports)), 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(a.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child has its own descriptor
+
+	dataDir := filepath.Join(dir, "data")
+	a.cmd = exec.Command(bin, "agent", "-dev", "-bind", "127.0.0.1",
+		"-data-dir", dataDir, "-plugin-dir", a.PluginDir, "-config", cfgPath)
+	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	env := agentEnv(os.Environ(), a.Addr)
+	if opts.ACL {
+		a.Token = newUUID()
+		a.TokenFile = filepath.Join(dir, "acl-token")
+		if err := os.WriteFile(a.TokenFile, []byte(a.Token+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		env = append(env, "NOMAD_TOKEN="+a.Token)
+	}
+	a.cmd.Env = env
+	a.cmd.Dir = dir
+	a.cmd.Stdout, a.cmd.Stderr = logFile, logFile
+	// If the test process dies without cleanup, the agent shuts down.
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGINT}
+	if err := a.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	a.PID = a.cmd.Process.Pid
+	go func() {
+		a.exitErr = a.cmd.Wait()
+		close(a.exited)
+	}()
+	// Cleanups run last-in first-out: the agent stops, then the log tail of a
+	// failed test is shown (including the shutdown).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nomad agent log (%s), last %d lines:\n%s", a.LogPath, logTailLines, a.LogTail(logTailLines))
+		}
+	})
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Errorf("stopping nomad agent (pid %d): %v", a.PID, err)
+		}
+	})
+
+	a.API, err = api.NewClient(&api.Config{Address: a.Addr, TLSConfig: &api.TLSConfig{}})
+	if err != nil {
+		return a, err
+	}
+	if err := a.waitReady(); err != nil {
+		_ = a.Stop()
+		return a, err
+	}
+	t.Logf("nomad agent pid %d at %s, node %s, log %s", a.PID, a.Addr, a.NodeID, a.LogPath)
+	return a, nil
+}
+
+func agentConfig(opts Options, ports []int) string {
+	level := opts.LogLevel
+	if level == "" {
+		level = "DEBUG"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by nomadtest.StartAgent.
+log_level            = %q
+disable_update_check = true
+
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+
+client {
+  # The cloud fingerprinters are useless off-cloud, slow start-up, and the
+  # AWS one stops the agent when AWS_CA_BUNDLE is set (see ENVIRONMENT.md).
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+`, level, ports[0], ports[1], ports[2])
+	if opts.ACL {
+		b.WriteString("\nacl {\n  enabled = true\n}\n")
+	}
+	if opts.PluginConfig != "" {
+		b.WriteString("\n" + opts.PluginConfig + "\n")
+	}
+	return b.String()
+}
+
+// waitReady waits until the API answers, bootstraps ACLs when asked, and
+// waits until the agent's own node is ready.
+func (a *Agent) waitReady() error {
+	deadline := time.Now().Add(startTimeout)
+	var last error
+	poll := func(what string, fn func() error) error {
+		for {
+			select {
+			case <-a.exited:
+				return fmt.Errorf("agent exited while waiting for %s: %v", what, a.exitErr)
+			default:
+			}
+			if last = fn(); last == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("timed out after %s waiting for %s: %v", startTimeout, what, last)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if err := poll("a leader", func() error {
+		leader, err := a.API.Status().Leader()
+		if err == nil && leader == "" {
+			err = errors.New("no leader yet")
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if a.Token != "" {
+		// Bootstrap with the secret chosen before start, which the agent's
+		// environment (and so its plugins) already has.
+		if err := poll("ACL bootstrap", func() error {
+			tok, _, err := a.API.ACLTokens().BootstrapOpts(a.Token, nil)
+			if err != nil {
+				return err
+			}
+			if tok.SecretID != a.Token {
+				return fmt.Errorf("bootstrap returned another secret")
+			}
+			a.API.SetSecretID(a.Token)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := poll("the client node ID", func() error {
+		self, err := a.API.Agent().Self()
+		if err != nil {
+			return err
+		}
+		id := self.Stats["client"]["node_id"]
+		if id == "" {
+			return errors.New("agent reports no client node_id yet")
+		}
+		a.NodeID = id
+		return nil
+	}); err != nil {
+		return err
+	}
+	return poll("the node to be ready", func() error {
+		node, _, err := a.API.Nodes().Info(a.NodeID, nil)
+		if err != nil {
+			return err
+		}
+		if node.Status != api.NodeStatusReady {
+			return fmt.Errorf("node %s is %s", a.NodeID, node.Status)
+		}
+		return nil
+	})
+}
+
+// Stop sends SIGINT to the agent's PID, waits up to 30 s for it to exit, and
+// then sends SIGKILL to it and to the processes it started (its plugins and
+// task executors, found by parent PID). Calling it again returns the first
+// result.
+func (a *Agent) Stop() error {
+	a.stopOnce.Do(func() {
+		if a.cmd == nil || a.cmd.Process == nil {
+			return
+		}
+		select {
+		case <-a.exited:
+			return
+		default:
+		}
+		_ = a.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-a.exited:
+			return
+		case <-time.After(stopTimeout):
+		}
+		children := descendants(a.PID)
+		_ = a.cmd.Process.Kill()
+		for _, pid := range children {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		<-a.exited
+		a.stopErr = fmt.Errorf("agent did not exit within %s of SIGINT; killed it and %d descendants", stopTimeout, len(children))
+	})
+	return a.stopErr
+}
+
+// Exited reports whether the agent process has exited.
+func (a *Agent) Exited() bool {
+	select {
+	case <-a.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// LogTail returns the last n lines of the agent log.
+func (a *Agent) LogTail(n int) string {
+	lines := strings.Split(strings.TrimRight(a.logText(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (a *Agent) logText() string {
+	b, err := os.ReadFile(a.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", a.LogPath, err)
+	}
+	return string(b)
+}
+
+// Node returns the agent's node as the API has it now.
+func (a *Agent) Node(t testing.TB) *api.Node {
+	t.Helper()
+	node, _, err := a.API.Nodes().Info(a.NodeID, nil)
+	must.NoError(t, err, must.Sprintf("reading node %s", a.NodeID))
+	return node
+}
+
+// agentEnv is environ without NOMAD_* variables, plus NOMAD_ADDR=addr.
+func agentEnv(environ []string, addr string) []string {
+	var env []string
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "NOMAD_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "NOMAD_ADDR="+addr)
+}
+
+// newUUID returns a random (version 4) UUID, the form Nomad wants for ACL
+// secrets.
+func newUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// freePorts returns n distinct loopback ports that are free for TCP and
+// UDP (serf uses both) at the time of the call.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	for tries := 0; len(ports) < n && tries < 50; tries++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			_ = l.Close()
+			continue
+		}
+		closers = append(closers, func() { _ = l.Close(); _ = u.Close() })
+		ports = append(ports, port)
+	}
+	if len(ports) < n {
+		return nil, fmt.Errorf("found only %d free ports", len(ports))
+	}
+	return ports, nil
+}
+
+// descendants lists the PIDs of the processes descended from pid, read from
+// /proc, children before grandchildren.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The command name in parentheses may contain spaces: the fields
+		// after the last ')' are state, ppid, ...
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(s[i+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, err := strconv.Atoi(fields[1])
+		if err != nil {
+			continue
+		}
+		children[ppid] = append(children[ppid], p)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
