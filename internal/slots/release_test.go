@@ -22,7 +22,7 @@ import (
 // live allocation holds each device, and which allocations have ended. The
 // API itself is tested in allocwatch and end to end with a real agent.
 type allocs struct {
-	mu      sync.Mutex
+	mu       sync.Mutex
 	holders  map[string]slots.Owner
 	extra    map[string][]slots.Owner // further live holders, by device
 	ended    map[string]bool
