@@ -384,7 +384,7 @@ func (w *Watcher) Updated() <-chan struct{} {
 // It returns nil before the first snapshot.
 func (w *Watcher) Holders(deviceID string) []Holding {
 	w.mu.Lock()
-	snap := w.snap
+	snap, node := w.snap, w.nodeID
 	w.mu.Unlock()
 	if snap == nil {
 		return nil
@@ -392,17 +392,18 @@ func (w *Watcher) Holders(deviceID string) []Holding {
 	var found []Holding
 	for _, a := range snap.Allocs {
 		if t, holds := a.Devices[deviceID]; holds && !a.Ended(t) {
-			found = append(found, Holding{Alloc: a, Task: t})
+			found = append(found, Holding{Alloc: a, Task: t, NodeID: node})
 		}
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].Alloc.ID < found[j].Alloc.ID })
 	return found
 }
 
-// Holding is one allocation's task holding a device.
+// Holding is one allocation's task holding a device, on node NodeID.
 type Holding struct {
-	Alloc *Alloc
-	Task  string
+	Alloc  *Alloc
+	Task   string
+	NodeID string
 }
 
 // Verdict is the answer to "has this allocation ended?".
@@ -420,6 +421,21 @@ type Verdict struct {
 // (where a read by ID would answer 404 and be mistaken for "gone"). Any
 // doubt is an error: the caller keeps the data.
 func (w *Watcher) Status(ctx context.Context, namespace, allocID, task string) (Verdict, error) {
+	return w.StatusOn(ctx, "", namespace, allocID, task)
+}
+
+// StatusOn is Status for an allocation recorded on node nodeID: when that is
+// not the node this watcher follows (the plugin was pointed at another
+// cluster or node), nothing said here is evidence, and it returns an error.
+func (w *Watcher) StatusOn(ctx context.Context, nodeID, namespace, allocID, task string) (Verdict, error) {
+	if nodeID != "" {
+		w.mu.Lock()
+		mine := w.nodeID
+		w.mu.Unlock()
+		if mine != "" && mine != nodeID {
+			return Verdict{}, fmt.Errorf("allocation %s was recorded on node %s, but this plugin now watches node %s", short(allocID), short(nodeID), short(mine))
+		}
+	}
 	snap, lastErr := w.Snapshot()
 	if snap == nil {
 		if lastErr == nil {

@@ -398,3 +398,20 @@ func TestWatcher_TokenFileReReadWhenChanged(t *testing.T) {
 	must.ErrorContains(t, err, "token_file")
 	must.True(t, errors.Is(err, os.ErrNotExist))
 }
+
+// An owner recorded on another node (the plugin was pointed at another
+// cluster) is never judged from this node's view.
+func TestWatcher_OwnerFromAnotherNode(t *testing.T) {
+	f, srv := newFake(t)
+	f.set(alloc("a1", "default", "running", "scratch-0"))
+	w, _ := start(t, srv, Config{})
+	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
+	h := w.Holders("scratch-0")
+	must.SliceLen(t, 1, h)
+	must.Eq(t, nodeID, h[0].NodeID)
+	_, err := w.StatusOn(context.Background(), "0ther-node-id", "default", "gone-alloc", "task")
+	must.ErrorContains(t, err, "now watches node")
+	v, err := w.StatusOn(context.Background(), nodeID, "default", "gone-alloc", "task")
+	must.NoError(t, err)
+	must.True(t, v.Ended)
+}

@@ -159,13 +159,14 @@ func (n nomadAllocs) Holders(deviceID string) []slots.Owner {
 	var out []slots.Owner
 	for _, h := range n.w.Holders(deviceID) {
 		a := h.Alloc
-		out = append(out, slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, Task: h.Task, AllocName: a.Name})
+		out = append(out, slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup,
+			Task: h.Task, AllocName: a.Name, NodeID: h.NodeID})
 	}
 	return out
 }
 
 func (n nomadAllocs) Fate(ctx context.Context, o slots.Owner) (slots.Fate, error) {
-	v, err := n.w.Status(ctx, o.Namespace, o.AllocID, o.Task)
+	v, err := n.w.StatusOn(ctx, o.NodeID, o.Namespace, o.AllocID, o.Task)
 	return slots.Fate{Ended: v.Ended, Stopping: v.Stopping, Reason: v.Reason}, err
 }
 

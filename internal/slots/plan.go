@@ -34,6 +34,7 @@ const (
 	PropJob        = "nomad-device-zfs:job"
 	PropGroup      = "nomad-device-zfs:group"
 	PropTask       = "nomad-device-zfs:task"
+	PropNodeID     = "nomad-device-zfs:node-id"
 	PropReleasedAt = "nomad-device-zfs:released-at"
 
 	ManagedSlot    = "slot"
@@ -69,18 +70,19 @@ const (
 
 // ownerProps are the user properties that identify a slot's owner, in the
 // order they are stamped.
-var ownerProps = []string{PropAllocID, PropNamespace, PropJob, PropGroup, PropTask, PropAllocName}
+var ownerProps = []string{PropAllocID, PropNamespace, PropJob, PropGroup, PropTask, PropAllocName, PropNodeID}
 
-// Owner identifies the allocation and task that hold a slot.
+// Owner identifies the allocation and task that hold a slot, and the Nomad
+// node the allocation was seen on.
 type Owner struct {
-	AllocID, Namespace, Job, Group, Task, AllocName string
+	AllocID, Namespace, Job, Group, Task, AllocName, NodeID string
 }
 
 // Known reports whether the owner's allocation is known.
 func (o Owner) Known() bool { return o.AllocID != "" }
 
 func (o Owner) values() []string {
-	return []string{o.AllocID, o.Namespace, o.Job, o.Group, o.Task, o.AllocName}
+	return []string{o.AllocID, o.Namespace, o.Job, o.Group, o.Task, o.AllocName, o.NodeID}
 }
 
 // String is a short description for logs and health texts.
@@ -96,11 +98,11 @@ func (o Owner) String() string {
 }
 
 func ownerOf(d zfs.Dataset) Owner {
-	var v [6]string
+	var v [7]string
 	for i, p := range ownerProps {
 		v[i], _ = d.Local(p)
 	}
-	return Owner{AllocID: v[0], Namespace: v[1], Job: v[2], Group: v[3], Task: v[4], AllocName: v[5]}
+	return Owner{AllocID: v[0], Namespace: v[1], Job: v[2], Group: v[3], Task: v[4], AllocName: v[5], NodeID: v[6]}
 }
 
 // ObservedProps are the properties read by the one batched `zfs get` of every
@@ -108,7 +110,7 @@ func ownerOf(d zfs.Dataset) Owner {
 var ObservedProps = []string{
 	"mounted", "mountpoint", "canmount", "used", "available", "referenced", "compressratio",
 	"refquota", PropManaged, PropState, PropAllocID, PropNamespace, PropJob, PropGroup,
-	PropTask, PropAllocName, PropReleasedAt,
+	PropTask, PropAllocName, PropNodeID, PropReleasedAt,
 }
 
 // Class is one validated class of the operator's configuration.
