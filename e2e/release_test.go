@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// writerJob writes its allocation ID into the dataset and runs until it is
+// stopped.
+const writerJob = `
+job "writer" {
+  type = "service"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "w" {
+      driver = "exec"
+      kill_timeout = "2s"
+      config {
+        command = "/bin/sh"
+        args = ["-c", "echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/owner.txt && exec sleep 3600"]
+      }
+      resources {
+        cpu    = 100
+        memory = 32
+        device "zfs/dataset/scratch" { count = 1 }
+      }
+    }
+  }
+}
+`
+
+// checkerJob fails unless its dataset is empty (nothing of a previous
+// tenant, not even .zfs/snapshot entries), then writes its own file.
+const checkerJob = `
+job "checker" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "c" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args = ["-c", <<-EOT
+          set -eu
+          left=$(ls -A "$ZFS_SCRATCH_PATH")
+          if [ -n "$left" ]; then echo "not empty: $left" >&2; exit 3; fi
+          snaps=$(ls -A "$ZFS_SCRATCH_PATH/.zfs/snapshot" 2>/dev/null || true)
+          if [ -n "$snaps" ]; then echo "snapshots: $snaps" >&2; exit 4; fi
+          echo $NOMAD_ALLOC_ID > "$ZFS_SCRATCH_PATH/owner.txt"
+          echo "empty dataset $ZFS_SCRATCH_DATASET"
+          EOT
+        ]
+      }
+      resources {
+        cpu    = 100
+        memory = 32
+        device "zfs/dataset/scratch" { count = 1 }
+      }
+    }
+  }
+}
+`
+
+// TestReleaseEndToEnd runs a job that writes into its dataset, stops it,
+// waits for the slot to come back fresh and healthy, checks that the archive
+// holds the file and the fresh dataset is empty, and runs another job on the
+// same (only) slot. With ACLs, the plugin uses a token of the minimal policy
+// from the README (examples/acl), read from a token_file written after the
+// agent started (so the file is re-read when it changes), and learns its
+// node ID without agent:read.
+func TestReleaseEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts a Nomad agent and runs jobs")
+	}
+	for _, acl := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no_acl", true: "acl_minimal_policy"}[acl], func(t *testing.T) {
+			releaseEndToEnd(t, acl)
+		})
+	}
+}
+
+func releaseEndToEnd(t *testing.T, acl bool) {
+	start := time.Now()
+	step := func(format string, args ...any) {
+		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	pool := zfstest.NewPool(t, 0)
+	parent := pool.Dataset("nomad")
+	pool.ZFS(t, "create", parent)
+	slot := parent + "/scratch/0"
+	archive := parent + "/.archive"
+
+	tokenFile := filepath.Join(t.TempDir(), "zfs.token")
+	nomadBlock := ""
+	if acl {
+		// A placeholder until the agent is up and the token exists.
+		must.NoError(t, os.WriteFile(tokenFile, []byte("00000000-0000-0000-0000-000000000000\n"), 0o600))
+		nomadBlock = fmt.Sprintf("nomad {\n      token_file = %q\n    }", tokenFile)
+	}
+	pluginBin := devicetest.BuildPlugin(t)
+	agent := nomadtest.StartAgent(t, nomadtest.Options{
+		PluginDir: filepath.Dir(pluginBin),
+		ACL:       acl,
+		PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
+  config {
+    parent_dataset     = %q
+    fingerprint_period = "2s"
+    stats_period       = "5s"
+    reserve_timeout    = "1m"
+    %s
+    class "scratch" {
+      slots = 1
+      quota = "32M"
+    }
+  }
+}
+`, parent, nomadBlock),
+	})
+	step("agent up at %s (acl=%v)", agent.Addr, acl)
+
+	if acl {
+		rules, err := os.ReadFile(filepath.Join("..", "examples", "acl", "zfs-plugin.policy.hcl"))
+		must.NoError(t, err)
+		_, err = agent.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: "zfs-plugin", Description: "nomad-device-zfs", Rules: string(rules)}, nil)
+		must.NoError(t, err)
+		tok, _, err := agent.API.ACLTokens().Create(&api.ACLToken{Name: "nomad-device-zfs", Type: "client", Policies: []string{"zfs-plugin"}}, nil)
+		must.NoError(t, err)
+		must.NoError(t, os.WriteFile(tokenFile, []byte(tok.SecretID+"\n"), 0o600))
+		step("minimal-policy token written to %s", tokenFile)
+	}
+
+	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	guid := pool.Prop(t, slot, "guid")
+
+	// 1. A service job writes into its dataset and runs until stopped.
+	writer := agent.RegisterJob(t, writerJob)
+	alloc := agent.WaitForAlloc(t, writer, "running", jobTimeout, func(a *api.Allocation) bool {
+		return a.ClientStatus == api.AllocClientStatusRunning
+	})
+	mp := pool.Prop(t, slot, "mountpoint")
+	agent.Wait(t, "owner.txt from the writer", holdTimeout, func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(mp, "owner.txt"))
+		return err == nil && string(b) == alloc.ID+"\n", fmt.Sprintf("%q %v", b, err)
+	})
+	agent.Wait(t, "the owner stamped", holdTimeout, func() (bool, string) {
+		v := pool.Prop(t, slot, "nomad-device-zfs:alloc-id")
+		return v == alloc.ID, "alloc-id=" + v
+	})
+	step("writer %s holds %s", alloc.ID[:8], slot)
+
+	// 2. Stop it: the plugin archives the dataset and puts a fresh one back.
+	_, _, err := agent.API.Jobs().Deregister(writer.ID, false, nil)
+	must.NoError(t, err)
+	agent.WaitForAlloc(t, writer, "complete", jobTimeout, func(a *api.Allocation) bool {
+		return a.ClientStatus == api.AllocClientStatusComplete
+	})
+	step("writer stopped")
+	var archived string
+	agent.Wait(t, "the slot fresh again", releaseTimeout, func() (bool, string) {
+		archived = archivedFor(t, pool, archive, alloc.ID)
+		state := pool.Prop(t, slot, "nomad-device-zfs:state")
+		return archived != "" && state == "free" && pool.Prop(t, slot, "guid") != guid,
+			fmt.Sprintf("archive=%q slot state=%q", archived, state)
+	})
+	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	step("released to %s", archived)
+	must.EqOp(t, "archived", pool.Prop(t, archived, "nomad-device-zfs:state"))
+	must.EqOp(t, "writer", pool.Prop(t, archived, "nomad-device-zfs:job"))
+	must.EqOp(t, agent.NodeID, pool.Prop(t, archived, "nomad-device-zfs:node-id"))
+	entries, err := os.ReadDir(pool.Prop(t, slot, "mountpoint"))
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+	pool.ZFS(t, "mount", archived)
+	b, err := os.ReadFile(filepath.Join(pool.Prop(t, archived, "mountpoint"), "owner.txt"))
+	must.NoError(t, err)
+	must.EqOp(t, alloc.ID+"\n", string(b))
+	pool.ZFS(t, "unmount", archived)
+
+	// 3. The same slot again: the new tenant finds it empty.
+	checker := agent.RunJob(t, checkerJob, jobTimeout)
+	must.EqOp(t, api.AllocClientStatusComplete, checker.ClientStatus)
+	must.EqOp(t, "scratch-0", checker.AllocatedResources.Tasks["c"].Devices[0].DeviceIDs[0])
+	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
+		a := archivedFor(t, pool, archive, checker.ID)
+		return a != "" && pool.Prop(t, slot, "nomad-device-zfs:state") == "free", "archive=" + a
+	})
+	step("second tenant ran on the fresh slot and was released too")
+}
+
+// archivedFor returns the archived dataset of an allocation, or "".
+func archivedFor(t *testing.T, pool *zfstest.Pool, archive, allocID string) string {
+	t.Helper()
+	out := pool.ZFS(t, "get", "-H", "-r", "-d", "1", "-o", "name,value", "nomad-device-zfs:alloc-id", archive)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == allocID && !strings.Contains(f[0], "@") {
+			return f[0]
+		}
+	}
+	return ""
+}
