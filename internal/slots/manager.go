@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 // ZFS is what the manager needs from ZFS. *zfs.Client implements it.
 type ZFS interface {
 	Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error)
+	GetNames(ctx context.Context, names []string, props ...string) ([]zfs.Dataset, error)
 	Create(ctx context.Context, name string, props map[string]string) error
 	Set(ctx context.Context, name, prop, value string) error
 	Destroy(ctx context.Context, name string) error
@@ -513,8 +516,9 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 
 // ReleaseEnded stamps the owners of reserved slots that do not carry one
 // yet, then starts the release of every reserved slot whose owner has
-// positively ended, and runs a Sync to carry the releases out. A slot whose
-// owner's fate cannot be read is kept, with the reason in its health text.
+// positively ended, and carries out every started release (see
+// releaseLocked). A slot whose owner's fate cannot be read is kept, with the
+// reason in its health text.
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
@@ -526,11 +530,11 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	started := false
+	var releasing []Slot
 	for _, s := range slots {
 		switch s.State {
 		case StateReleasing, StateDestroying:
-			started = true
+			releasing = append(releasing, s)
 			continue
 		case StateReserved:
 		default:
@@ -564,11 +568,102 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		started = true
+		releasing = append(releasing, s)
 	}
-	if started {
-		errs = append(errs, m.syncLocked(ctx))
+	if len(releasing) > 0 {
+		errs = append(errs, m.releaseLocked(ctx, releasing))
 	}
+	return errors.Join(errs...)
+}
+
+// releaseLocked carries out the started releases of the given slots. It
+// reads only what those releases touch (the slots' datasets, their
+// class containers, the archive container and, once renamed, the archived
+// datasets), by name and without recursion, so one release costs the same
+// few zfs commands whether the node has ten slots or a thousand. Only the
+// steps of those releases are taken, each decided from what ZFS has just
+// said, exactly as Sync would. When anything it reads is missing, or reading
+// fails, it falls back to a full Sync, which decides from the whole tree.
+// On return those slots reflect what ZFS said. opMu is held.
+func (m *Manager) releaseLocked(ctx context.Context, rel []Slot) error {
+	m.mu.Lock()
+	cfg := m.cfg
+	m.mu.Unlock()
+	if reason := m.checkPool(ctx, cfg); reason != "" {
+		m.setUnavailable(cfg, reason)
+		return nil
+	}
+	names := map[string]bool{cfg.ArchiveDataset(): true}
+	chains := map[string]bool{}
+	scoped := map[string]bool{}
+	for _, s := range rel {
+		names[s.Dataset], names[cfg.ClassDataset(s.Class)] = true, true
+		chains[s.Dataset], scoped[s.ID] = true, true
+	}
+	var (
+		datasets []zfs.Dataset
+		errs     []error
+		failed   = make(map[string]string)
+	)
+	for round := 0; ; round++ {
+		var err error
+		datasets, err = m.zfs.GetNames(ctx, slices.Sorted(maps.Keys(names)), ObservedProps...)
+		if err != nil {
+			m.log.Debug("release: targeted read failed; falling back to a full sync", "error", err)
+			return errors.Join(append(errs, m.syncLocked(ctx))...)
+		}
+		if round == maxRounds {
+			break
+		}
+		var actions []Action
+		for _, a := range MakePlan(cfg, datasets, time.Now()).Actions {
+			if chains[a.Chain] {
+				actions = append(actions, a)
+			}
+		}
+		actions = dropFailed(actions, failed)
+		if len(actions) == 0 {
+			break
+		}
+		errs = append(errs, m.applyAll(ctx, cfg, actions, failed)...)
+		for _, a := range actions {
+			if _, bad := failed[a.Dataset]; bad {
+				continue
+			}
+			switch a.Kind {
+			case RenameToArchive:
+				names[a.Target], chains[a.Target] = true, true
+			case DestroyArchived:
+				delete(names, a.Dataset)
+			}
+		}
+	}
+
+	var fresh []Slot
+	for _, s := range buildSlots(cfg, datasets, "", failed) {
+		if !scoped[s.ID] {
+			continue
+		}
+		if s.Healthy && s.State == StateFree {
+			c := classByName(cfg, s.Class)
+			if err := ensureRoot(s.Mountpoint, c.UID, c.GID, c.Mode); err != nil {
+				s.Healthy = false
+				s.HealthDesc = fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err)
+				errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
+			}
+		}
+		fresh = append(fresh, s)
+	}
+	m.mu.Lock()
+	merged := fresh
+	for _, s := range m.slots {
+		if !scoped[s.ID] {
+			merged = append(merged, s)
+		}
+	}
+	sortSlots(merged)
+	m.setSlotsLocked(merged)
+	m.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -792,13 +887,18 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			slots = append(slots, s)
 		}
 	}
+	sortSlots(slots)
+	return slots
+}
+
+// sortSlots orders slots by class, then index.
+func sortSlots(slots []Slot) {
 	sort.SliceStable(slots, func(i, j int) bool {
 		if slots[i].Class != slots[j].Class {
 			return slots[i].Class < slots[j].Class
 		}
 		return slots[i].Index < slots[j].Index
 	})
-	return slots
 }
 
 func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container zfs.Dataset, containerOK bool, unavailable string, failed map[string]string) (bool, string) {

@@ -71,6 +71,17 @@ func (a *allocs) end(o slots.Owner) {
 	}
 }
 
+// newReleaseEnv is an env of n slots whose manager learns about
+// allocations from the returned allocs, synced once.
+func newReleaseEnv(t *testing.T, n int) (*env, *allocs) {
+	t.Helper()
+	e := newEnv(t, n)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	return e, a
+}
+
 func owner(n int) slots.Owner {
 	return slots.Owner{AllocID: fmt.Sprintf("%08d-0000-0000-0000-000000000000", n), Namespace: "default",
 		Job: "job", Group: "grp", Task: "task", AllocName: fmt.Sprintf("job.grp[%d]", n)}
@@ -123,10 +134,7 @@ func checkFresh(t *testing.T, e *env, id string, oldGUID string) slots.Slot {
 }
 
 func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
-	e := newEnv(t, 2)
-	a := newAllocs()
-	e.mgr.SetNomad(a)
-	e.sync(t)
+	e, a := newReleaseEnv(t, 2)
 	o := owner(1)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	e.pool.ZFS(t, "snapshot", s.Dataset+"@operator-snap")
@@ -172,6 +180,26 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	must.Eq(t, slots.StateFree, e.mgr.Slots()[1].State)
 }
 
+// A release reads only the datasets it touches, by name. When one of them
+// is missing (here the archive container, destroyed by hand) it falls back
+// to a full Sync, which puts the container back, and the release completes
+// with the data in the archive.
+func TestRelease_FallsBackToFullSync(t *testing.T) {
+	e, a := newReleaseEnv(t, 1)
+	o := owner(1)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	e.pool.ZFS(t, "destroy", e.cfg.ArchiveDataset())
+
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	checkFresh(t, e, "scratch-0", guid)
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]))
+	must.Eq(t, "archived", e.pool.Prop(t, names[0], slots.PropState))
+}
+
 func TestRelease_Destroy(t *testing.T) {
 	e := newEnv(t, 1)
 	e.cfg.Classes[0].OnRelease = slots.OnReleaseDestroy
@@ -192,10 +220,7 @@ func TestRelease_Destroy(t *testing.T) {
 // A dataset that a process still has open is never forced: the release
 // waits, the data stays in place, and the slot reports why.
 func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
-	e := newEnv(t, 1)
-	a := newAllocs()
-	e.mgr.SetNomad(a)
-	e.sync(t)
+	e, a := newReleaseEnv(t, 1)
 	o := owner(4)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
@@ -327,10 +352,7 @@ func TestRelease_CrashBetweenEverySteps(t *testing.T) {
 // Nomad may hand a slot to a new allocation while the previous one's data
 // is still there: Reserve releases it first and answers with a fresh one.
 func TestReserve_WaitsForTheRelease(t *testing.T) {
-	e := newEnv(t, 1)
-	a := newAllocs()
-	e.mgr.SetNomad(a)
-	e.sync(t)
+	e, a := newReleaseEnv(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.mgr.Run(ctx, time.Hour)
@@ -357,10 +379,7 @@ func TestReserve_WaitsForTheRelease(t *testing.T) {
 // Nomad may already give its device to a new allocation: that Reserve waits
 // for the owner to end, and never shares the live tenant's dataset.
 func TestReserve_NewAllocationWaitsForAStoppingOwner(t *testing.T) {
-	e := newEnv(t, 1)
-	a := newAllocs()
-	e.mgr.SetNomad(a)
-	e.sync(t)
+	e, a := newReleaseEnv(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.mgr.Run(ctx, time.Hour)
@@ -409,10 +428,7 @@ func TestReserve_NewAllocationWaitsForAStoppingOwner(t *testing.T) {
 // When the previous owner's fate cannot be read, Reserve neither releases
 // nor hands the old data over: it fails at its deadline with the reason.
 func TestReserve_UnknownFateTimesOut(t *testing.T) {
-	e := newEnv(t, 1)
-	a := newAllocs()
-	e.mgr.SetNomad(a)
-	e.sync(t)
+	e, a := newReleaseEnv(t, 1)
 	o := owner(8)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
@@ -436,10 +452,7 @@ func TestReserve_UnknownFateTimesOut(t *testing.T) {
 // With the parent gone, nothing is released, renamed or destroyed, however
 // ended the owner is.
 func TestRelease_NothingWhenParentMissing(t *testing.T) {
-	e := newEnv(t, 1)
-	a := newAllocs()
-	e.mgr.SetNomad(a)
-	e.sync(t)
+	e, a := newReleaseEnv(t, 1)
 	o := owner(9)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)

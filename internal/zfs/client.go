@@ -43,6 +43,31 @@ func (c *Client) Get(ctx context.Context, name string, depth int, props ...strin
 	return ParseGet(out)
 }
 
+// GetNames runs one `zfs get -H -p -o name,property,value,source` of props
+// over the named datasets, without recursion: a read whose cost does not
+// depend on how many other datasets the pool holds. If any of them does not
+// exist the error matches ErrNotExist and no result is returned. Snapshots
+// are left out of the result.
+func (c *Client) GetNames(ctx context.Context, names []string, props ...string) ([]Dataset, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("zfs get: no datasets named")
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, err
+		}
+	}
+	if len(props) == 0 {
+		return nil, fmt.Errorf("zfs get %s: no properties asked for", strings.Join(names, " "))
+	}
+	args := append([]string{"get", "-H", "-p", "-o", "name,property,value,source", strings.Join(props, ",")}, names...)
+	out, err := c.Runner.ZFSCmd(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGet(out)
+}
+
 // Create runs `zfs create -o k=v ... name`, with the properties in sorted
 // order. It does not create missing parents.
 func (c *Client) Create(ctx context.Context, name string, props map[string]string) error {

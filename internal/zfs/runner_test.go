@@ -43,6 +43,18 @@ func TestClient_RealPool(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, uint64(10485760), q)
 
+	// Several datasets by name, in one process, none recursed into.
+	child := parent + "/c"
+	must.NoError(t, c.Create(ctx, child, nil))
+	ds, err = c.GetNames(ctx, []string{pool.Name, parent}, "com.example:x")
+	must.NoError(t, err)
+	must.SliceLen(t, 2, ds)
+	must.Eq(t, pool.Name, ds[0].Name)
+	must.Eq(t, parent, ds[1].Name)
+	_, err = c.GetNames(ctx, []string{parent, pool.Dataset("missing")}, "used")
+	must.ErrorIs(t, err, zfs.ErrNotExist)
+	must.NoError(t, c.Destroy(ctx, child))
+
 	err = c.Set(ctx, parent, "compression", "no-such-algorithm")
 	must.ErrorIs(t, err, zfs.ErrInvalid)
 
