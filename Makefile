@@ -7,7 +7,7 @@ LDFLAGS      := -X $(MODULE)/internal/device.Version=$(VERSION)
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: help build test deps lint demo nomad clean
+.PHONY: help build test deps bench lint demo nomad clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,7 +26,7 @@ bench: deps ## as root: measure the plugin against zfs floors on real pools (10/
 	$(GO) run ./bench/cmd/zfsbench -out bench/results.json
 
 lint: ## gofmt, go vet, staticcheck
-	@out=$$(gofmt -l cmd internal e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd internal e2e bench); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
 	$(TOOLS)/staticcheck ./...

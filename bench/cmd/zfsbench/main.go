@@ -1,0 +1,122 @@
+// Command zfsbench is `make bench`: it measures nomad-device-zfs on real,
+// file-backed pools against floors measured in the same run (see
+// bench/README.md), prints one markdown table per size and writes the
+// results as JSON.
+//
+// It starts zfs-fuse when no ZFS answers and stops it (by the PID it started)
+// at the end; a daemon that was already running is left alone. Every pool it
+// creates is destroyed. Run it as root from the repository root:
+//
+//	go run ./bench/cmd/zfsbench [-sizes 10,100,900] [-reps 15] [-out bench/results.json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	sizes := flag.String("sizes", defaultSizes(), "comma-separated slot counts, one pool each (2000 only with the kernel module: zfs-fuse mounts at most ~999)")
+	reps := flag.Int("reps", 15, "interleaved plugin/floor repetitions per timed measure")
+	creates := flag.Int("creates", 30, "create+mount floor samples per size")
+	out := flag.String("out", "bench/results.json", "where to write the results as JSON")
+	pluginBin := flag.String("plugin", "", "plugin binary for the memory measure (built from ./cmd/nomad-device-zfs when empty)")
+	flag.Parse()
+
+	var ns []int
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 4 {
+			fmt.Fprintf(os.Stderr, "zfsbench: -sizes: %q is not a slot count of at least 4\n", f)
+			return 2
+		}
+		ns = append(ns, n)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	work, err := os.MkdirTemp("", "zfsbench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench:", err)
+		return 1
+	}
+	defer os.RemoveAll(work)
+
+	if *pluginBin == "" {
+		*pluginBin = filepath.Join(work, "nomad-device-zfs")
+		fmt.Fprintln(os.Stderr, "zfsbench: building the plugin")
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", *pluginBin, "github.com/nomad-device-zfs/nomad-device-zfs/cmd/nomad-device-zfs")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "zfsbench: building the plugin: %v\n%s", err, b)
+			return 1
+		}
+	}
+
+	stop, err := zfstest.StartFuse()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: no usable ZFS:", err)
+		return 1
+	}
+	if stop != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: started zfs-fuse; it is stopped at the end")
+		defer func() {
+			if err := stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "zfsbench: stopping zfs-fuse:", err)
+			}
+		}()
+	}
+
+	res, err := bench.Run(ctx, bench.Options{Sizes: ns, Reps: *reps, Creates: *creates, PluginBin: *pluginBin, WorkDir: work, Progress: os.Stderr})
+	if res == nil {
+		fmt.Fprintln(os.Stderr, "zfsbench:", err)
+		return 1
+	}
+	fmt.Println()
+	bench.WriteMarkdown(os.Stdout, res)
+	fmt.Println()
+	bench.WriteNotes(os.Stdout, res)
+
+	b, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr == nil {
+		jerr = os.WriteFile(*out, append(b, '\n'), 0o644)
+	}
+	if jerr != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: writing results:", jerr)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "zfsbench: wrote %s\n", *out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench:", err)
+		return 1
+	}
+	for _, s := range res.Sizes {
+		if s.Error != "" {
+			return 1 // a size could not be measured; targets are reported, not enforced
+		}
+	}
+	return 0
+}
+
+// defaultSizes is 10, 100 and 900 slots, and 2000 where the kernel module
+// is present.
+func defaultSizes() string {
+	if _, err := os.Stat("/dev/zfs"); err == nil {
+		return "10,100,900,2000"
+	}
+	return "10,100,900"
+}

@@ -1,0 +1,901 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/nomad/plugins/base"
+	nomaddevice "github.com/hashicorp/nomad/plugins/device"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// MountLimit is how many ZFS file systems the harness lets the machine have
+// mounted at once: zfs-fuse fails the mount after about 999, and then keeps
+// the pool busy until the daemon restarts, so a size that would not fit is
+// skipped rather than run.
+const MountLimit = 990
+
+// Options configure Run.
+type Options struct {
+	Sizes []int // slot counts, one pool each
+	// Reps is the number of interleaved plugin/floor pairs per timed measure
+	// (the median is reported).
+	Reps int
+	// Creates is the number of create+mount floor samples per size.
+	Creates int
+	// PluginBin is the built plugin binary, launched as Nomad launches it for
+	// the memory measure.
+	PluginBin string
+	// WorkDir holds the counting wrappers and their logs.
+	WorkDir string
+	// Progress receives one line per step; nil means none.
+	Progress io.Writer
+}
+
+// Results is what Run measured; cmd/zfsbench writes it as bench/results.json.
+type Results struct {
+	Machine Machine      `json:"machine"`
+	Started time.Time    `json:"started"`
+	Seconds float64      `json:"seconds"`
+	Reps    int          `json:"reps"`
+	Sizes   []SizeResult `json:"sizes"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	MemoryMiB uint64 `json:"memory_mib"`
+	ZFS       string `json:"zfs"`
+	Kernel    string `json:"kernel"`
+	Go        string `json:"go"`
+	Date      string `json:"date"`
+}
+
+// SizeResult holds the rows measured with one number of slots.
+type SizeResult struct {
+	Slots            int     `json:"slots"`
+	Skipped          string  `json:"skipped,omitempty"`
+	Error            string  `json:"error,omitempty"`
+	ProvisionSeconds float64 `json:"provision_seconds,omitempty"`
+	Rows             []Row   `json:"rows,omitempty"`
+}
+
+// Row is one line of the table.
+type Row struct {
+	Key     string   `json:"key"`
+	Measure string   `json:"measure"`
+	Unit    string   `json:"unit"` // ms, processes, MiB
+	Plugin  float64  `json:"plugin"`
+	Floor   *float64 `json:"floor,omitempty"`
+	// Ratio is plugin/floor: for the interleaved timed rows, the median of
+	// the ratios of each pair, and RatioOfMedians the ratio of the medians.
+	Ratio          *float64 `json:"ratio,omitempty"`
+	RatioOfMedians *float64 `json:"ratio_of_medians,omitempty"`
+	Target         string   `json:"target"`
+	Verdict        string   `json:"verdict"` // pass, miss, info
+	Note           string   `json:"note,omitempty"`
+	// Samples, in Unit, in the order they were taken.
+	PluginSamples []float64 `json:"plugin_samples,omitempty"`
+	FloorSamples  []float64 `json:"floor_samples,omitempty"`
+
+	// judge returns the verdict; largest is true at the largest size run.
+	judge func(r Row, largest bool) string
+}
+
+// Run measures every size in turn, each on a fresh pool that it destroys
+// afterwards. ZFS must be usable (see zfstest.StartFuse). An error is
+// returned only when nothing could be measured; failures of one size are in
+// its SizeResult.
+func Run(ctx context.Context, o Options) (*Results, error) {
+	if o.Reps <= 0 {
+		o.Reps = 15
+	}
+	if o.Creates <= 0 {
+		o.Creates = 30
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	res := &Results{Machine: machine(), Started: time.Now(), Reps: o.Reps}
+	for _, n := range o.Sizes {
+		if ctx.Err() != nil {
+			break
+		}
+		h := &sizeRun{o: o, n: n, log: o.Progress}
+		res.Sizes = append(res.Sizes, h.run(ctx))
+	}
+	res.Seconds = time.Since(res.Started).Seconds()
+	largest := 0
+	for _, s := range res.Sizes {
+		if s.Skipped == "" && s.Error == "" && s.Slots > largest {
+			largest = s.Slots
+		}
+	}
+	for i := range res.Sizes {
+		s := &res.Sizes[i]
+		for j := range s.Rows {
+			r := &s.Rows[j]
+			r.Verdict = "info"
+			if r.judge != nil {
+				r.Verdict = r.judge(*r, s.Slots == largest)
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// sizeRun measures one number of slots.
+type sizeRun struct {
+	o      Options
+	n      int
+	log    io.Writer
+	pool   *Pool
+	parent string
+	floor  *zfs.Runner // runs the floors: real zfs, no wrapper
+	rows   []Row
+}
+
+func (h *sizeRun) logf(format string, args ...any) {
+	fmt.Fprintf(h.log, "[%4d slots] %s\n", h.n, fmt.Sprintf(format, args...))
+}
+
+func (h *sizeRun) run(ctx context.Context) (out SizeResult) {
+	out.Slots = h.n
+	mounted, err := ZFSMounts()
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	need := h.n + 5 + h.o.Creates // pool root, parent, class, floor parent, floor release slot
+	if mounted+need > MountLimit {
+		out.Skipped = fmt.Sprintf("needs %d more mounted file systems; %d are mounted and zfs-fuse fails past about 999", need, mounted)
+		h.logf("skipped: %s", out.Skipped)
+		return out
+	}
+	size := int64(2 << 30)
+	if h.n > 1000 {
+		size = 4 << 30
+	}
+	if h.pool, err = CreatePool(ctx, size); err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	defer func() {
+		h.logf("destroying pool %s", h.pool.Name)
+		if err := h.pool.Destroy(); err != nil {
+			out.Error = strings.TrimPrefix(out.Error+"; ", "; ") + err.Error()
+		}
+	}()
+	h.parent = h.pool.Dataset("nomad")
+	h.floor = &zfs.Runner{}
+	for _, ds := range []string{h.parent, h.pool.Dataset("floor")} {
+		if _, err := h.floor.ZFSCmd(ctx, "create", ds); err != nil {
+			out.Error = err.Error()
+			return out
+		}
+	}
+
+	h.logf("provisioning on pool %s", h.pool.Name)
+	start := time.Now()
+	p := NewPlugin(&zfs.Runner{})
+	if err := Configure(p, h.config("1h", "1h")); err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	stop, err := FirstFingerprint(p, h.n, 30*time.Minute)
+	if err != nil {
+		out.Error = "provisioning: " + err.Error()
+		return out
+	}
+	stop()
+	out.ProvisionSeconds = time.Since(start).Seconds()
+	h.logf("provisioned in %.1f s", out.ProvisionSeconds)
+
+	steps := []struct {
+		name string
+		f    func(context.Context) error
+	}{
+		{"start-up", h.startup},
+		{"fingerprint and stats refresh", h.refreshes},
+		{"process counts", h.counts},
+		{"memory", h.memory},
+		{"release", h.release},
+		{"reserve", h.reserve},
+	}
+	for _, s := range steps {
+		if ctx.Err() != nil {
+			out.Error = ctx.Err().Error()
+			break
+		}
+		h.logf("measuring %s", s.name)
+		if err := s.f(ctx); err != nil {
+			out.Error = strings.TrimPrefix(out.Error+"; ", "; ") + s.name + ": " + err.Error()
+			h.logf("%s failed: %v", s.name, err)
+		}
+	}
+	out.Rows = h.rows
+	return out
+}
+
+func (h *sizeRun) config(fingerprintPeriod, statsPeriod string) string {
+	return PluginConfig(h.parent, h.n, fingerprintPeriod, statsPeriod)
+}
+
+// floorGet times the floor of every periodic path.
+func (h *sizeRun) floorGet(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	_, err := h.floor.ZFSCmd(ctx, FloorGetArgs(h.parent)...)
+	return time.Since(start), err
+}
+
+// interleave runs reps pairs of plugin and floor, alternating which goes
+// first, so that drift on a busy machine hits both alike.
+func interleave(reps int, plugin, floor func() (time.Duration, error)) (ps, fs []time.Duration, err error) {
+	for i := 0; i < reps; i++ {
+		order := []bool{true, false}
+		if i%2 == 1 {
+			order = []bool{false, true}
+		}
+		for _, isPlugin := range order {
+			if isPlugin {
+				d, err := plugin()
+				if err != nil {
+					return ps, fs, err
+				}
+				ps = append(ps, d)
+			} else {
+				d, err := floor()
+				if err != nil {
+					return ps, fs, err
+				}
+				fs = append(fs, d)
+			}
+		}
+	}
+	return ps, fs, nil
+}
+
+func (h *sizeRun) startup(ctx context.Context) error {
+	if _, err := h.floorGet(ctx); err != nil { // warm-up
+		return err
+	}
+	ps, fs, err := interleave(h.o.Reps, func() (time.Duration, error) {
+		p := NewPlugin(&zfs.Runner{})
+		start := time.Now()
+		if err := Configure(p, h.config("1h", "1h")); err != nil {
+			return 0, err
+		}
+		stop, err := FirstFingerprint(p, h.n, 10*time.Minute)
+		d := time.Since(start)
+		if err != nil {
+			return 0, err
+		}
+		stop()
+		return d, nil
+	}, func() (time.Duration, error) { return h.floorGet(ctx) })
+	if err != nil {
+		return err
+	}
+	h.addTimeRow("startup", "start-up: adopt existing slots (SetConfig → first fingerprint)", ps, fs, "", ratioAtLargest(1.2))
+	return nil
+}
+
+func (h *sizeRun) refreshes(ctx context.Context) error {
+	r := &zfs.Runner{}
+	mgr := slots.NewManager(zfs.NewClient(r), hclog.NewNullLogger())
+	mgr.SetConfig(SlotsConfig(h.parent, h.n))
+	if err := mgr.Sync(ctx); err != nil {
+		return err
+	}
+	healthy := 0
+	for _, s := range mgr.Slots() {
+		if s.Healthy {
+			healthy++
+		}
+	}
+	if healthy != h.n {
+		return fmt.Errorf("manager sees %d healthy slots, want %d", healthy, h.n)
+	}
+	timed := func(want int64, f func(context.Context) error) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			before := r.Runs()
+			start := time.Now()
+			err := f(ctx)
+			d := time.Since(start)
+			if err != nil {
+				return 0, err
+			}
+			if got := r.Runs() - before; got != want {
+				return 0, fmt.Errorf("ran %d zfs processes, want %d: not a refresh with nothing to change", got, want)
+			}
+			return d, nil
+		}
+	}
+	floor := func() (time.Duration, error) { return h.floorGet(ctx) }
+	ps, fs, err := interleave(h.o.Reps, timed(2, mgr.Sync), floor)
+	if err != nil {
+		return fmt.Errorf("fingerprint refresh: %w", err)
+	}
+	h.addTimeRow("fingerprint", "fingerprint refresh (Sync, nothing to change)", ps, fs, "", ratioAtLargest(1.2))
+	ps, fs, err = interleave(h.o.Reps, timed(1, mgr.Refresh), floor)
+	if err != nil {
+		return fmt.Errorf("stats refresh: %w", err)
+	}
+	h.addTimeRow("stats", "stats refresh (Refresh)", ps, fs, "", ratioAtLargest(1.2))
+	return nil
+}
+
+// newCounter returns a counter whose wrappers live in a new directory of
+// the work directory, and a function that removes it.
+func (h *sizeRun) newCounter() (*Counter, func(), error) {
+	dir, err := os.MkdirTemp(h.o.WorkDir, "count-")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := NewCounter(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return c, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// countRefreshes is how many of each refresh the counting pass runs.
+const countRefreshes = 3
+
+// counts counts processes through the wrappers: Sync and Refresh of a
+// manager, start-up and Reserve of a plugin. It reserves the last
+// reserveCount() slots.
+func (h *sizeRun) counts(ctx context.Context) error {
+	c, done, err := h.newCounter()
+	if err != nil {
+		return err
+	}
+	defer done()
+	mgr := slots.NewManager(zfs.NewClient(c.Runner()), hclog.NewNullLogger())
+	mgr.SetConfig(SlotsConfig(h.parent, h.n))
+	var syncs, refreshes []Counts
+	for i := 0; i < countRefreshes; i++ {
+		got, err := c.Count(func() error { return mgr.Sync(ctx) })
+		if err != nil {
+			return err
+		}
+		syncs = append(syncs, got)
+		if got, err = c.Count(func() error { return mgr.Refresh(ctx) }); err != nil {
+			return err
+		}
+		refreshes = append(refreshes, got)
+	}
+	h.addCountRow("procs-stats", "zfs processes per stats refresh", refreshes, Counts{"zfs get -r": 1},
+		"exactly 1 (zfs get -r), every refresh", exactly(Counts{"zfs get -r": 1}))
+	h.addCountRow("procs-fingerprint", "zfs processes per fingerprint refresh", syncs, Counts{"zpool list": 1, "zfs get -r": 1},
+		"exactly 2 (zpool list + zfs get -r), every refresh", exactly(Counts{"zpool list": 1, "zfs get -r": 1}))
+
+	p := NewPlugin(c.Runner())
+	startup, err := c.Count(func() error {
+		if err := Configure(p, h.config("1h", "1h")); err != nil {
+			return err
+		}
+		stop, err := FirstFingerprint(p, h.n, 10*time.Minute)
+		if err == nil {
+			stop()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	h.addCountRow("procs-startup", "zfs processes at start-up", []Counts{startup}, Counts{"zfs get -r": 1}, "", nil)
+
+	var reserves []Counts
+	for _, i := range h.countIndexes() {
+		got, err := c.Count(func() error {
+			_, err := p.Reserve([]string{DeviceID(i)})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		reserves = append(reserves, got)
+	}
+	h.addCountRow("procs-reserve", "zfs processes per Reserve on a free slot", reserves, Counts{"zfs set": 1}, "≤ 1, every call", atMost(1))
+	return nil
+}
+
+// Slot indexes each step reserves: the counting pass takes the last ones,
+// the memory child the one before them, the timed Reserve all the others.
+func (h *sizeRun) countIndexes() []int {
+	k := 3
+	if h.n <= 10 {
+		k = 1
+	}
+	var idx []int
+	for i := h.n - k; i < h.n; i++ {
+		idx = append(idx, i)
+	}
+	return idx
+}
+
+func (h *sizeRun) memoryIndex() int { return h.countIndexes()[0] - 1 }
+
+func (h *sizeRun) timedIndexes() []int {
+	var idx []int
+	for i := 0; i < h.memoryIndex(); i++ {
+		idx = append(idx, i)
+	}
+	return idx
+}
+
+// memory launches the plugin binary as a Nomad client does (go-plugin, gRPC),
+// drives it through SetConfig, the fingerprint and stats streams and a
+// Reserve for several refresh periods, and reads its peak RSS.
+func (h *sizeRun) memory(ctx context.Context) error {
+	floor, err := h.floorGet(ctx)
+	if err != nil {
+		return err
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig: base.Handshake,
+		Plugins: map[string]plugin.Plugin{
+			base.PluginTypeBase:   &base.PluginBase{},
+			base.PluginTypeDevice: &nomaddevice.PluginDevice{},
+		},
+		Cmd:              exec.Command(h.o.PluginBin),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Error, Output: io.Discard}),
+	})
+	defer client.Kill() // the plugin process, by the PID go-plugin started
+	rpc, err := client.Client()
+	if err != nil {
+		return fmt.Errorf("launching %s: %w", h.o.PluginBin, err)
+	}
+	raw, err := rpc.Dispense(base.PluginTypeDevice)
+	if err != nil {
+		return err
+	}
+	dp, ok := raw.(nomaddevice.DevicePlugin)
+	if !ok {
+		return fmt.Errorf("dispensed %T, not a device plugin", raw)
+	}
+	pid := client.ReattachConfig().Pid
+	if err := Configure(dp, h.config("1s", "500ms")); err != nil {
+		return err
+	}
+	stop, err := FirstFingerprint(dp, h.n, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	statsCh, err := dp.Stats(sctx, 100*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	if _, err := dp.Reserve([]string{DeviceID(h.memoryIndex())}); err != nil {
+		return err
+	}
+	// Several fingerprint and stats refreshes, whatever one costs here.
+	run := 6*time.Second + 4*floor
+	deadline := time.After(run)
+	messages := 0
+	for done := false; !done; {
+		select {
+		case st, ok := <-statsCh:
+			if !ok {
+				return errors.New("stats stream closed")
+			}
+			if st.Error != nil {
+				return st.Error
+			}
+			messages++
+		case <-deadline:
+			done = true
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	peak, err := PeakRSS(pid)
+	if err != nil {
+		return err
+	}
+	mib := float64(peak) / (1 << 20)
+	h.rows = append(h.rows, Row{
+		Key: "memory", Measure: "plugin memory (peak RSS of the plugin process)", Unit: "MiB",
+		Plugin: round2(mib), Target: "< 64 MiB",
+		Note: fmt.Sprintf("VmHWM of the plugin binary launched through go-plugin, after first fingerprint, %s of fingerprint (1s) and stats (500ms period, %d messages) refreshes and one Reserve", run.Round(time.Second), messages),
+		judge: func(r Row, _ bool) string {
+			return passIf(r.Plugin < 64)
+		},
+	})
+	return nil
+}
+
+// release times the release of a slot whose allocation has ended (its
+// dataset archived, a fresh one in its place, owner and mode set) against
+// the raw CLI sequence for the same work on a dataset of the same kind
+// outside the plugin's parent, interleaved; then counts the processes of
+// further releases through the wrapper. It uses slots 0 and 1 and leaves
+// them free.
+func (h *sizeRun) release(ctx context.Context) error {
+	tenants := NewTenants()
+	mgr := slots.NewManager(zfs.NewClient(&zfs.Runner{}), hclog.NewNullLogger())
+	mgr.SetNomad(tenants)
+	mgr.SetConfig(SlotsConfig(h.parent, h.n))
+	if err := mgr.Sync(ctx); err != nil {
+		return err
+	}
+
+	// The floor: a dataset made like a slot, and an archive container.
+	floorDS, floorArchive := h.pool.Dataset("floorrel"), h.pool.Dataset("floorarch")
+	floorMP := filepath.Join(h.pool.Mountpoint, "floorrel")
+	props := benchProps(SlotsConfig(h.parent, h.n).Classes[0].SlotProps())
+	if _, err := h.floor.ZFSCmd(ctx, "create", "-o", "canmount=off", floorArchive); err != nil {
+		return err
+	}
+	if _, err := h.floor.ZFSCmd(ctx, createArgs(floorDS, props)...); err != nil {
+		return err
+	}
+	floorSeq := 0
+	floor := func() (time.Duration, error) {
+		floorSeq++
+		if err := waitMounted(floorMP); err != nil {
+			return 0, err
+		}
+		if err := os.WriteFile(filepath.Join(floorMP, "data"), []byte("floor"), 0o644); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		for _, args := range [][]string{
+			{"set", "zfsbench:released-at=" + time.Now().UTC().Format(time.RFC3339), floorDS},
+			{"set", "canmount=noauto", floorDS},
+			{"unmount", floorDS},
+			{"rename", floorDS, fmt.Sprintf("%s/rel-%d", floorArchive, floorSeq)},
+			createArgs(floorDS, props),
+		} {
+			if _, err := h.floor.ZFSCmd(ctx, args...); err != nil {
+				return 0, err
+			}
+		}
+		if err := waitMounted(floorMP); err != nil {
+			return 0, err
+		}
+		if err := os.Chown(floorMP, ownerUID, ownerGID); err != nil {
+			return 0, err
+		}
+		if err := os.Chmod(floorMP, classMode); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	pluginSeq := 0
+	plugin := func() (time.Duration, error) {
+		id := DeviceID(pluginSeq % 2)
+		pluginSeq++
+		o, err := Tenancy(ctx, mgr, tenants, id)
+		if err != nil {
+			return 0, err
+		}
+		return TimedRelease(ctx, mgr, tenants, id, o)
+	}
+	ps, fs, err := interleave(h.o.Reps, plugin, floor)
+	if err != nil {
+		return err
+	}
+	row := timeRow("release", "release → fresh slot (p50)", Median(ps), Median(fs), ps, fs, "",
+		"one release pass (ReleaseEnded) after the owner ended: state and release time recorded, canmount=noauto, unmount, rename into .archive, fresh dataset, owner and mode; "+
+			"floor: the same zfs commands by hand (set release time, set canmount, unmount, rename, create) + chown/chmod, without the plugin's state marks and reads", nil)
+	row.RatioOfMedians, row.Ratio = row.Ratio, pairedRatio(ps, fs)
+	h.rows = append(h.rows, row)
+
+	// Processes per release, through the counting wrapper.
+	c, done, err := h.newCounter()
+	if err != nil {
+		return err
+	}
+	defer done()
+	counted := slots.NewManager(zfs.NewClient(c.Runner()), hclog.NewNullLogger())
+	counted.SetNomad(tenants)
+	counted.SetConfig(SlotsConfig(h.parent, h.n))
+	if err := counted.Sync(ctx); err != nil {
+		return err
+	}
+	var seen []Counts
+	for k := 0; k < countRefreshes; k++ {
+		id := DeviceID(k % 2)
+		o, err := Tenancy(ctx, counted, tenants, id)
+		if err != nil {
+			return err
+		}
+		got, err := c.Count(func() error {
+			_, err := TimedRelease(ctx, counted, tenants, id, o)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		seen = append(seen, got)
+	}
+	h.addCountRow("procs-release", "zfs processes per release", seen,
+		Counts{"zfs set": 2, "zfs unmount": 1, "zfs rename": 1, "zfs create": 1},
+		"the same at every size: nothing read recursively", nil)
+	return nil
+}
+
+// benchProps are props with the plugin's own user properties renamed, so
+// that a floor dataset is made like a slot but is never taken for one.
+func benchProps(props map[string]string) map[string]string {
+	out := make(map[string]string, len(props))
+	for k, v := range props {
+		out[strings.Replace(k, "nomad-device-zfs:", "zfsbench:", 1)] = v
+	}
+	return out
+}
+
+// createArgs is `zfs create` of name with props, in sorted order.
+func createArgs(name string, props map[string]string) []string {
+	args := []string{"create"}
+	for _, k := range slices.Sorted(maps.Keys(props)) {
+		args = append(args, "-o", k+"="+props[k])
+	}
+	return append(args, name)
+}
+
+// waitMounted waits for dir to become a mount point (zfs-fuse mounts a
+// new dataset shortly after `zfs create` returns).
+func waitMounted(dir string) error {
+	for deadline := time.Now().Add(10 * time.Second); !Mounted(dir); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is not a mount point after 10s", dir)
+		}
+	}
+	return nil
+}
+
+// reserve times Reserve on free slots against one `zfs set` of a user
+// property, and against `zfs create` + mount of a new dataset (what a
+// create-on-demand plugin must do), all interleaved.
+func (h *sizeRun) reserve(ctx context.Context) error {
+	r := &zfs.Runner{}
+	p := NewPlugin(r)
+	if err := Configure(p, h.config("1h", "1h")); err != nil {
+		return err
+	}
+	stop, err := FirstFingerprint(p, h.n, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	stop()
+
+	// The same number of properties, none of them the plugin's own.
+	props := benchProps(SlotsConfig(h.parent, h.n).Classes[0].SlotProps())
+
+	var reserves, sets, creates []time.Duration
+	maxProcs := int64(0)
+	idx := h.timedIndexes()
+	for k, i := range idx {
+		doReserve := func() error {
+			before := r.Runs()
+			start := time.Now()
+			res, err := p.Reserve([]string{DeviceID(i)})
+			d := time.Since(start)
+			if err != nil {
+				return err
+			}
+			maxProcs = max(maxProcs, r.Runs()-before)
+			if len(res.Mounts) != 1 || !Mounted(res.Mounts[0].HostPath) {
+				return fmt.Errorf("Reserve(%s) did not return one mounted host path: %+v", DeviceID(i), res.Mounts)
+			}
+			reserves = append(reserves, d)
+			return nil
+		}
+		doSet := func() error {
+			start := time.Now()
+			_, err := h.floor.ZFSCmd(ctx, "set", "zfsbench:probe=x", SlotDataset(h.parent, i))
+			sets = append(sets, time.Since(start))
+			return err
+		}
+		doCreate := func() error {
+			name := h.pool.Dataset("floor/" + strconv.Itoa(k))
+			mp := filepath.Join(h.pool.Mountpoint, "floor", strconv.Itoa(k))
+			start := time.Now()
+			if _, err := h.floor.ZFSCmd(ctx, createArgs(name, props)...); err != nil {
+				return err
+			}
+			if !Mounted(mp) {
+				if _, err := h.floor.ZFSCmd(ctx, "mount", name); err != nil && !Mounted(mp) {
+					return err
+				}
+			}
+			if err := waitMounted(mp); err != nil {
+				return fmt.Errorf("%s after create: %w", name, err)
+			}
+			creates = append(creates, time.Since(start))
+			return nil
+		}
+		order := []func() error{doReserve, doSet}
+		if k%2 == 1 {
+			order = []func() error{doSet, doReserve}
+		}
+		if k < h.o.Creates {
+			// Rotate the create into each of the three positions.
+			pos := k % 3
+			order = append(order[:pos], append([]func() error{doCreate}, order[pos:]...)...)
+		}
+		for _, f := range order {
+			if err := f(); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	note := fmt.Sprintf("%d Reserve calls on free slots, %d `zfs set` on the same datasets, interleaved; at most %d zfs process per Reserve (Runner.Runs)", len(reserves), len(sets), maxProcs)
+	p50r, p50s := Median(reserves), Median(sets)
+	p99r, p99s := Percentile(reserves, 99), Percentile(sets, 99)
+	h.rows = append(h.rows,
+		timeRow("reserve-p50", "Reserve on a free slot, p50", p50r, p50s, reserves, sets, "", note, nil),
+		timeRow("reserve-p99", "Reserve on a free slot, p99", p99r, p99s, nil, nil, "≤ 1.5× zfs set", "nearest-rank p99 of the same samples", ratioMax(1.5)),
+		timeRow("mount-ready", "Reserve → mount ready, versus create-on-demand (p50)", p50r, Median(creates), nil, creates,
+			"≤ 0.5× create+mount",
+			fmt.Sprintf("floor: `zfs create` with the slot's %d properties + mount, %d new datasets; Reserve returns a dataset that is already mounted (checked after each call)", len(props), len(creates)),
+			ratioMax(0.5)),
+	)
+	return nil
+}
+
+func (h *sizeRun) addTimeRow(key, measure string, ps, fs []time.Duration, note string, judge func(Row, bool) string) {
+	row := timeRow(key, measure, Median(ps), Median(fs), ps, fs, "≤ 1.2× floor at the largest size", note, judge)
+	// On a busy machine the floor itself drifts by tens of percent over a
+	// run; the ratio within each interleaved pair does not, so the row's
+	// ratio is the median of the pairs' ratios.
+	row.RatioOfMedians, row.Ratio = row.Ratio, pairedRatio(ps, fs)
+	h.rows = append(h.rows, row)
+}
+
+// pairedRatio is the median of plugin[i]/floor[i] over the pairs.
+func pairedRatio(ps, fs []time.Duration) *float64 {
+	var ratios []time.Duration // in units of 1e-6, to reuse Median
+	for i := range min(len(ps), len(fs)) {
+		if fs[i] > 0 {
+			ratios = append(ratios, time.Duration(float64(ps[i])/float64(fs[i])*1e6))
+		}
+	}
+	if len(ratios) == 0 {
+		return nil
+	}
+	r := round2(float64(Median(ratios)) / 1e6)
+	return &r
+}
+
+func timeRow(key, measure string, plugin, floor time.Duration, ps, fs []time.Duration, target, note string, judge func(Row, bool) string) Row {
+	f := ms(floor)
+	var ratio *float64
+	if floor > 0 {
+		r := round2(float64(plugin) / float64(floor))
+		ratio = &r
+	}
+	return Row{Key: key, Measure: measure, Unit: "ms", Plugin: ms(plugin), Floor: &f, Ratio: ratio, Target: target,
+		Note: note, PluginSamples: msAll(ps), FloorSamples: msAll(fs), judge: judge}
+}
+
+// addCountRow reports the largest count seen, and every count in the note.
+// ok judges each call; a row without ok is for information.
+func (h *sizeRun) addCountRow(key, measure string, seen []Counts, floor Counts, target string, ok func(Counts) bool) {
+	worst := Counts{}
+	samples := make([]float64, 0, len(seen))
+	all := make([]string, 0, len(seen))
+	verdict := "info"
+	if ok != nil {
+		verdict = "pass"
+	}
+	for _, c := range seen {
+		if c.Total() >= worst.Total() {
+			worst = c
+		}
+		samples = append(samples, float64(c.Total()))
+		all = append(all, c.String())
+		if ok != nil && !ok(c) {
+			verdict = "miss"
+		}
+	}
+	f := float64(floor.Total())
+	ratio := round2(float64(worst.Total()) / f)
+	h.rows = append(h.rows, Row{Key: key, Measure: measure, Unit: "processes", Plugin: float64(worst.Total()), Floor: &f, Ratio: &ratio,
+		Target: target, PluginSamples: samples,
+		Note:  fmt.Sprintf("counting wrapper, %d calls: %s", len(seen), strings.Join(uniq(all), " | ")),
+		judge: func(Row, bool) string { return verdict }})
+}
+
+func exactly(want Counts) func(Counts) bool {
+	return func(c Counts) bool { return c.String() == want.String() }
+}
+
+func atMost(n int) func(Counts) bool {
+	return func(c Counts) bool { return c.Total() <= n }
+}
+
+func ratioAtLargest(limit float64) func(Row, bool) string {
+	return func(r Row, largest bool) string {
+		if !largest {
+			return "info"
+		}
+		return passIf(r.Ratio != nil && *r.Ratio <= limit)
+	}
+}
+
+func ratioMax(limit float64) func(Row, bool) string {
+	return func(r Row, _ bool) string { return passIf(r.Ratio != nil && *r.Ratio <= limit) }
+}
+
+func passIf(ok bool) string {
+	if ok {
+		return "pass"
+	}
+	return "miss"
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+func uniq(ss []string) []string {
+	var out []string
+	seen := map[string]int{}
+	for _, s := range ss {
+		if _, ok := seen[s]; !ok {
+			seen[s] = len(out)
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC().Format(time.RFC3339)}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+				if f := strings.Fields(v); len(f) == 2 {
+					kb, _ := strconv.ParseUint(f[0], 10, 64)
+					m.MemoryMiB = kb >> 10
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	m.ZFS = zfsVersion()
+	return m
+}
+
+func zfsVersion() string {
+	if _, err := os.Stat("/dev/zfs"); err == nil {
+		if b, err := os.ReadFile("/sys/module/zfs/version"); err == nil {
+			return "OpenZFS " + strings.TrimSpace(string(b)) + " (kernel module)"
+		}
+		return "kernel module"
+	}
+	if out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "zfs-fuse").Output(); err == nil && len(out) > 0 {
+		return "zfs-fuse " + string(out)
+	}
+	return "zfs-fuse"
+}

@@ -1,0 +1,169 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+func TestMain(m *testing.M) { zfstest.Main(m) }
+
+// TestProcessCounts proves the cost rules on a real pool, counting every zfs
+// and zpool process through wrapper scripts placed in front of the real
+// commands: one `zfs get` per stats refresh and exactly `zpool list` +
+// `zfs get` per fingerprint refresh with nothing to change, whatever the
+// number of slots, at most one zfs process for Reserve on a free slot, and
+// the same few commands for the release of a slot, none of which reads the
+// whole tree.
+func TestProcessCounts(t *testing.T) {
+	sizes := []struct {
+		name  string
+		slots int
+	}{
+		{name: "10 slots", slots: 10},
+		{name: "200 slots", slots: 200},
+	}
+	for _, size := range sizes {
+		t.Run(size.name, func(t *testing.T) {
+			env := newEnv(t, size.slots)
+
+			checks := []struct {
+				name string
+				// setup prepares one call (not counted) and returns it.
+				setup func(t *testing.T) func(ctx context.Context) error
+				want  bench.Counts // exact processes per call; nil: see max
+				max   int          // at most this many processes per call
+				calls int
+			}{
+				{
+					name:  "stats refresh",
+					setup: same(env.mgr.Refresh),
+					want:  bench.Counts{"zfs get -r": 1},
+					calls: 3,
+				},
+				{
+					name:  "fingerprint refresh with nothing to change",
+					setup: same(env.mgr.Sync),
+					want:  bench.Counts{"zpool list": 1, "zfs get -r": 1},
+					calls: 3,
+				},
+				{
+					name: "Reserve on a free slot",
+					setup: func(t *testing.T) func(context.Context) error {
+						id := env.nextFree(t)
+						return func(context.Context) error {
+							_, err := env.plugin.Reserve([]string{id})
+							return err
+						}
+					},
+					max:   1,
+					calls: 3,
+				},
+				{
+					// Record the release, canmount=noauto, unmount, rename
+					// into the archive, fresh dataset, mark it archived;
+					// three reads by name (before, after the rename, after
+					// the mark) and the pool's health.
+					name: "release of a slot whose allocation ended",
+					setup: func(t *testing.T) func(context.Context) error {
+						id := env.nextFree(t)
+						o, err := bench.Tenancy(context.Background(), env.mgr, env.tenants, id)
+						must.NoError(t, err)
+						return func(ctx context.Context) error {
+							_, err := bench.TimedRelease(ctx, env.mgr, env.tenants, id, o)
+							return err
+						}
+					},
+					want: bench.Counts{"zpool list": 1, "zfs get": 3, "zfs set": 4,
+						"zfs unmount": 1, "zfs rename": 1, "zfs create": 1},
+					calls: 2,
+				},
+			}
+			for _, c := range checks {
+				t.Run(c.name, func(t *testing.T) {
+					for i := 0; i < c.calls; i++ {
+						got := env.count(t, c.setup(t))
+						if c.want != nil {
+							must.MapEq(t, c.want, got, must.Sprintf("call %d: %s", i+1, got))
+						} else {
+							must.LessEq(t, c.max, got.Total(), must.Sprintf("call %d: %s", i+1, got))
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// same returns a setup that prepares nothing and counts f.
+func same(f func(context.Context) error) func(*testing.T) func(context.Context) error {
+	return func(*testing.T) func(context.Context) error { return f }
+}
+
+// env is a plugin and a slot manager on a fresh pool, both running zfs
+// through one counter.
+type env struct {
+	counter  *bench.Counter
+	runner   *zfs.Runner
+	plugin   *device.Plugin
+	mgr      *slots.Manager
+	tenants  *bench.Tenants
+	reserved int
+}
+
+func newEnv(t *testing.T, n int) *env {
+	t.Helper()
+	pool := zfstest.NewPool(t, 0)
+	parent := pool.Dataset("nomad")
+	pool.ZFS(t, "create", parent)
+	counter, err := bench.NewCounter(t.TempDir())
+	must.NoError(t, err)
+	e := &env{counter: counter, runner: counter.Runner()}
+
+	// The plugin provisions the slots and takes its first fingerprint.
+	e.plugin = bench.NewPlugin(e.runner)
+	must.NoError(t, bench.Configure(e.plugin, bench.PluginConfig(parent, n, "1h", "1h")))
+	stop, err := bench.FirstFingerprint(e.plugin, n, 5*time.Minute)
+	must.NoError(t, err)
+	stop() // no background refresh may run while processes are counted
+
+	// A manager with the same configuration: its first Sync adopts them.
+	e.mgr = slots.NewManager(zfs.NewClient(e.runner), hclog.NewNullLogger())
+	e.tenants = bench.NewTenants()
+	e.mgr.SetNomad(e.tenants)
+	e.mgr.SetConfig(bench.SlotsConfig(parent, n))
+	must.NoError(t, e.mgr.Sync(context.Background()))
+	for _, s := range e.mgr.Slots() {
+		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
+	}
+	return e
+}
+
+// count runs f and returns the zfs and zpool processes it started, checking
+// that the runner's own counter agrees with the wrapper.
+func (e *env) count(t *testing.T, f func(context.Context) error) bench.Counts {
+	t.Helper()
+	before := e.runner.Runs()
+	got, err := e.counter.Count(func() error { return f(context.Background()) })
+	must.NoError(t, err)
+	must.Eq(t, int64(got.Total()), e.runner.Runs()-before, must.Sprintf("wrapper counted %s", got))
+	return got
+}
+
+// nextFree returns the ID of a slot no check has reserved yet.
+func (e *env) nextFree(t *testing.T) string {
+	t.Helper()
+	e.reserved++
+	id := bench.DeviceID(e.reserved - 1)
+	t.Logf("reserving %s", id)
+	return id
+}
