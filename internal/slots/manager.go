@@ -241,7 +241,8 @@ func (m *Manager) syncLocked(ctx context.Context) error {
 		if len(plan.Actions) == 0 {
 			break
 		}
-		errs = append(errs, m.applyAll(ctx, cfg, plan.Actions, failed)...)
+		_, errs2 := m.applyAll(ctx, cfg, plan.Actions, failed)
+		errs = append(errs, errs2...)
 	}
 
 	slots := buildSlots(cfg, datasets, "", failed)
@@ -264,10 +265,10 @@ func (m *Manager) syncLocked(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// applyAll runs the actions in order. A failed action records why in
-// failed (by slot dataset) and skips the rest of its chain.
-func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, failed map[string]string) []error {
-	var errs []error
+// applyAll runs the actions in order and returns those that succeeded. A
+// failed action records why in failed (by slot dataset) and skips the rest
+// of its chain.
+func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, failed map[string]string) (done []Action, errs []error) {
 	broken := map[string]bool{}
 	for _, a := range actions {
 		if a.Chain != "" && broken[a.Chain] {
@@ -292,8 +293,9 @@ func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, fa
 			continue
 		}
 		m.log.Info("slot changed", "action", a.Kind.String(), "dataset", a.Dataset, "prop", a.Prop, "value", a.Value, "target", a.Target)
+		done = append(done, a)
 	}
-	return errs
+	return done, errs
 }
 
 // dropFailed removes actions on datasets that already failed in this Sync,
@@ -609,7 +611,11 @@ func (m *Manager) releaseLocked(ctx context.Context, rel []Slot) error {
 		var err error
 		datasets, err = m.zfs.GetNames(ctx, slices.Sorted(maps.Keys(names)), ObservedProps...)
 		if err != nil {
-			m.log.Debug("release: targeted read failed; falling back to a full sync", "error", err)
+			level := hclog.Warn
+			if errors.Is(err, zfs.ErrNotExist) {
+				level = hclog.Debug // a dataset the release expected is not there: the full sync sorts it out
+			}
+			m.log.Log(level, "release: targeted read failed; falling back to a full sync", "error", err)
 			return errors.Join(append(errs, m.syncLocked(ctx))...)
 		}
 		if round == maxRounds {
@@ -625,14 +631,18 @@ func (m *Manager) releaseLocked(ctx context.Context, rel []Slot) error {
 		if len(actions) == 0 {
 			break
 		}
-		errs = append(errs, m.applyAll(ctx, cfg, actions, failed)...)
-		for _, a := range actions {
-			if _, bad := failed[a.Dataset]; bad {
-				continue
-			}
+		done, errs2 := m.applyAll(ctx, cfg, actions, failed)
+		errs = append(errs, errs2...)
+		// What the next round reads follows what was done: the archived
+		// dataset under its new name, the fresh slot (none for a slot
+		// beyond the configured count), nothing that was destroyed.
+		for _, a := range done {
 			switch a.Kind {
 			case RenameToArchive:
+				delete(names, a.Dataset)
 				names[a.Target], chains[a.Target] = true, true
+			case CreateSlot:
+				names[a.Dataset] = true
 			case DestroyArchived:
 				delete(names, a.Dataset)
 			}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,6 +199,48 @@ func TestRelease_FallsBackToFullSync(t *testing.T) {
 	must.SliceLen(t, 1, names)
 	must.Eq(t, guid, e.guid(t, names[0]))
 	must.Eq(t, "archived", e.pool.Prop(t, names[0], slots.PropState))
+}
+
+// treeReads counts the recursive reads of the whole tree.
+type treeReads struct {
+	slots.ZFS
+	n atomic.Int32
+}
+
+func (c *treeReads) Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error) {
+	c.n.Add(1)
+	return c.ZFS.Get(ctx, name, depth, props...)
+}
+
+// A release reads only what it touches, never the whole tree: so it costs
+// the same at any number of slots. That holds for a slot that comes back
+// fresh and for one beyond the configured count, which does not come back.
+func TestRelease_NeverReadsTheTree(t *testing.T) {
+	e, a := newReleaseEnv(t, 2)
+	reads := &treeReads{ZFS: zfs.NewClient(e.runner)}
+	e.mgr = slots.NewManager(reads, hclog.NewNullLogger())
+	e.mgr.SetConfig(e.cfg)
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	o0, o1 := owner(1), owner(2)
+	s0 := reserveAndWrite(t, e, a, "scratch-0", o0)
+	reserveAndWrite(t, e, a, "scratch-1", o1)
+	guid := e.guid(t, s0.Dataset)
+	// Lower the count: scratch-1 is beyond it, kept until released.
+	e.cfg.Classes[0].Slots = 1
+	e.mgr.SetConfig(e.cfg)
+	must.Eq(t, []string{"scratch-0", "scratch-1"}, ids(e.sync(t)))
+
+	before := reads.n.Load()
+	a.end(o0)
+	a.end(o1)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, before, reads.n.Load(), must.Sprint("a release read the whole tree"))
+	must.Eq(t, []string{"scratch-0"}, ids(e.mgr.Slots()))
+	checkFresh(t, e, "scratch-0", guid)
+	must.SliceLen(t, 2, archived(t, e))
+	// A full sync sees the same.
+	must.Eq(t, []string{"scratch-0"}, ids(e.sync(t)))
 }
 
 func TestRelease_Destroy(t *testing.T) {
