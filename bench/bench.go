@@ -13,11 +13,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -251,13 +251,8 @@ func (c Counts) String() string {
 	if len(c) == 0 {
 		return "none"
 	}
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
+	parts := make([]string, 0, len(c))
+	for _, k := range slices.Sorted(maps.Keys(c)) {
 		parts = append(parts, strconv.Itoa(c[k])+"× "+k)
 	}
 	return strings.Join(parts, ", ")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // MountLimit is how many ZFS file systems the harness lets the machine have
@@ -147,7 +148,7 @@ type sizeRun struct {
 	o      Options
 	n      int
 	log    io.Writer
-	pool   *Pool
+	pool   *zfstest.Pool
 	parent string
 	floor  *zfs.Runner // runs the floors: real zfs, no wrapper
 	rows   []Row
@@ -174,13 +175,14 @@ func (h *sizeRun) run(ctx context.Context) (out SizeResult) {
 	if h.n > 1000 {
 		size = 4 << 30
 	}
-	if h.pool, err = CreatePool(ctx, size); err != nil {
+	var destroy func() error
+	if h.pool, destroy, err = newPool(size); err != nil {
 		out.Error = err.Error()
 		return out
 	}
 	defer func() {
 		h.logf("destroying pool %s", h.pool.Name)
-		if err := h.pool.Destroy(); err != nil {
+		if err := destroy(); err != nil {
 			out.Error = strings.TrimPrefix(out.Error+"; ", "; ") + err.Error()
 		}
 	}()

@@ -246,18 +246,7 @@ func (m *Manager) syncLocked(ctx context.Context) error {
 	}
 
 	slots := buildSlots(cfg, datasets, "", failed)
-	for i := range slots {
-		s := &slots[i]
-		if !s.Healthy || s.State != StateFree {
-			continue
-		}
-		c := classByName(cfg, s.Class)
-		if err := ensureRoot(s.Mountpoint, c.UID, c.GID, c.Mode); err != nil {
-			s.Healthy = false
-			s.HealthDesc = fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err)
-			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
-		}
-	}
+	errs = append(errs, ensureRoots(cfg, slots)...)
 	m.mu.Lock()
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
@@ -651,19 +640,11 @@ func (m *Manager) releaseLocked(ctx context.Context, rel []Slot) error {
 
 	var fresh []Slot
 	for _, s := range buildSlots(cfg, datasets, "", failed) {
-		if !scoped[s.ID] {
-			continue
+		if scoped[s.ID] {
+			fresh = append(fresh, s)
 		}
-		if s.Healthy && s.State == StateFree {
-			c := classByName(cfg, s.Class)
-			if err := ensureRoot(s.Mountpoint, c.UID, c.GID, c.Mode); err != nil {
-				s.Healthy = false
-				s.HealthDesc = fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err)
-				errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
-			}
-		}
-		fresh = append(fresh, s)
 	}
+	errs = append(errs, ensureRoots(cfg, fresh)...)
 	m.mu.Lock()
 	merged := fresh
 	for _, s := range m.slots {
@@ -947,6 +928,25 @@ func usageOf(d zfs.Dataset) Usage {
 		u.CompressRatio, _ = zfs.ParseRatio(v)
 	}
 	return u
+}
+
+// ensureRoots gives the root directory of every healthy free slot the class
+// owner and mode. A slot where that fails is marked unhealthy with why.
+func ensureRoots(cfg Config, slots []Slot) []error {
+	var errs []error
+	for i := range slots {
+		s := &slots[i]
+		if !s.Healthy || s.State != StateFree {
+			continue
+		}
+		c := classByName(cfg, s.Class)
+		if err := ensureRoot(s.Mountpoint, c.UID, c.GID, c.Mode); err != nil {
+			s.Healthy = false
+			s.HealthDesc = fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err)
+			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
+		}
+	}
+	return errs
 }
 
 // ensureRoot gives the root directory of a free slot the class owner and

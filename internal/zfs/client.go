@@ -22,25 +22,14 @@ func NewClient(r *Runner) *Client { return &Client{Runner: r} }
 // depth < 0 it recurses fully; with 0 it reads name alone. Snapshots are left
 // out of the result.
 func (c *Client) Get(ctx context.Context, name string, depth int, props ...string) ([]Dataset, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	if len(props) == 0 {
-		return nil, fmt.Errorf("zfs get %s: no properties asked for", name)
-	}
-	args := []string{"get", "-H", "-p", "-o", "name,property,value,source"}
+	var recurse []string
 	switch {
 	case depth > 0:
-		args = append(args, "-r", "-d", strconv.Itoa(depth))
+		recurse = []string{"-r", "-d", strconv.Itoa(depth)}
 	case depth < 0:
-		args = append(args, "-r")
+		recurse = []string{"-r"}
 	}
-	args = append(args, strings.Join(props, ","), name)
-	out, err := c.Runner.ZFSCmd(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	return ParseGet(out)
+	return c.get(ctx, recurse, []string{name}, props)
 }
 
 // GetNames runs one `zfs get -H -p -o name,property,value,source` of props
@@ -49,6 +38,12 @@ func (c *Client) Get(ctx context.Context, name string, depth int, props ...strin
 // exist the error matches ErrNotExist and no result is returned. Snapshots
 // are left out of the result.
 func (c *Client) GetNames(ctx context.Context, names []string, props ...string) ([]Dataset, error) {
+	return c.get(ctx, nil, names, props)
+}
+
+// get runs `zfs get -H -p -o name,property,value,source [recurse...] props
+// names...` and parses its output.
+func (c *Client) get(ctx context.Context, recurse, names, props []string) ([]Dataset, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("zfs get: no datasets named")
 	}
@@ -60,7 +55,8 @@ func (c *Client) GetNames(ctx context.Context, names []string, props ...string) 
 	if len(props) == 0 {
 		return nil, fmt.Errorf("zfs get %s: no properties asked for", strings.Join(names, " "))
 	}
-	args := append([]string{"get", "-H", "-p", "-o", "name,property,value,source", strings.Join(props, ",")}, names...)
+	args := append([]string{"get", "-H", "-p", "-o", "name,property,value,source"}, recurse...)
+	args = append(append(args, strings.Join(props, ",")), names...)
 	out, err := c.Runner.ZFSCmd(ctx, args...)
 	if err != nil {
 		return nil, err

@@ -160,29 +160,46 @@ func NewPool(t testing.TB, size int64) *Pool {
 	if size == 0 {
 		size = 2 << 30
 	}
-	dir := t.TempDir()
+	p, err := CreatePool(t.TempDir(), "ndz", size)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Destroy(); err != nil {
+			t.Logf("%v", err)
+		}
+	})
+	return p
+}
+
+// CreatePool creates a pool named prefix plus a random suffix on a sparse
+// file of size bytes in dir (which must exist), mounted under dir/mnt. The
+// caller destroys it with Destroy. The benchmarks use it outside tests.
+func CreatePool(dir, prefix string, size int64) (*Pool, error) {
 	img := filepath.Join(dir, "pool.img")
 	f, err := os.Create(img)
 	if err != nil {
-		t.Fatalf("creating pool file: %v", err)
+		return nil, fmt.Errorf("creating pool file: %w", err)
 	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatalf("sizing pool file: %v", err)
-	}
+	err = f.Truncate(size)
 	_ = f.Close()
+	if err != nil {
+		_ = os.Remove(img)
+		return nil, fmt.Errorf("sizing pool file: %w", err)
+	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	p := &Pool{
-		Name:       "ndz" + hex.EncodeToString(suffix[:]),
+		Name:       prefix + hex.EncodeToString(suffix[:]),
 		Mountpoint: filepath.Join(dir, "mnt"),
 		Dir:        dir,
 		Runner:     &zfs.Runner{},
 	}
 	if out, err := exec.Command("zpool", "create", "-m", p.Mountpoint, p.Name, img).CombinedOutput(); err != nil {
-		t.Fatalf("zpool create %s: %v: %s", p.Name, err, out)
+		_ = os.Remove(img)
+		return nil, fmt.Errorf("zpool create %s: %v: %s", p.Name, err, strings.TrimSpace(string(out)))
 	}
-	t.Cleanup(func() { p.destroy(t) })
-	return p
+	return p, nil
 }
 
 // Unavailable skips the test, or fails it under CI=true, where a missing part
@@ -195,21 +212,22 @@ func Unavailable(t testing.TB, why string) {
 	t.Skipf("skipping: %s", why)
 }
 
-func (p *Pool) destroy(t testing.TB) {
-	t.Helper()
+// Destroy destroys the pool, retrying for up to 30 s while zfs-fuse still
+// reports it busy, and with -f as a last resort: the pool is a test's or a
+// benchmark's own, nothing else lives on it. The plugin never forces.
+func (p *Pool) Destroy() error {
 	var out []byte
 	var err error
-	for i := 0; i < 20; i++ {
-		out, err = exec.Command("zpool", "destroy", p.Name).CombinedOutput()
-		if err == nil {
-			return
+	for i := 0; i < 30; i++ {
+		if out, err = exec.Command("zpool", "destroy", p.Name).CombinedOutput(); err == nil {
+			return nil
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(time.Second)
 	}
-	// A test pool only: force as a last resort.
 	if out2, err2 := exec.Command("zpool", "destroy", "-f", p.Name).CombinedOutput(); err2 != nil {
-		t.Logf("zpool destroy %s failed: %v: %s; then -f: %v: %s", p.Name, err, out, err2, out2)
+		return fmt.Errorf("zpool destroy %s: %v: %s; then -f: %v: %s", p.Name, err, strings.TrimSpace(string(out)), err2, strings.TrimSpace(string(out2)))
 	}
+	return nil
 }
 
 // Dataset returns the name of a dataset in the pool.
