@@ -6,7 +6,8 @@
 // process-count test in this package also uses.
 //
 // The package uses only the public API of internal/device, internal/slots and
-// internal/zfs.
+// internal/zfs, with internal/sandbox for its pools and internal/pluginhost
+// to launch the plugin binary; it imports no test package.
 package bench
 
 import (
@@ -28,7 +29,7 @@ import (
 	nomaddevice "github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -84,7 +85,7 @@ func Configure(p nomaddevice.DevicePlugin, block string) error {
 	if err != nil {
 		return err
 	}
-	b, err := devicetest.EncodeConfig(spec, block)
+	b, err := pluginhost.EncodeConfig(spec, block)
 	if err != nil {
 		return err
 	}

@@ -16,13 +16,11 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	plugin "github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/nomad/plugins/base"
-	nomaddevice "github.com/hashicorp/nomad/plugins/device"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // MountLimit is how many ZFS file systems the harness lets the machine have
@@ -99,7 +97,7 @@ type Row struct {
 }
 
 // Run measures every size in turn, each on a fresh pool that it destroys
-// afterwards. ZFS must be usable (see zfstest.StartFuse). An error is
+// afterwards. ZFS must be usable (see sandbox.StartFuse). An error is
 // returned only when nothing could be measured; failures of one size are in
 // its SizeResult.
 func Run(ctx context.Context, o Options) (*Results, error) {
@@ -148,7 +146,7 @@ type sizeRun struct {
 	o      Options
 	n      int
 	log    io.Writer
-	pool   *zfstest.Pool
+	pool   *sandbox.Pool
 	parent string
 	floor  *zfs.Runner // runs the floors: real zfs, no wrapper
 	rows   []Row
@@ -176,7 +174,7 @@ func (h *sizeRun) run(ctx context.Context) (out SizeResult) {
 		size = 4 << 30
 	}
 	var destroy func() error
-	if h.pool, destroy, err = newPool(size); err != nil {
+	if h.pool, destroy, err = newPool(ctx, size); err != nil {
 		out.Error = err.Error()
 		return out
 	}
@@ -454,30 +452,12 @@ func (h *sizeRun) memory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig: base.Handshake,
-		Plugins: map[string]plugin.Plugin{
-			base.PluginTypeBase:   &base.PluginBase{},
-			base.PluginTypeDevice: &nomaddevice.PluginDevice{},
-		},
-		Cmd:              exec.Command(h.o.PluginBin),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Error, Output: io.Discard}),
-	})
-	defer client.Kill() // the plugin process, by the PID go-plugin started
-	rpc, err := client.Client()
-	if err != nil {
-		return fmt.Errorf("launching %s: %w", h.o.PluginBin, err)
-	}
-	raw, err := rpc.Dispense(base.PluginTypeDevice)
+	plug, err := pluginhost.Launch(h.o.PluginBin, hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Error, Output: io.Discard}))
 	if err != nil {
 		return err
 	}
-	dp, ok := raw.(nomaddevice.DevicePlugin)
-	if !ok {
-		return fmt.Errorf("dispensed %T, not a device plugin", raw)
-	}
-	pid := client.ReattachConfig().Pid
+	defer plug.Kill() // the plugin process, by the PID go-plugin started
+	dp, pid := plug.Device, plug.PID
 	if err := Configure(dp, h.config("1s", "500ms")); err != nil {
 		return err
 	}

@@ -1,23 +1,24 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 )
 
-// newPool creates a pool for one size with the tests' helper, on a sparse
-// file in a new directory under /var/tmp. The returned destroy destroys the
-// pool and then removes its directory, the mount point only when it is
-// empty, never recursively.
-func newPool(size int64) (p *zfstest.Pool, destroy func() error, err error) {
+// newPool creates a pool for one size with the sandbox the tests' helper
+// wraps, on a sparse file in a new directory under /var/tmp. The returned
+// destroy destroys the pool and then removes its directory, the mount point
+// only when it is empty, never recursively. On error nothing is left.
+func newPool(ctx context.Context, size int64) (p *sandbox.Pool, destroy func() error, err error) {
 	dir, err := os.MkdirTemp("/var/tmp", "zfsbench-")
 	if err != nil {
 		return nil, nil, err
 	}
-	if p, err = zfstest.CreatePool(dir, "zbench", size); err != nil {
+	if p, err = sandbox.CreatePool(ctx, dir, "zbench", size); err != nil {
 		_ = os.Remove(dir)
 		return nil, nil, err
 	}

@@ -18,31 +18,50 @@ import (
 type Tenants struct {
 	mu      sync.Mutex
 	holders map[string]slots.Owner // live holder, by device ID
-	ended   map[string]bool        // by allocation ID
+	ended   map[string]slots.Owner // by allocation ID
 	seq     int
 }
 
 // NewTenants returns a Tenants with no allocation.
 func NewTenants() *Tenants {
-	return &Tenants{holders: map[string]slots.Owner{}, ended: map[string]bool{}}
+	return &Tenants{holders: map[string]slots.Owner{}, ended: map[string]slots.Owner{}}
 }
 
-// Holders implements slots.Nomad.
-func (t *Tenants) Holders(id string) []slots.Owner {
+// View implements slots.Nomad: every live holder is running with its task
+// started, every ended allocation is complete, and the view sees every
+// namespace. It is read now, so it always began after since.
+func (t *Tenants) View(_ context.Context, _ time.Time) (*slots.View, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if o, ok := t.holders[id]; ok {
-		return []slots.Owner{o}
+	v := &slots.View{Began: time.Now(), Allocs: map[string]slots.Alloc{}, Complete: true}
+	for id, o := range t.holders {
+		v.Allocs[o.AllocID] = slots.Alloc{
+			Owner: untasked(o), ClientStatus: "running",
+			Devices: map[string]string{id: o.Task}, Started: map[string]bool{o.Task: true}, Dead: map[string]bool{},
+		}
 	}
-	return nil
+	for _, o := range t.ended {
+		v.Allocs[o.AllocID] = slots.Alloc{
+			Owner: untasked(o), ClientStatus: "complete",
+			Devices: map[string]string{}, Started: map[string]bool{o.Task: true}, Dead: map[string]bool{o.Task: true},
+		}
+	}
+	return v, nil
 }
 
-// Fate implements slots.Nomad: an allocation has ended once End was called
-// for it.
-func (t *Tenants) Fate(_ context.Context, o slots.Owner) (slots.Fate, error) {
+// untasked is o as a view lists it: an allocation, not one of its tasks.
+func untasked(o slots.Owner) slots.Owner {
+	o.Task = ""
+	return o
+}
+
+// Gone implements slots.Nomad: an allocation is gone once End was called
+// for it (the view lists it as complete anyway).
+func (t *Tenants) Gone(_ context.Context, o slots.Owner) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return slots.Fate{Ended: t.ended[o.AllocID], Reason: "allocation is complete"}, nil
+	_, ok := t.ended[o.AllocID]
+	return ok, nil
 }
 
 // Hold makes a new allocation the holder of device id and returns it.
@@ -63,7 +82,7 @@ func (t *Tenants) Hold(id string) slots.Owner {
 func (t *Tenants) End(o slots.Owner) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.ended[o.AllocID] = true
+	t.ended[o.AllocID] = o
 	for id, h := range t.holders {
 		if h == o {
 			delete(t.holders, id)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -137,9 +139,7 @@ job "e2e-scratch" {
 // node's stats API; and once the allocation is complete the plugin archives
 // the dataset (data intact) and puts a fresh one in its place.
 func TestScratchDatasetEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts a Nomad agent and runs a job")
-	}
+	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs a job")
 	start := time.Now()
 	step := func(format string, args ...any) {
 		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -211,8 +211,8 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	must.EqOp(t, "free", pool.Prop(t, otherDS, "nomad-device-zfs:state"))
 	must.EqOp(t, "on", pool.Prop(t, slotDS, "compression"))
 	agent.Wait(t, "the owner's alloc ID stamped on "+slotDS, holdTimeout, func() (bool, string) {
-		v := pool.Prop(t, slotDS, "nomad-device-zfs:alloc-id")
-		return v == alloc.ID, fmt.Sprintf("nomad-device-zfs:alloc-id=%q", v)
+		v := recordedOwner(t, pool, slotDS).AllocID
+		return v == alloc.ID, fmt.Sprintf("owner alloc ID=%q", v)
 	})
 	step("%s is reserved by %s", slotDS, alloc.ID)
 
@@ -270,13 +270,7 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	// fresh, empty dataset takes its place.
 	var archived string
 	agent.Wait(t, "the release of "+slotDS+" into the archive", releaseTimeout, func() (bool, string) {
-		archived = ""
-		out := pool.ZFS(t, "get", "-H", "-r", "-o", "name,value", "nomad-device-zfs:alloc-id", parent+"/.archive")
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[1] == alloc.ID && !strings.Contains(f[0], "@") {
-				archived = f[0]
-			}
-		}
+		archived = archivedFor(t, pool, parent+"/.archive", alloc.ID)
 		if archived == "" {
 			return false, "nothing in the archive for the allocation; state of the slot: " +
 				pool.Prop(t, slotDS, "nomad-device-zfs:state")
@@ -289,7 +283,7 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	must.StrHasPrefix(t, parent+"/.archive/"+devID+".default.e2e-scratch.g.write."+alloc.ID[:8]+".", archived)
 	_, err = os.Stat(filepath.Join(slotMP, "hello.txt"))
 	must.True(t, os.IsNotExist(err), must.Sprintf("the fresh %s must be empty: %v", slotDS, err))
-	must.EqOp(t, "", pool.Prop(t, slotDS, "nomad-device-zfs:alloc-id"))
+	must.EqOp(t, "", pool.Prop(t, slotDS, slots.PropOwner))
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
 	// The archived data is intact: mount it, as an operator would.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -90,9 +90,7 @@ job "checker" {
 // agent started (so the file is re-read when it changes), and learns its
 // node ID without agent:read.
 func TestReleaseEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts a Nomad agent and runs jobs")
-	}
+	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
 	for _, acl := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no_acl", true: "acl_minimal_policy"}[acl], func(t *testing.T) {
 			releaseEndToEnd(t, acl)
@@ -164,8 +162,8 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 		return err == nil && string(b) == alloc.ID+"\n", fmt.Sprintf("%q %v", b, err)
 	})
 	agent.Wait(t, "the owner stamped", holdTimeout, func() (bool, string) {
-		v := pool.Prop(t, slot, "nomad-device-zfs:alloc-id")
-		return v == alloc.ID, "alloc-id=" + v
+		v := recordedOwner(t, pool, slot).AllocID
+		return v == alloc.ID, "owner alloc ID=" + v
 	})
 	step("writer %s holds %s", alloc.ID[:8], slot)
 
@@ -186,8 +184,8 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
 	step("released to %s", archived)
 	must.EqOp(t, "archived", pool.Prop(t, archived, "nomad-device-zfs:state"))
-	must.EqOp(t, "writer", pool.Prop(t, archived, "nomad-device-zfs:job"))
-	must.EqOp(t, agent.NodeID, pool.Prop(t, archived, "nomad-device-zfs:node-id"))
+	must.EqOp(t, "writer", recordedOwner(t, pool, archived).Job)
+	must.EqOp(t, agent.NodeID, recordedOwner(t, pool, archived).NodeID)
 	entries, err := os.ReadDir(pool.Prop(t, slot, "mountpoint"))
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries)
@@ -206,16 +204,4 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 		return a != "" && pool.Prop(t, slot, "nomad-device-zfs:state") == "free", "archive=" + a
 	})
 	step("second tenant ran on the fresh slot and was released too")
-}
-
-// archivedFor returns the archived dataset of an allocation, or "".
-func archivedFor(t *testing.T, pool *zfstest.Pool, archive, allocID string) string {
-	t.Helper()
-	out := pool.ZFS(t, "get", "-H", "-r", "-d", "1", "-o", "name,value", "nomad-device-zfs:alloc-id", archive)
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[1] == allocID && !strings.Contains(f[0], "@") {
-			return f[0]
-		}
-	}
-	return ""
 }

@@ -12,6 +12,7 @@ package allocwatch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	cleanhttp "github.com/hashicorp/go-cleanhttp"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
@@ -31,13 +33,18 @@ const (
 	deviceType   = "dataset"
 )
 
-// Defaults.
+// Defaults and deadlines. Every call to the API has one.
 const (
 	DefaultFullPeriod = 5 * time.Minute
 	blockingWait      = 5 * time.Minute
-	minBackoff        = time.Second
-	maxBackoff        = 30 * time.Second
-	maxBehind         = 3
+	// blockingDeadline bounds a blocking query: its wait, Nomad's jitter
+	// (up to wait/16) and a margin for the answer.
+	blockingDeadline = blockingWait + blockingWait/16 + 30*time.Second
+	// callTimeout bounds every other call.
+	callTimeout = 15 * time.Second
+	minBackoff  = time.Second
+	maxBackoff  = 30 * time.Second
+	maxBehind   = 3
 )
 
 // ErrPermission is wrapped by errors that come from a 403: the token may not
@@ -70,8 +77,9 @@ type Alloc struct {
 	// Devices maps each of the plugin's device IDs the allocation holds to
 	// the task that holds it.
 	Devices map[string]string
-	// DeadTasks lists tasks whose state is "dead".
-	DeadTasks map[string]bool
+	// DeadTasks lists tasks whose state is "dead"; StartedTasks those that
+	// have started (running, or with a start time).
+	DeadTasks, StartedTasks map[string]bool
 }
 
 // Ended reports whether the allocation has positively stopped on the client
@@ -94,8 +102,10 @@ type Snapshot struct {
 	Allocs map[string]*Alloc
 	// Index is the Raft index of the read.
 	Index uint64
-	// At is when the read completed.
-	At time.Time
+	// Began is when the request was sent; At is when the answer came. A
+	// read is consistent (never a stale follower's), so a snapshot shows the
+	// servers' state at some moment after Began.
+	Began, At time.Time
 }
 
 // Watcher follows one node's allocations. Its methods are safe for
@@ -116,6 +126,22 @@ type Watcher struct {
 	tokenMod time.Time
 	tokenLen int64
 	updated  chan struct{} // closed and replaced on every new snapshot
+	// flight is the latest non-blocking read started by Fresh.
+	flight *flight
+	// vis is what the latest visibility check said; visAt when it ran;
+	// visStale is set when the token changed since.
+	vis      Visibility
+	visErr   error
+	visAt    time.Time
+	visStale bool
+}
+
+// flight is one non-blocking read that callers of Fresh share.
+type flight struct {
+	began time.Time
+	done  chan struct{} // closed when snap or err is set
+	snap  *Snapshot
+	err   error
 }
 
 // New returns a watcher; it does not contact Nomad until Run.
@@ -136,8 +162,17 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 	if cfg.TLSServerName != "" {
 		ac.TLSConfig.TLSServerName = cfg.TLSServerName
 	}
-	// Blocking queries wait up to blockingWait; leave room for the answer.
+	// Blocking queries wait up to blockingWait. Every call also carries a
+	// context deadline; the client's own timeout is a backstop.
 	ac.WaitTime = blockingWait
+	ac.HttpClient = cleanhttp.DefaultPooledClient()
+	ac.HttpClient.Timeout = blockingDeadline
+	if tr, ok := ac.HttpClient.Transport.(*http.Transport); ok {
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if err := api.ConfigureTLS(ac.HttpClient, ac.TLSConfig); err != nil {
+		return nil, fmt.Errorf("nomad API TLS for %s: %w", ac.Address, err)
+	}
 	client, err := api.NewClient(ac)
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
@@ -181,6 +216,7 @@ func (w *Watcher) refreshToken() error {
 	w.client.SetSecretID(strings.TrimSpace(string(b)))
 	w.mu.Lock()
 	w.tokenMod, w.tokenLen = fi.ModTime(), fi.Size()
+	w.visStale = true
 	w.mu.Unlock()
 	w.log.Debug("nomad token read", "token_file", w.cfg.TokenFile)
 	return nil
@@ -199,9 +235,12 @@ func (w *Watcher) NodeID(ctx context.Context) (string, error) {
 	if err := w.refreshToken(); err != nil {
 		return "", err
 	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	q := (&api.QueryOptions{}).WithContext(ctx)
-	self, err := w.client.Agent().Self()
-	if err == nil {
+	var self *api.AgentSelf
+	_, err := w.client.Raw().Query("/v1/agent/self", &self, q)
+	if err == nil && self != nil {
 		if s, ok := self.Stats["client"]; ok && s["node_id"] != "" {
 			id = s["node_id"]
 		}
@@ -303,12 +342,19 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 	if err != nil {
 		return nil, err
 	}
-	q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait, AllowStale: true}).WithContext(ctx)
+	deadline := callTimeout
+	if waitIndex > 0 {
+		deadline = blockingDeadline
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	began := time.Now()
+	q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait}).WithContext(ctx)
 	allocs, meta, err := w.client.Nodes().Allocations(nodeID, q)
 	if err != nil {
 		return nil, fmt.Errorf("GET /v1/node/%s/allocations: %w", nodeID, classify(err))
 	}
-	snap := &Snapshot{Allocs: make(map[string]*Alloc, len(allocs)), At: time.Now()}
+	snap := &Snapshot{Allocs: make(map[string]*Alloc, len(allocs)), Began: began, At: time.Now()}
 	if meta != nil {
 		snap.Index = meta.LastIndex
 	}
@@ -324,7 +370,7 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 func convert(a *api.Allocation) *Alloc {
 	out := &Alloc{
 		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, TaskGroup: a.TaskGroup, Name: a.Name,
-		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{},
+		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{}, StartedTasks: map[string]bool{},
 		Stopping: a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict,
 	}
 	if a.AllocatedResources != nil {
@@ -343,8 +389,14 @@ func convert(a *api.Allocation) *Alloc {
 		}
 	}
 	for task, ts := range a.TaskStates {
-		if ts != nil && ts.State == "dead" {
+		if ts == nil {
+			continue
+		}
+		if ts.State == "dead" {
 			out.DeadTasks[task] = true
+		}
+		if ts.State == "running" || !ts.StartedAt.IsZero() {
+			out.StartedTasks[task] = true
 		}
 	}
 	return out
@@ -353,6 +405,9 @@ func convert(a *api.Allocation) *Alloc {
 func (w *Watcher) setSnapshot(s *Snapshot) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.snap != nil && s.Began.Before(w.snap.Began) && s.Index < w.snap.Index {
+		return // an older read answered late: keep the newer view
+	}
 	w.snap, w.lastErr = s, nil
 	close(w.updated)
 	w.updated = make(chan struct{})
@@ -377,106 +432,6 @@ func (w *Watcher) Updated() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.updated
-}
-
-// Holders returns the allocations in the latest snapshot that hold the
-// device and have not ended, sorted by ID, with the task holding it in each.
-// It returns nil before the first snapshot.
-func (w *Watcher) Holders(deviceID string) []Holding {
-	w.mu.Lock()
-	snap, node := w.snap, w.nodeID
-	w.mu.Unlock()
-	if snap == nil {
-		return nil
-	}
-	var found []Holding
-	for _, a := range snap.Allocs {
-		if t, holds := a.Devices[deviceID]; holds && !a.Ended(t) {
-			found = append(found, Holding{Alloc: a, Task: t, NodeID: node})
-		}
-	}
-	sort.Slice(found, func(i, j int) bool { return found[i].Alloc.ID < found[j].Alloc.ID })
-	return found
-}
-
-// Holding is one allocation's task holding a device, on node NodeID.
-type Holding struct {
-	Alloc  *Alloc
-	Task   string
-	NodeID string
-}
-
-// Verdict is the answer to "has this allocation ended?".
-type Verdict struct {
-	Ended bool
-	// Stopping: not ended yet, but the servers want it stopped.
-	Stopping bool
-	Reason   string
-}
-
-// Status says whether allocation allocID (in namespace, holding task) has
-// positively ended. It uses the latest snapshot when the allocation is in it;
-// when it is not, it asks the API directly with a namespace-scoped list by ID
-// prefix, which answers 403 when the token may not read that namespace
-// (where a read by ID would answer 404 and be mistaken for "gone"). Any
-// doubt is an error: the caller keeps the data.
-func (w *Watcher) Status(ctx context.Context, namespace, allocID, task string) (Verdict, error) {
-	return w.StatusOn(ctx, "", namespace, allocID, task)
-}
-
-// StatusOn is Status for an allocation recorded on node nodeID: when that is
-// not the node this watcher follows (the plugin was pointed at another
-// cluster or node), nothing said here is evidence, and it returns an error.
-func (w *Watcher) StatusOn(ctx context.Context, nodeID, namespace, allocID, task string) (Verdict, error) {
-	if nodeID != "" {
-		w.mu.Lock()
-		mine := w.nodeID
-		w.mu.Unlock()
-		if mine != "" && mine != nodeID {
-			return Verdict{}, fmt.Errorf("allocation %s was recorded on node %s, but this plugin now watches node %s", short(allocID), short(nodeID), short(mine))
-		}
-	}
-	snap, lastErr := w.Snapshot()
-	if snap == nil {
-		if lastErr == nil {
-			lastErr = errors.New("no allocation list read yet")
-		}
-		return Verdict{}, lastErr
-	}
-	if a, ok := snap.Allocs[allocID]; ok {
-		if a.Ended(task) {
-			return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
-		}
-		return Verdict{Stopping: a.Stopping, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), a.ClientStatus)}, nil
-	}
-	if namespace == "" {
-		return Verdict{}, fmt.Errorf("allocation %s is not in the node's list and its namespace is unknown", short(allocID))
-	}
-	if err := w.refreshToken(); err != nil {
-		return Verdict{}, err
-	}
-	q := (&api.QueryOptions{Namespace: namespace, Prefix: allocID, AllowStale: false}).WithContext(ctx)
-	stubs, _, err := w.client.Allocations().List(q)
-	if err != nil {
-		return Verdict{}, fmt.Errorf("looking up allocation %s in namespace %q: %w", short(allocID), namespace, classify(err))
-	}
-	for _, s := range stubs {
-		if s.ID == allocID {
-			a := &Alloc{ID: s.ID, ClientStatus: s.ClientStatus, DeadTasks: map[string]bool{}}
-			for t, ts := range s.TaskStates {
-				if ts != nil && ts.State == "dead" {
-					a.DeadTasks[t] = true
-				}
-			}
-			if a.Ended(task) {
-				return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", short(allocID), s.ClientStatus)}, nil
-			}
-			// Present and live, but not in the node's list: the token
-			// cannot see it there, or the list is stale. Keep.
-			return Verdict{}, fmt.Errorf("allocation %s is %s but missing from the node's allocation list", short(allocID), s.ClientStatus)
-		}
-	}
-	return Verdict{Ended: true, Reason: fmt.Sprintf("allocation %s no longer exists", short(allocID))}, nil
 }
 
 // classify wraps a 403 from the API with ErrPermission.

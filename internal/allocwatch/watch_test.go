@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,7 +36,13 @@ type fakeNomad struct {
 	stale    *staleAnswer    // answer the node list with this once
 	selfCode int             // status for /v1/agent/self (0: 200)
 	tokens   []string        // X-Nomad-Token of each request
-	requests []string
+	requests []string        // path and query of each request
+	// gate, when set, holds every read of the node's allocations until it
+	// is closed.
+	gate chan struct{}
+	// changed is closed (and replaced) at every change of the state above,
+	// waking the blocking queries that wait for one.
+	changed chan struct{}
 }
 
 // staleAnswer is an old answer, as a lagging server would give.
@@ -47,7 +55,7 @@ const nodeID = "f1e2d3c4-0000-0000-0000-000000000000"
 
 func newFake(t *testing.T) (*fakeNomad, *httptest.Server) {
 	t.Helper()
-	f := &fakeNomad{index: 10, gone: map[string]bool{}, hidden: map[string]bool{}}
+	f := &fakeNomad{index: 10, gone: map[string]bool{}, hidden: map[string]bool{}, changed: make(chan struct{})}
 	srv := httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(srv.Close)
 	return f, srv
@@ -56,7 +64,7 @@ func newFake(t *testing.T) (*fakeNomad, *httptest.Server) {
 func (f *fakeNomad) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.tokens = append(f.tokens, r.Header.Get("X-Nomad-Token"))
-	f.requests = append(f.requests, r.URL.Path)
+	f.requests = append(f.requests, r.URL.RequestURI())
 	if f.down > 0 {
 		f.down--
 		f.mu.Unlock()
@@ -87,27 +95,77 @@ func (f *fakeNomad) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fakeWait is how long the fake holds a blocking query with nothing new
+// before it answers at the same index, as Nomad does at its wait time.
+const fakeWait = 300 * time.Millisecond
+
+// nodeAllocs answers the node's allocation list as a blocking query: at once
+// when the index is past the client's, or a stale answer is set; otherwise
+// at the next change, or at the same index after fakeWait.
 func (f *fakeNomad) nodeAllocs(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	wait, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
-	deadline := time.Now().Add(300 * time.Millisecond)
+	timeout := time.NewTimer(fakeWait)
+	defer timeout.Stop()
 	for {
 		f.mu.Lock()
 		if f.stale != nil {
 			old := f.stale
 			f.stale = nil
+			f.changedLocked()
 			f.mu.Unlock()
 			writeJSON(w, old.index, old.allocs)
 			return
 		}
-		if f.index > wait || time.Now().After(deadline) {
+		if f.index > wait {
 			out, idx := f.visibleLocked(), f.index
 			f.mu.Unlock()
 			writeJSON(w, idx, out)
 			return
 		}
+		changed := f.changed
 		f.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		case <-timeout.C:
+			f.mu.Lock()
+			out, idx := f.visibleLocked(), f.index
+			f.mu.Unlock()
+			writeJSON(w, idx, out)
+			return
+		}
 	}
+}
+
+// changedLocked wakes every blocking query waiting for a change.
+func (f *fakeNomad) changedLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// nodeReads is how many requests for the node's allocation list the fake
+// has received so far.
+func (f *fakeNomad) nodeReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, uri := range f.requests {
+		if path, _, _ := strings.Cut(uri, "?"); path == "/v1/node/"+nodeID+"/allocations" {
+			n++
+		}
+	}
+	return n
 }
 
 // visibleLocked filters out allocations in namespaces the token cannot
@@ -152,12 +210,14 @@ func (f *fakeNomad) set(allocs ...*api.Allocation) {
 	defer f.mu.Unlock()
 	f.allocs = allocs
 	f.index++
+	f.changedLocked()
 }
 
 func (f *fakeNomad) with(fn func(f *fakeNomad)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
+	f.changedLocked()
 }
 
 func alloc(id, ns, status string, devices ...string) *api.Allocation {
@@ -195,6 +255,8 @@ func start(t *testing.T, srv *httptest.Server, cfg Config) (*Watcher, <-chan *Sn
 	return w, updates
 }
 
+// waitFor polls cond every 10 ms until it holds, and fails the test when it
+// does not within 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -206,118 +268,127 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func status(t *testing.T, w *Watcher, ns, id string) (Verdict, error) {
+// next returns the watcher's next update, and fails the test when none
+// comes within 10 s.
+func next(t *testing.T, updates <-chan *Snapshot) *Snapshot {
+	t.Helper()
+	select {
+	case s := <-updates:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no update from the watcher within 10s")
+		return nil
+	}
+}
+
+// waitReads waits until the fake has received n more requests for the
+// node's allocations than it had when waitReads was called. The watcher
+// reads one at a time and handles each answer before it asks again, so once
+// it has asked n more times, it has handled at least n-1 answers given
+// after the call.
+func waitReads(t *testing.T, f *fakeNomad, n int) {
+	t.Helper()
+	want := f.nodeReads() + n
+	waitFor(t, fmt.Sprintf("%d more reads of the node's allocations", n), func() bool { return f.nodeReads() >= want })
+}
+
+// waitSnapshot waits until the watcher's latest snapshot satisfies cond, and
+// returns it.
+func waitSnapshot(t *testing.T, w *Watcher, what string, cond func(*Snapshot) bool) *Snapshot {
+	t.Helper()
+	var snap *Snapshot
+	waitFor(t, what, func() bool {
+		snap, _ = w.Snapshot()
+		return snap != nil && cond(snap)
+	})
+	return snap
+}
+
+// anySnap accepts any snapshot.
+func anySnap(*Snapshot) bool { return true }
+
+// gone calls Gone with a 5 s deadline.
+func gone(t *testing.T, w *Watcher, ns, id string) (bool, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return w.Status(ctx, ns, id, "task")
+	return w.Gone(ctx, ns, id)
 }
 
 func TestWatcher_FollowsAllocations(t *testing.T) {
 	f, srv := newFake(t)
 	f.set(alloc("a1", "default", "running", "scratch-0"))
 	w, _ := start(t, srv, Config{})
-	waitFor(t, "first snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
+	snap := waitSnapshot(t, w, "first snapshot", anySnap)
 
 	id, err := w.NodeID(context.Background())
 	must.NoError(t, err)
 	must.Eq(t, nodeID, id)
-	h := w.Holders("scratch-0")
-	must.SliceLen(t, 1, h)
-	must.Eq(t, "a1", h[0].Alloc.ID)
-	must.Eq(t, "task", h[0].Task)
-	must.SliceEmpty(t, w.Holders("GPU-1"), must.Sprint("other vendors' devices are not ours"))
-	v, err := status(t, w, "default", "a1")
-	must.NoError(t, err)
-	must.False(t, v.Ended)
+	a := snap.Allocs["a1"]
+	must.NotNil(t, a)
+	must.Eq(t, map[string]string{"scratch-0": "task"}, a.Devices, must.Sprint("other vendors' devices are not ours"))
+	must.False(t, a.Ended("task"))
 
 	// The blocking query sees the allocation complete.
 	f.set(alloc("a1", "default", "complete", "scratch-0"))
-	waitFor(t, "complete", func() bool { v, err := status(t, w, "default", "a1"); return err == nil && v.Ended })
-	must.SliceEmpty(t, w.Holders("scratch-0"))
-}
-
-func TestWatcher_DesiredStopIsNotEnded(t *testing.T) {
-	f, srv := newFake(t)
-	a := alloc("a1", "default", "running", "scratch-0")
-	a.DesiredStatus = "stop"
-	f.set(a)
-	w, _ := start(t, srv, Config{})
-	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
-	v, err := status(t, w, "default", "a1")
-	must.NoError(t, err)
-	must.False(t, v.Ended)
-	must.True(t, v.Stopping)
-
-	lost := alloc("a2", "default", "lost", "scratch-1")
-	lost.TaskStates["task"].State = "running" // lost to the servers, still running here
-	f.set(lost)
-	waitFor(t, "a2", func() bool { s, _ := w.Snapshot(); return s != nil && s.Allocs["a2"] != nil })
-	v, err = status(t, w, "default", "a2")
-	must.NoError(t, err)
-	must.False(t, v.Ended)
-}
-
-func TestWatcher_GarbageCollectedAllocationIsGone(t *testing.T) {
-	f, srv := newFake(t)
-	f.set(alloc("a1", "default", "running", "scratch-0"))
-	w, _ := start(t, srv, Config{})
-	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
+	waitSnapshot(t, w, "complete", func(s *Snapshot) bool { return s.Allocs["a1"] != nil && s.Allocs["a1"].Ended("task") })
+	// And its garbage collection; then it is positively gone.
 	f.with(func(f *fakeNomad) { f.gone["a1"] = true; f.index++ })
-	waitFor(t, "gc", func() bool { s, _ := w.Snapshot(); return s != nil && s.Allocs["a1"] == nil })
-	v, err := status(t, w, "default", "a1")
+	waitSnapshot(t, w, "gc", func(s *Snapshot) bool { return s.Allocs["a1"] == nil })
+	g, err := gone(t, w, "default", "a1")
 	must.NoError(t, err)
-	must.True(t, v.Ended)
-	must.StrContains(t, v.Reason, "no longer exists")
+	must.True(t, g)
+
+	// Every read is consistent: none asks for a stale answer.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, uri := range f.requests {
+		u, err := url.ParseRequestURI(uri)
+		must.NoError(t, err)
+		must.MapNotContainsKey(t, u.Query(), "stale", must.Sprint(uri))
+	}
 }
 
 // Nomad silently drops allocations in namespaces the token cannot read from
-// the node's list; the direct, namespace-scoped read answers 403. That must
-// mean keep, never gone.
+// the node's list; the namespace-scoped list answers 403. That must mean
+// keep, never gone.
 func TestWatcher_TokenLimitedToOneNamespace(t *testing.T) {
 	f, srv := newFake(t)
 	f.set(alloc("a1", "default", "running", "scratch-0"), alloc("b1", "prod", "running", "scratch-1"))
 	f.with(func(f *fakeNomad) { f.hidden["prod"] = true })
 	w, _ := start(t, srv, Config{})
-	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
-	snap, _ := w.Snapshot()
+	snap := waitSnapshot(t, w, "snapshot", anySnap)
 	must.Eq(t, []string{"a1"}, snap.SortedIDs())
 
-	_, err := status(t, w, "prod", "b1")
+	_, err := gone(t, w, "prod", "b1")
 	must.ErrorIs(t, err, ErrPermission)
-	// Even once the allocation is really gone, a token that cannot see the
-	// namespace cannot tell: keep.
-	f.with(func(f *fakeNomad) { f.gone["b1"] = true })
-	_, err = status(t, w, "prod", "b1")
-	must.ErrorIs(t, err, ErrPermission)
-	// And with no namespace recorded there is nothing to ask: keep.
-	_, err = status(t, w, "", "b1")
-	must.ErrorContains(t, err, "namespace is unknown")
 }
 
 func TestWatcher_ForbiddenAllocationList(t *testing.T) {
-	_, srv := newFake(t)
 	forbidden := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Permission denied", http.StatusForbidden)
 	}))
 	t.Cleanup(forbidden.Close)
-	_ = srv
 	w, _ := start(t, forbidden, Config{NodeID: nodeID})
 	waitFor(t, "an error", func() bool { _, err := w.Snapshot(); return err != nil })
 	snap, err := w.Snapshot()
 	must.Nil(t, snap)
 	must.ErrorIs(t, err, ErrPermission)
-	_, err = status(t, w, "default", "a1")
+	_, err = gone(t, w, "default", "a1")
+	must.ErrorIs(t, err, ErrPermission)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = w.Fresh(ctx, time.Now())
 	must.ErrorIs(t, err, ErrPermission)
 }
 
-// While the API is down, the last snapshot stays; nothing is reported as
-// ended that was not; the watcher catches up when the API is back.
+// While the API is down, the last snapshot stays; the watcher catches up
+// when the API is back.
 func TestWatcher_APIDownForAWhile(t *testing.T) {
 	f, srv := newFake(t)
 	f.set(alloc("a1", "default", "running", "scratch-0"))
 	w, _ := start(t, srv, Config{})
-	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
+	waitSnapshot(t, w, "snapshot", anySnap)
 	f.with(func(f *fakeNomad) {
 		f.down = 6
 		f.allocs = []*api.Allocation{alloc("a1", "default", "complete", "scratch-0")}
@@ -327,18 +398,20 @@ func TestWatcher_APIDownForAWhile(t *testing.T) {
 	snap, err := w.Snapshot()
 	must.Error(t, err)
 	must.NotNil(t, snap, must.Sprint("the last snapshot is kept"))
-	waitFor(t, "recovery", func() bool { v, err := status(t, w, "default", "a1"); return err == nil && v.Ended })
+	waitSnapshot(t, w, "recovery", func(s *Snapshot) bool { return s.Allocs["a1"].Ended("task") })
 }
 
 func TestWatcher_StaleAndDuplicateAnswers(t *testing.T) {
 	f, srv := newFake(t)
 	f.set(alloc("a1", "default", "complete", "scratch-0"))
 	w, updates := start(t, srv, Config{})
-	first := <-updates
+	first := next(t, updates)
 	must.Eq(t, uint64(11), first.Index)
 
 	// An older answer (a stale follower) showing the allocation running
-	// must not replace the newer view.
+	// must not replace the newer view. The watcher then reads afresh (from
+	// index 0) and may report index 11 again; two more reads prove it has
+	// handled both the stale answer and that fresh one.
 	f.with(func(f *fakeNomad) {
 		f.stale = &staleAnswer{index: 5, allocs: []*api.Allocation{alloc("a1", "default", "running", "scratch-0")}}
 	})
@@ -347,27 +420,37 @@ func TestWatcher_StaleAndDuplicateAnswers(t *testing.T) {
 		defer f.mu.Unlock()
 		return f.stale == nil
 	})
-	time.Sleep(100 * time.Millisecond)
+	waitReads(t, f, 2)
 	snap, _ := w.Snapshot()
 	must.Eq(t, "complete", snap.Allocs["a1"].ClientStatus)
 	must.Eq(t, uint64(11), snap.Index)
-
-	// Repeated answers at the same index call onUpdate no more.
 	for len(updates) > 0 {
-		<-updates
+		u := <-updates
+		must.Eq(t, uint64(11), u.Index, must.Sprint("the stale answer reached onUpdate"))
+		must.Eq(t, "complete", u.Allocs["a1"].ClientStatus)
 	}
-	time.Sleep(700 * time.Millisecond) // two blocking-query timeouts of the fake
+
+	// Repeated answers at the same index call onUpdate no more: after two
+	// more reads, at least one answer at the same index (the fake's wait
+	// ran out with nothing new) has been handled, without an update.
+	waitReads(t, f, 2)
 	must.Eq(t, 0, len(updates))
 }
 
 func TestWatcher_NodeIDFallsBackToHostname(t *testing.T) {
 	f, srv := newFake(t)
-	f.with(func(f *fakeNomad) { f.selfCode = http.StatusForbidden })
 	w, err := New(Config{Address: srv.URL}, hclog.NewNullLogger())
 	must.NoError(t, err)
 	id, err := w.NodeID(context.Background())
 	must.NoError(t, err)
-	must.Eq(t, nodeID, id)
+	must.Eq(t, nodeID, id, must.Sprint("from /v1/agent/self"))
+
+	f.with(func(f *fakeNomad) { f.selfCode = http.StatusForbidden })
+	w, err = New(Config{Address: srv.URL}, hclog.NewNullLogger())
+	must.NoError(t, err)
+	id, err = w.NodeID(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, nodeID, id, must.Sprint("from the node named after this host"))
 
 	w, err = New(Config{Address: srv.URL, NodeID: "configured"}, hclog.NewNullLogger())
 	must.NoError(t, err)
@@ -382,7 +465,7 @@ func TestWatcher_TokenFileReReadWhenChanged(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	must.NoError(t, os.WriteFile(tokenFile, []byte("first-token\n"), 0o600))
 	w, _ := start(t, srv, Config{TokenFile: tokenFile})
-	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
+	waitSnapshot(t, w, "snapshot", anySnap)
 	must.NoError(t, os.WriteFile(tokenFile, []byte("second-token-longer\n"), 0o600))
 	f.set(alloc("a1", "default", "running", "scratch-0"))
 	waitFor(t, "the new token", func() bool {
@@ -399,19 +482,51 @@ func TestWatcher_TokenFileReReadWhenChanged(t *testing.T) {
 	must.True(t, errors.Is(err, os.ErrNotExist))
 }
 
-// An owner recorded on another node (the plugin was pointed at another
-// cluster) is never judged from this node's view.
-func TestWatcher_OwnerFromAnotherNode(t *testing.T) {
-	f, srv := newFake(t)
-	f.set(alloc("a1", "default", "running", "scratch-0"))
-	w, _ := start(t, srv, Config{})
-	waitFor(t, "snapshot", func() bool { s, _ := w.Snapshot(); return s != nil })
-	h := w.Holders("scratch-0")
-	must.SliceLen(t, 1, h)
-	must.Eq(t, nodeID, h[0].NodeID)
-	_, err := w.StatusOn(context.Background(), "0ther-node-id", "default", "gone-alloc", "task")
-	must.ErrorContains(t, err, "now watches node")
-	v, err := w.StatusOn(context.Background(), nodeID, "default", "gone-alloc", "task")
-	must.NoError(t, err)
-	must.True(t, v.Ended)
+// TestConvert checks what an API allocation becomes: only the plugin's
+// devices, which tasks are dead or have started, and when it has ended.
+func TestConvert(t *testing.T) {
+	withTask := func(status, desired string, ts *api.TaskState) *api.Allocation {
+		a := alloc("a1", "default", status, "scratch-0")
+		a.DesiredStatus = desired
+		a.TaskStates = map[string]*api.TaskState{"task": ts, "nil": nil}
+		return a
+	}
+	cases := []struct {
+		name            string
+		in              *api.Allocation
+		ended, stopping bool
+		dead, started   bool
+		wantDevs        map[string]string
+	}{
+		{name: "running", in: withTask("running", "run", &api.TaskState{State: "running"}), started: true},
+		{name: "pending, not started", in: withTask("pending", "run", &api.TaskState{State: "pending"})},
+		{name: "restarting, started before", in: withTask("pending", "run", &api.TaskState{State: "pending", StartedAt: time.Unix(1, 0)}), started: true},
+		{name: "desired stop", in: withTask("running", "stop", &api.TaskState{State: "running"}), stopping: true, started: true},
+		{name: "desired evict", in: withTask("running", "evict", &api.TaskState{State: "running"}), stopping: true, started: true},
+		{name: "complete", in: withTask("complete", "run", &api.TaskState{State: "dead", StartedAt: time.Unix(1, 0)}), ended: true, dead: true, started: true},
+		{name: "failed before start", in: withTask("failed", "run", &api.TaskState{State: "dead"}), ended: true, dead: true},
+		{name: "lost, task running", in: withTask("lost", "stop", &api.TaskState{State: "running"}), stopping: true, started: true},
+		{name: "lost, task dead", in: withTask("lost", "stop", &api.TaskState{State: "dead"}), ended: true, stopping: true, dead: true},
+		{name: "no resources", in: &api.Allocation{ID: "a1", ClientStatus: "running"}, wantDevs: map[string]string{}},
+		{name: "nil task resources and devices", in: &api.Allocation{ID: "a1", ClientStatus: "running",
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+				"a": nil, "b": {Devices: []*api.AllocatedDeviceResource{nil}}}}}, wantDevs: map[string]string{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := convert(tc.in)
+			want := tc.wantDevs
+			if want == nil {
+				want = map[string]string{"scratch-0": "task"}
+			}
+			must.Eq(t, want, a.Devices)
+			must.EqOp(t, tc.ended, a.Ended("task"))
+			if tc.in.ClientStatus == "lost" {
+				must.False(t, a.Ended("other-task"), must.Sprint("a lost allocation has ended only for its dead tasks"))
+			}
+			must.EqOp(t, tc.stopping, a.Stopping)
+			must.EqOp(t, tc.dead, a.DeadTasks["task"])
+			must.EqOp(t, tc.started, a.StartedTasks["task"])
+		})
+	}
 }

@@ -20,6 +20,9 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
+// MaxSlots bounds a class's slots, so that every dataset name fits ZFS.
+const MaxSlots = 9999
+
 // Defaults for optional configuration fields.
 const (
 	DefaultFingerprintPeriod = "30s"
@@ -84,12 +87,15 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the plugin block as Nomad sends it (msgpack-encoded).
 type Config struct {
-	ParentDataset     string                 `codec:"parent_dataset"`
-	FingerprintPeriod string                 `codec:"fingerprint_period"`
-	StatsPeriod       string                 `codec:"stats_period"`
-	ReserveTimeout    string                 `codec:"reserve_timeout"`
-	Nomad             *NomadConfig           `codec:"nomad"`
-	Classes           map[string]ClassConfig `codec:"class"`
+	ParentDataset     string       `codec:"parent_dataset"`
+	FingerprintPeriod string       `codec:"fingerprint_period"`
+	StatsPeriod       string       `codec:"stats_period"`
+	ReserveTimeout    string       `codec:"reserve_timeout"`
+	Nomad             *NomadConfig `codec:"nomad"`
+	// Classes holds pointers: the msgpack decoder reuses one value for
+	// every entry of a map of structs, which made classes share one
+	// Properties map.
+	Classes map[string]*ClassConfig `codec:"class"`
 }
 
 // NomadConfig is the `nomad { ... }` block: how the plugin reads the node's
@@ -163,6 +169,12 @@ func (c *Config) validate() (settings, error) {
 	if err := zfs.ValidateDatasetName(c.ParentDataset); err != nil {
 		return s, fmt.Errorf("parent_dataset %q: %w", c.ParentDataset, err)
 	}
+	// Every name the plugin makes under the parent must fit ZFS: the
+	// longest is a shortened archive name.
+	if max := slots.MaxNameLen - len("/"+slots.ArchiveName+"/") - slots.MinArchiveLeafLen; len(c.ParentDataset) > max {
+		return s, fmt.Errorf("parent_dataset %q is %d bytes long: at most %d leave room for the names of archived datasets (ZFS allows %d)",
+			c.ParentDataset, len(c.ParentDataset), max, slots.MaxNameLen)
+	}
 	var err error
 	if s.fingerprintPeriod, err = positiveDuration("fingerprint_period", c.FingerprintPeriod, DefaultFingerprintPeriod); err != nil {
 		return s, err
@@ -186,7 +198,11 @@ func (c *Config) validate() (settings, error) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		cl, err := validateClass(name, c.Classes[name])
+		cc := c.Classes[name]
+		if cc == nil {
+			return s, fmt.Errorf("class %q: empty block", name)
+		}
+		cl, err := validateClass(name, *cc)
 		if err != nil {
 			return s, err
 		}
@@ -201,8 +217,8 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 	if !classNameRE.MatchString(name) {
 		return cl, fmt.Errorf("class name %q: use lower-case letters, digits and '-', starting with a letter, at most 32 characters", name)
 	}
-	if cc.Slots < 0 {
-		return cl, fmt.Errorf("%s = %d: must be 0 or more", field("slots"), cc.Slots)
+	if cc.Slots < 0 || cc.Slots > MaxSlots {
+		return cl, fmt.Errorf("%s = %d: must be from 0 to %d", field("slots"), cc.Slots, MaxSlots)
 	}
 	if cc.Quota == "" {
 		return cl, fmt.Errorf("%s is required", field("quota"))

@@ -296,3 +296,36 @@ func TestConfig_SchemaRejectsMissingRequired(t *testing.T) {
 }`)
 	must.ErrorContains(t, err, "slots")
 }
+
+// Each class keeps its own properties: the decoder once reused one value
+// for every class, so one class's properties leaked into the others.
+func TestConfig_ClassesKeepTheirOwnProperties(t *testing.T) {
+	s, err := decode(t, `config {
+  parent_dataset = "tank/nomad"
+  class "a" {
+    slots = 1
+    quota = "1G"
+    properties = { compression = "on" }
+  }
+  class "b" {
+    slots = 1
+    quota = "1G"
+  }
+  class "d" {
+    slots = 1
+    quota = "1G"
+    properties = { recordsize = "64K" }
+  }
+  class "c" {
+    slots = 1
+    quota = "1G"
+    properties { atime = "off" }
+  }
+}`)
+	must.NoError(t, err)
+	must.SliceLen(t, 4, s.slots.Classes)
+	must.Eq(t, map[string]string{"compression": "on"}, s.slots.Classes[0].Properties)
+	must.MapEmpty(t, s.slots.Classes[1].Properties)
+	must.Eq(t, map[string]string{"atime": "off"}, s.slots.Classes[2].Properties)
+	must.Eq(t, map[string]string{"recordsize": "64K"}, s.slots.Classes[3].Properties)
+}

@@ -94,6 +94,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err := p.slots.CheckParent(ctx, s.slots.Parent); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
+	if err := probeProperties(ctx, p.zfs, p.log, s.slots.Parent, s.slots.Classes); err != nil {
+		return fmt.Errorf("nomad-device-zfs config: %w", err)
+	}
 	p.mu.Lock()
 	p.settings, p.set = s, true
 	p.mu.Unlock()
@@ -155,19 +158,37 @@ func (p *Plugin) startWatching(ctx context.Context) {
 // nomadAllocs adapts the watcher to what the slot manager asks.
 type nomadAllocs struct{ w *allocwatch.Watcher }
 
-func (n nomadAllocs) Holders(deviceID string) []slots.Owner {
-	var out []slots.Owner
-	for _, h := range n.w.Holders(deviceID) {
-		a := h.Alloc
-		out = append(out, slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup,
-			Task: h.Task, AllocName: a.Name, NodeID: h.NodeID})
+// View returns a read of the node's allocations that began after since,
+// with whether the token is known to see every namespace.
+func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	snap, err := n.w.Fresh(ctx, since)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	nodeID, err := n.w.NodeID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	vis := n.w.Visibility(ctx)
+	v := &slots.View{Began: snap.Began, NodeID: nodeID, Allocs: make(map[string]slots.Alloc, len(snap.Allocs)),
+		Complete: vis.All, Incomplete: vis.Reason}
+	if vis.All {
+		v.Incomplete = ""
+	}
+	for id, a := range snap.Allocs {
+		v.Allocs[id] = slots.Alloc{
+			Owner:        slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, AllocName: a.Name, NodeID: nodeID},
+			ClientStatus: a.ClientStatus, Stopping: a.Stopping, Devices: a.Devices,
+			Dead: a.DeadTasks, Started: a.StartedTasks,
+		}
+	}
+	return v, nil
 }
 
-func (n nomadAllocs) Fate(ctx context.Context, o slots.Owner) (slots.Fate, error) {
-	v, err := n.w.StatusOn(ctx, o.NodeID, o.Namespace, o.AllocID, o.Task)
-	return slots.Fate{Ended: v.Ended, Stopping: v.Stopping, Reason: v.Reason}, err
+// Gone asks the API whether an allocation absent from the node's list
+// positively no longer exists.
+func (n nomadAllocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
+	return n.w.Gone(ctx, o.Namespace, o.AllocID)
 }
 
 func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.FingerprintResponse) {

@@ -195,16 +195,18 @@ func TestPlugin_FingerprintOnlyOnChange(t *testing.T) {
 	case <-time.After(1500 * time.Millisecond): // five fingerprint periods
 	}
 
+	// An operator's hand on the slot's state (an unmounted free slot would
+	// not do: the plugin mounts it again before the next fingerprint).
 	slot := pool.Dataset("nomad/scratch/1")
-	pool.ZFS(t, "unmount", slot)
+	pool.ZFS(t, "set", "nomad-device-zfs:state=bogus", slot)
 	fp := recvFingerprint(t, ch, 30*time.Second)
 	d := group(t, fp.Devices, "scratch").Devices[1]
 	must.False(t, d.Healthy)
-	must.StrContains(t, d.HealthDesc, "is not mounted")
+	must.StrContains(t, d.HealthDesc, `unknown state "bogus"`)
 	_, err = p.Reserve([]string{"scratch-1"})
 	must.ErrorContains(t, err, "cannot be reserved")
 
-	pool.ZFS(t, "mount", slot)
+	pool.ZFS(t, "set", "nomad-device-zfs:state=free", slot)
 	fp = recvFingerprint(t, ch, 30*time.Second)
 	must.True(t, group(t, fp.Devices, "scratch").Devices[1].Healthy)
 }

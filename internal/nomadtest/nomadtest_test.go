@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 )
 
 func TestPinnedVersionMatchesGoMod(t *testing.T) {
@@ -53,9 +55,7 @@ func TestLockFileExcludes(t *testing.T) {
 // management token works, an anonymous client is refused, and Stop ends the
 // process.
 func TestStartAgentACL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Nomad agent")
-	}
+	testenv.SkipShort(t, "starts a Nomad agent")
 	a := StartAgent(t, Options{ACL: true})
 	must.NotEq(t, "", a.Token)
 	must.NotEq(t, "", a.NodeID)

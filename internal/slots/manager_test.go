@@ -2,6 +2,7 @@ package slots_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -29,7 +31,13 @@ type env struct {
 
 func newEnv(t *testing.T, nslots int) *env {
 	t.Helper()
-	pool := zfstest.NewPool(t, 0)
+	return newEnvSized(t, nslots, 0)
+}
+
+// newEnvSized is newEnv on a pool of size bytes (2 GiB when 0).
+func newEnvSized(t *testing.T, nslots int, size int64) *env {
+	t.Helper()
+	pool := zfstest.NewPool(t, size)
 	pool.ZFS(t, "create", pool.Dataset("nomad"))
 	e := &env{pool: pool}
 	e.cfg = slots.Config{Parent: pool.Dataset("nomad"), Classes: []slots.Class{{
@@ -105,17 +113,34 @@ func TestManager_ProvisionAndAdopt(t *testing.T) {
 func TestManager_ReserveAndResize(t *testing.T) {
 	e := newEnv(t, 3)
 	e.sync(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Without a Nomad API, a fresh slot can be handed over (it is empty),
+	// but a reserved one never: nobody can prove who asks.
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-1"})
+	must.NoError(t, err)
+	short, shortCancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer shortCancel()
+	_, err = e.mgr.Reserve(short, []string{"scratch-1"})
+	must.ErrorContains(t, err, "cannot read allocations to verify the asker")
+	// Put it back to free as an operator would, for the resize below.
+	e.pool.ZFS(t, "set", slots.PropState+"=free", res[0].Dataset)
+	e.sync(t)
+
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	a.hold("scratch-2", owner(40))
 
 	runs := e.runner.Runs()
-	res, err := e.mgr.Reserve(ctx, []string{"scratch-2"})
+	res, err = e.mgr.Reserve(ctx, []string{"scratch-2"})
 	must.NoError(t, err)
 	must.Eq(t, int64(1), e.runner.Runs()-runs, must.Sprint("Reserve on a free slot runs one zfs command"))
 	must.SliceLen(t, 1, res)
 	must.Eq(t, slots.StateReserved, res[0].State)
 	must.Eq(t, "reserved", e.pool.Prop(t, res[0].Dataset, slots.PropState))
 
-	// Idempotent: no command at all the second time.
+	// Idempotent for the owner: no command at all the second time.
 	runs = e.runner.Runs()
 	_, err = e.mgr.Reserve(ctx, []string{"scratch-2"})
 	must.NoError(t, err)
@@ -239,7 +264,7 @@ func TestManager_PoolUnavailable(t *testing.T) {
 	guid := e.guid(t, first[0].Dataset)
 	out, err := exec.Command("zpool", "export", e.pool.Name).CombinedOutput()
 	if err != nil {
-		t.Skipf("zpool export failed on this ZFS (%v: %s); cannot stage an unavailable pool", err, out)
+		testenv.Skip(t, fmt.Sprintf("zpool export failed on this ZFS (%v: %s); cannot stage an unavailable pool", err, out))
 	}
 	t.Cleanup(func() { _ = exec.Command("zpool", "import", "-d", e.pool.Dir, e.pool.Name).Run() })
 

@@ -8,7 +8,8 @@
 package slots
 
 import (
-	"fmt"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"sort"
 	"strconv"
@@ -26,15 +27,8 @@ const (
 	PropManaged = "nomad-device-zfs:managed"
 	// PropState records a slot's state (see State).
 	PropState = "nomad-device-zfs:state"
-	// The owner of a reserved slot, stamped after Reserve, and the time its
-	// release began. They stay on the dataset in the archive.
-	PropAllocID    = "nomad-device-zfs:alloc-id"
-	PropAllocName  = "nomad-device-zfs:alloc-name"
-	PropNamespace  = "nomad-device-zfs:namespace"
-	PropJob        = "nomad-device-zfs:job"
-	PropGroup      = "nomad-device-zfs:group"
-	PropTask       = "nomad-device-zfs:task"
-	PropNodeID     = "nomad-device-zfs:node-id"
+	// PropReleasedAt is when a slot's release began (RFC 3339). It stays
+	// on the dataset in the archive, with PropOwner.
 	PropReleasedAt = "nomad-device-zfs:released-at"
 
 	ManagedSlot    = "slot"
@@ -68,50 +62,14 @@ const (
 	StateArchived State = "archived"
 )
 
-// ownerProps are the user properties that identify a slot's owner, in the
-// order they are stamped.
-var ownerProps = []string{PropAllocID, PropNamespace, PropJob, PropGroup, PropTask, PropAllocName, PropNodeID}
-
-// Owner identifies the allocation and task that hold a slot, and the Nomad
-// node the allocation was seen on.
-type Owner struct {
-	AllocID, Namespace, Job, Group, Task, AllocName, NodeID string
-}
-
-// Known reports whether the owner's allocation is known.
-func (o Owner) Known() bool { return o.AllocID != "" }
-
-func (o Owner) values() []string {
-	return []string{o.AllocID, o.Namespace, o.Job, o.Group, o.Task, o.AllocName, o.NodeID}
-}
-
-// String is a short description for logs and health texts.
-func (o Owner) String() string {
-	if !o.Known() {
-		return "an unknown allocation"
-	}
-	id := o.AllocID
-	if len(id) > 8 {
-		id = id[:8]
-	}
-	return fmt.Sprintf("allocation %s (%s/%s, group %s, task %s)", id, o.Namespace, o.Job, o.Group, o.Task)
-}
-
-func ownerOf(d zfs.Dataset) Owner {
-	var v [7]string
-	for i, p := range ownerProps {
-		v[i], _ = d.Local(p)
-	}
-	return Owner{AllocID: v[0], Namespace: v[1], Job: v[2], Group: v[3], Task: v[4], AllocName: v[5], NodeID: v[6]}
-}
-
 // ObservedProps are the properties read by the one batched `zfs get` of every
 // refresh, in the order they are asked for.
-var ObservedProps = []string{
+// The legacy owner properties come last: they are read only for datasets
+// that an earlier version stamped.
+var ObservedProps = append([]string{
 	"mounted", "mountpoint", "canmount", "used", "available", "referenced", "compressratio",
-	"refquota", PropManaged, PropState, PropAllocID, PropNamespace, PropJob, PropGroup,
-	PropTask, PropAllocName, PropNodeID, PropReleasedAt,
-}
+	"refquota", PropManaged, PropState, PropOwner, PropReleasedAt,
+}, legacyOwnerProps...)
 
 // Class is one validated class of the operator's configuration.
 type Class struct {
@@ -176,6 +134,7 @@ const (
 	SetQuota                          // bring a free slot's refquota to the class quota
 	CreateArchive                     // create the .archive container
 	SetProp                           // set one property (release bookkeeping)
+	MountSlot                         // mount a free slot that is not mounted
 	Unmount                           // unmount a slot being released
 	RenameToArchive                   // move a slot being released into the archive
 	DestroyArchived                   // destroy a released dataset (on_release = "destroy")
@@ -195,6 +154,8 @@ func (k ActionKind) String() string {
 		return "create archive dataset"
 	case SetProp:
 		return "set property"
+	case MountSlot:
+		return "mount free slot"
 	case Unmount:
 		return "unmount released slot"
 	case RenameToArchive:
@@ -227,7 +188,17 @@ type Plan struct {
 	// (no local PropManaged mark) or no longer configures. They are reported
 	// and never touched.
 	Foreign []string
+	// Unreadable lists datasets whose properties did not parse (a value
+	// with control characters written by hand or by an old version): they
+	// are reported and never touched, and make only their own slot
+	// unhealthy.
+	Unreadable []zfs.Dataset
 }
+
+// ProbePrefix starts the names of the datasets that SetConfig creates, and
+// destroys at once, under the parent to let ZFS judge a class's properties.
+// Class names cannot start with '.', so it never collides with one.
+const ProbePrefix = ".probe-"
 
 // MakePlan compares the configuration with the datasets that one
 // `zfs get -r -d 2 <parent>` returned and says what to create, release and
@@ -246,9 +217,14 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		byName[d.Name] = d
 	}
 	var p Plan
+	for _, d := range datasets {
+		if d.Err != nil {
+			p.Unreadable = append(p.Unreadable, d)
+		}
+	}
 	archive := cfg.ArchiveDataset()
 	ad, archiveExists := byName[archive]
-	archiveOK := archiveExists && isManaged(ad, ManagedArchive)
+	archiveOK := archiveExists && ad.Err == nil && isManaged(ad, ManagedArchive)
 	if !archiveExists {
 		p.Actions = append(p.Actions, Action{Kind: CreateArchive, Dataset: archive, Index: -1,
 			Props: map[string]string{PropManaged: ManagedArchive, "canmount": "off"}})
@@ -263,8 +239,9 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		case !exists:
 			p.Actions = append(p.Actions, Action{Kind: CreateClass, Dataset: container, Class: c.Name, Index: -1,
 				Props: map[string]string{PropManaged: ManagedClass}})
-		case !isManaged(cd, ManagedClass):
-			// Someone else's dataset sits where our class goes: hands off.
+		case cd.Err != nil || !isManaged(cd, ManagedClass):
+			// Someone else's dataset sits where our class goes, or one we
+			// cannot read: hands off.
 			continue
 		}
 		for i := 0; i < c.Slots; i++ {
@@ -274,21 +251,31 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 				p.Actions = append(p.Actions, Action{Kind: CreateSlot, Dataset: name, Class: c.Name, Index: i, Props: c.SlotProps()})
 				continue
 			}
-			if !isManaged(d, ManagedSlot) || slotState(d) != StateFree {
+			if d.Err != nil || !isManaged(d, ManagedSlot) || slotState(d) != StateFree {
 				continue
 			}
 			if q, _ := d.Value("refquota"); q != strconv.FormatUint(c.Quota, 10) {
 				p.Actions = append(p.Actions, Action{Kind: SetQuota, Dataset: name, Class: c.Name, Index: i,
 					Value: strconv.FormatUint(c.Quota, 10)})
 			}
+			// A free slot that is not mounted (an interrupted release,
+			// an operator, a crash) is mounted again before it is offered.
+			if mounted, _ := d.Value("mounted"); mounted == "no" {
+				if cm, _ := d.Value("canmount"); cm == "on" {
+					p.Actions = append(p.Actions, Action{Kind: MountSlot, Dataset: name, Class: c.Name, Index: i})
+				}
+			}
 		}
 	}
 	for _, d := range datasets {
 		rel, ok := strings.CutPrefix(d.Name, cfg.Parent+"/")
-		if !ok {
-			continue // the parent itself
+		if !ok || d.Err != nil {
+			continue // the parent itself, or unreadable (reported apart)
 		}
 		first, rest, nested := strings.Cut(rel, "/")
+		if strings.HasPrefix(first, ProbePrefix) {
+			continue // SetConfig's probe, destroyed by SetConfig
+		}
 		if first == ArchiveName {
 			if nested && archiveOK && isManaged(d, ManagedSlot) {
 				p.Actions = append(p.Actions, finishArchived(d)...)
@@ -303,7 +290,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			}
 			continue
 		}
-		if !configured[first] || !isManaged(byName[cfg.ClassDataset(first)], ManagedClass) {
+		if cd := byName[cfg.ClassDataset(first)]; !configured[first] || cd.Err != nil || !isManaged(cd, ManagedClass) {
 			continue // reported with its container
 		}
 		index := parseIndex(rest)
@@ -344,7 +331,8 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time) 
 		add(Action{Kind: Unmount})
 	}
 	at, _ := time.Parse(time.RFC3339, releasedAt)
-	add(Action{Kind: RenameToArchive, Target: cfg.ArchiveDataset() + "/" + ArchiveLeaf(c.Name, index, ownerOf(d), at)})
+	o, _ := ownerOf(d) // an owner that does not decode is archived as unknown
+	add(Action{Kind: RenameToArchive, Target: ArchivedName(cfg, c.Name, index, o, at)})
 	if index < c.Slots {
 		steps = append(steps, Action{Kind: CreateSlot, Dataset: d.Name, Class: c.Name, Index: index, Props: c.SlotProps(), Chain: d.Name})
 	}
@@ -362,22 +350,44 @@ func finishArchived(d zfs.Dataset) []Action {
 	return nil
 }
 
+// MaxNameLen is the longest dataset name ZFS accepts, in bytes.
+const MaxNameLen = 255
+
+// ArchivedName returns the full name a released dataset is renamed to:
+// <parent>/.archive/<ArchiveLeaf>, shortened to fit MaxNameLen when the
+// parent and the names are long (see ArchiveLeaf).
+func ArchivedName(cfg Config, class string, index int, o Owner, releasedAt time.Time) string {
+	prefix := cfg.ArchiveDataset() + "/"
+	return prefix + ArchiveLeaf(class, index, o, releasedAt, MaxNameLen-len(prefix))
+}
+
 // ArchiveLeaf names a released dataset so that an operator can tell where it
 // came from: class, slot, namespace, job, group, task, allocation (short ID)
 // and release time, e.g.
-// "scratch-0.default.web.app.server.1a2b3c4d.20261121T143000Z".
-// The full identity is kept in user properties as well.
-func ArchiveLeaf(class string, index int, o Owner, releasedAt time.Time) string {
-	id := o.AllocID
-	if len(id) > 8 {
-		id = id[:8]
-	}
-	parts := []string{DeviceID(class, index), o.Namespace, o.Job, o.Group, o.Task, id, releasedAt.UTC().Format("20060102T150405Z")}
+// "scratch-0.default.web.app.server.1a2b3c4d.20261121T143000Z". The full
+// identity is kept in PropOwner as well. When the name would be longer than
+// max bytes, the namespace, job, group and task are replaced by a short
+// hash of the whole name ("scratch-0.h3f9a0c1d2e.1a2b3c4d.20261121T143000Z"),
+// which stays unique and fits any parent that SetConfig accepts.
+func ArchiveLeaf(class string, index int, o Owner, releasedAt time.Time, max int) string {
+	id := short(o.AllocID)
+	when := releasedAt.UTC().Format("20060102T150405Z")
+	parts := []string{DeviceID(class, index), o.Namespace, o.Job, o.Group, o.Task, id, when}
 	for i, part := range parts {
 		parts[i] = sanitize(part, 40)
 	}
-	return strings.Join(parts, ".")
+	leaf := strings.Join(parts, ".")
+	if len(leaf) <= max {
+		return leaf
+	}
+	sum := sha256.Sum256([]byte(strings.Join([]string{class, strconv.Itoa(index), o.Namespace, o.Job, o.Group, o.Task, o.AllocID, when}, "\x00")))
+	return strings.Join([]string{sanitize(DeviceID(class, index), 40), "h" + hex.EncodeToString(sum[:5]), sanitize(id, 8), when}, ".")
 }
+
+// MinArchiveLeafLen is the length of the longest shortened archive leaf
+// (a 32-byte class name, a 4-digit index): SetConfig refuses a parent
+// too long to hold it.
+const MinArchiveLeafLen = 37 + 1 + 11 + 1 + 8 + 1 + 16
 
 // sanitize keeps the characters zfs allows in a name component, replaces
 // the rest with '_', and cuts to max bytes. An empty part becomes "_".

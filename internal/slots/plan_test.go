@@ -1,6 +1,7 @@
 package slots
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -189,8 +190,8 @@ func TestMakePlan_Release(t *testing.T) {
 	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
 	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
 	owned := func(d zfs.Dataset, kv ...string) zfs.Dataset {
-		props := []string{PropAllocID, "0b1c2d3e-aaaa-bbbb-cccc-000000000000", PropNamespace, "default",
-			PropJob, "web app", PropGroup, "g", PropTask, "t"}
+		props := []string{PropOwner, Owner{AllocID: "0b1c2d3e-aaaa-bbbb-cccc-000000000000", Namespace: "default",
+			Job: "web app", Group: "g", Task: "t"}.Encode()}
 		for i := 0; i+1 < len(props); i += 2 {
 			d.Props[props[i]] = zfs.Prop{Value: props[i+1], Source: "local"}
 		}
@@ -288,8 +289,42 @@ func TestMakePlan_Release(t *testing.T) {
 func TestArchiveLeaf(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	o := Owner{AllocID: "12345678-9abc", Namespace: "prod", Job: "a/b c", Group: "g", Task: "t@1"}
-	must.Eq(t, "scratch-0.prod.a_b_c.g.t_1.12345678.20260102T030405Z", ArchiveLeaf("scratch", 0, o, at))
-	must.Eq(t, "scratch-0._._._._._.20260102T030405Z", ArchiveLeaf("scratch", 0, Owner{}, at))
+	must.Eq(t, "scratch-0.prod.a_b_c.g.t_1.12345678.20260102T030405Z", ArchiveLeaf("scratch", 0, o, at, MaxNameLen))
+	must.Eq(t, "scratch-0._._._._._.20260102T030405Z", ArchiveLeaf("scratch", 0, Owner{}, at, MaxNameLen))
 	long := Owner{AllocID: "x", Namespace: "n", Job: string(make([]byte, 100)), Group: "g", Task: "t"}
-	must.NoError(t, zfs.ValidateDatasetName("tank/"+ArchiveLeaf("s", 1, long, at)))
+	must.NoError(t, zfs.ValidateDatasetName("tank/"+ArchiveLeaf("s", 1, long, at, MaxNameLen)))
+}
+
+// Every archive name fits ZFS's 255 bytes, whatever the names, for the
+// longest parent that the configuration accepts; shortened names stay
+// unique per allocation and release time, and readable at the front.
+func TestArchivedName_FitsZFS(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	maxParent := MaxNameLen - len("/"+ArchiveName+"/") - MinArchiveLeafLen
+	longName := strings.Repeat("n", 200)
+	class := strings.Repeat("c", 32)
+	cases := []struct {
+		name   string
+		parent string
+		owner  Owner
+		index  int
+	}{
+		{"short everything", "tank/nomad", Owner{AllocID: "0b1c2d3e-aaaa", Namespace: "default", Job: "web", Group: "g", Task: "t"}, 0},
+		{"long names, short parent", "tank/nomad", Owner{AllocID: "0b1c2d3e-aaaa", Namespace: longName, Job: longName, Group: longName, Task: longName}, 3},
+		{"long names, longest parent", "tank/" + strings.Repeat("p", maxParent-5), Owner{AllocID: "0b1c2d3e-aaaa", Namespace: longName, Job: longName, Group: longName, Task: longName}, 9999},
+		{"control characters", "tank/nomad", Owner{AllocID: "0b1c2d3e-aaaa", Namespace: "default", Job: "a\tb\nc", Group: "g", Task: "t"}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Parent: tc.parent}
+			name := ArchivedName(cfg, class, tc.index, tc.owner, at)
+			must.LessEq(t, MaxNameLen, len(name), must.Sprint(name))
+			must.NoError(t, zfs.ValidateDatasetName(name))
+			must.StrHasPrefix(t, cfg.ArchiveDataset()+"/"+class+"-", name)
+			other := tc.owner
+			other.AllocID = "ffffffff-aaaa"
+			must.NotEq(t, name, ArchivedName(cfg, class, tc.index, other, at))
+			must.NotEq(t, name, ArchivedName(cfg, class, tc.index, tc.owner, at.Add(time.Second)))
+		})
+	}
 }

@@ -20,56 +20,108 @@ import (
 )
 
 // allocs stands in for the Nomad API at the slots.Nomad interface: which
-// live allocation holds each device, and which allocations have ended. The
-// API itself is tested in allocwatch and end to end with a real agent.
+// allocations hold each device, which have started, ended or are stopping.
+// Every View is a new read (it began now). The API itself is tested in
+// allocwatch, and the handover rules end to end with a real agent.
 type allocs struct {
 	mu       sync.Mutex
-	holders  map[string]slots.Owner
-	extra    map[string][]slots.Owner // further live holders, by device
-	ended    map[string]bool
+	holders  map[string][]slots.Owner // by device, with the holding task
+	ended    map[string]bool          // by allocation ID: complete
 	stopping map[string]bool
-	err      error
+	started  map[string]bool
+	gone     map[string]bool // Gone answers yes for these
+	err      error           // View fails with it
+	goneErr  error           // Gone fails with it
+	// incomplete, when set, is why the token may not see every namespace.
+	incomplete string
+	views      atomic.Int32
 }
 
 func newAllocs() *allocs {
-	return &allocs{holders: map[string]slots.Owner{}, extra: map[string][]slots.Owner{}, ended: map[string]bool{}, stopping: map[string]bool{}}
+	return &allocs{holders: map[string][]slots.Owner{}, ended: map[string]bool{}, stopping: map[string]bool{},
+		started: map[string]bool{}, gone: map[string]bool{}}
 }
 
-func (a *allocs) Holders(id string) []slots.Owner {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []slots.Owner
-	if o, ok := a.holders[id]; ok {
-		out = append(out, o)
-	}
-	out = append(out, a.extra[id]...)
-	return out
-}
-
-func (a *allocs) Fate(_ context.Context, o slots.Owner) (slots.Fate, error) {
+func (a *allocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	a.views.Add(1)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
-		return slots.Fate{}, a.err
+		return nil, a.err
 	}
-	return slots.Fate{Ended: a.ended[o.AllocID], Stopping: a.stopping[o.AllocID], Reason: "allocation is complete"}, nil
+	v := &slots.View{Began: time.Now(), Allocs: map[string]slots.Alloc{}, Complete: a.incomplete == "", Incomplete: a.incomplete}
+	for dev, hs := range a.holders {
+		for _, o := range hs {
+			al, ok := v.Allocs[o.AllocID]
+			if !ok {
+				status := "running"
+				if a.ended[o.AllocID] {
+					status = "complete"
+				}
+				owner := o
+				owner.Task = ""
+				al = slots.Alloc{Owner: owner, ClientStatus: status, Stopping: a.stopping[o.AllocID],
+					Devices: map[string]string{}, Dead: map[string]bool{}, Started: map[string]bool{}}
+			}
+			al.Devices[dev] = o.Task
+			al.Started[o.Task] = a.started[o.AllocID]
+			v.Allocs[o.AllocID] = al
+		}
+	}
+	return v, nil
 }
 
+func (a *allocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.goneErr != nil {
+		return false, a.goneErr
+	}
+	return a.gone[o.AllocID], nil
+}
+
+// hold makes o a live holder of device id (beside any others).
 func (a *allocs) hold(id string, o slots.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.holders[id] = o
+	a.holders[id] = append(a.holders[id], o)
 }
 
+// start marks o's task as started (it was handed its dataset).
+func (a *allocs) start(o slots.Owner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.started[o.AllocID] = true
+}
+
+// end marks o complete: it stays in the node's list, holding nothing live.
 func (a *allocs) end(o slots.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ended[o.AllocID] = true
-	for id, h := range a.holders {
-		if h == o {
-			delete(a.holders, id)
+}
+
+// collect makes o vanish from the node's list (garbage collected); Gone
+// then answers yes for it.
+func (a *allocs) collect(o slots.Owner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, hs := range a.holders {
+		var keep []slots.Owner
+		for _, h := range hs {
+			if h.AllocID != o.AllocID {
+				keep = append(keep, h)
+			}
 		}
+		a.holders[id] = keep
 	}
+	a.gone[o.AllocID] = true
+}
+
+func (a *allocs) setErr(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.err = err
 }
 
 // newReleaseEnv is an env of n slots whose manager learns about
@@ -88,15 +140,27 @@ func owner(n int) slots.Owner {
 		Job: "job", Group: "grp", Task: "task", AllocName: fmt.Sprintf("job.grp[%d]", n)}
 }
 
-// reserveAndWrite reserves device id for o and writes a file into it.
+// reserveAndWrite reserves device id for o (a new allocation holding it),
+// writes a file into it as the started task would, and lets the manager
+// record the owner.
 func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) slots.Slot {
 	t.Helper()
 	a.hold(id, o)
 	res, err := e.mgr.Reserve(context.Background(), []string{id})
 	must.NoError(t, err)
+	a.start(o)
 	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant "+o.AllocID), 0o644))
-	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // stamps the owner
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
+	must.Eq(t, o.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
 	return res[0]
+}
+
+// recordedOwner decodes the owner recorded on a dataset.
+func recordedOwner(t *testing.T, e *env, ds string) slots.Owner {
+	t.Helper()
+	o, err := slots.DecodeOwner(e.pool.Prop(t, ds, slots.PropOwner))
+	must.NoError(t, err)
+	return o
 }
 
 func archived(t *testing.T, e *env) []string {
@@ -140,8 +204,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	e.pool.ZFS(t, "snapshot", s.Dataset+"@operator-snap")
 	guid := e.guid(t, s.Dataset)
-	must.Eq(t, o.AllocID, e.pool.Prop(t, s.Dataset, slots.PropAllocID))
-	must.Eq(t, "job.grp[1]", e.pool.Prop(t, s.Dataset, slots.PropAllocName))
+	must.Eq(t, o, recordedOwner(t, e, s.Dataset))
 
 	// Still running: nothing happens.
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
@@ -160,10 +223,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	must.Eq(t, "archived", e.pool.Prop(t, arch, slots.PropState))
 	must.Eq(t, "noauto", e.pool.Prop(t, arch, "canmount"))
 	must.Eq(t, "no", e.pool.Prop(t, arch, "mounted"))
-	for prop, want := range map[string]string{slots.PropAllocID: o.AllocID, slots.PropNamespace: "default",
-		slots.PropJob: "job", slots.PropGroup: "grp", slots.PropTask: "task"} {
-		must.Eq(t, want, e.pool.Prop(t, arch, prop))
-	}
+	must.Eq(t, o, recordedOwner(t, e, arch))
 	_, err := time.Parse(time.RFC3339, e.pool.Prop(t, arch, slots.PropReleasedAt))
 	must.NoError(t, err)
 	// The data is intact: mount the archive read-only where we can see it.
@@ -176,7 +236,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	// The slot is reusable: a second tenant gets the fresh dataset.
 	o2 := owner(2)
 	s2 := reserveAndWrite(t, e, a, "scratch-0", o2)
-	must.Eq(t, o2.AllocID, e.pool.Prop(t, s2.Dataset, slots.PropAllocID))
+	must.Eq(t, o2.AllocID, recordedOwner(t, e, s2.Dataset).AllocID)
 	// The untouched neighbour was never disturbed.
 	must.Eq(t, slots.StateFree, e.mgr.Slots()[1].State)
 }
@@ -323,6 +383,20 @@ func (c *crashAfter) Set(ctx context.Context, name, prop, value string) error {
 	return c.ZFS.Set(ctx, name, prop, value)
 }
 
+func (c *crashAfter) SetMany(ctx context.Context, name string, props map[string]string) error {
+	if err := c.step(fmt.Sprintf("set %v %s", props, name)); err != nil {
+		return err
+	}
+	return c.ZFS.SetMany(ctx, name, props)
+}
+
+func (c *crashAfter) Mount(ctx context.Context, name string) error {
+	if err := c.step("mount " + name); err != nil {
+		return err
+	}
+	return c.ZFS.Mount(ctx, name)
+}
+
 func (c *crashAfter) Unmount(ctx context.Context, name string) error {
 	if err := c.step("unmount " + name); err != nil {
 		return err
@@ -393,18 +467,15 @@ func TestRelease_CrashBetweenEverySteps(t *testing.T) {
 }
 
 // Nomad may hand a slot to a new allocation while the previous one's data
-// is still there: Reserve releases it first and answers with a fresh one.
+// is still there: Reserve releases it first and answers with a fresh one,
+// whose owner is the asker.
 func TestReserve_WaitsForTheRelease(t *testing.T) {
 	e, a := newReleaseEnv(t, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.mgr.Run(ctx, time.Hour)
-
-	o := owner(6)
+	o, next := owner(6), owner(7)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
 	a.end(o)
-	a.hold("scratch-0", owner(7))
+	a.hold("scratch-0", next)
 
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer rcancel()
@@ -416,6 +487,22 @@ func TestReserve_WaitsForTheRelease(t *testing.T) {
 	must.SliceEmpty(t, entries)
 	must.Eq(t, "reserved", e.pool.Prop(t, res[0].Dataset, slots.PropState))
 	must.SliceLen(t, 1, archived(t, e))
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, next.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
+}
+
+// The recorded owner asking again (the sole live holder) gets its own
+// dataset back, data and all.
+func TestReserve_RepeatByTheOwner(t *testing.T) {
+	e, a := newReleaseEnv(t, 1)
+	o := owner(12)
+	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	res, err := e.mgr.Reserve(context.Background(), []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+	_, err = os.Stat(filepath.Join(res[0].Mountpoint, "data.txt"))
+	must.NoError(t, err)
 }
 
 // While the owner is still stopping (desired stop, task not dead yet),
@@ -430,66 +517,180 @@ func TestReserve_NewAllocationWaitsForAStoppingOwner(t *testing.T) {
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
 
-	// The owner's task restarts: Reserve again, same dataset, no wait.
-	res, err := e.mgr.Reserve(context.Background(), []string{"scratch-0"})
-	must.NoError(t, err)
-	must.Eq(t, guid, e.guid(t, res[0].Dataset))
-
-	// Stopping, and a new allocation holds the device too.
 	a.mu.Lock()
 	a.stopping[o.AllocID] = true
-	a.extra["scratch-0"] = []slots.Owner{next}
 	a.mu.Unlock()
+	a.hold("scratch-0", next)
 	short, shortCancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer shortCancel()
-	_, err = e.mgr.Reserve(short, []string{"scratch-0"})
+	_, err := e.mgr.Reserve(short, []string{"scratch-0"})
 	must.ErrorContains(t, err, "which is stopping")
+	must.ErrorContains(t, err, "scratch-0")
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 
 	// Once the owner has ended, the new allocation gets a fresh dataset.
 	go func() {
 		time.Sleep(500 * time.Millisecond)
 		a.end(o)
-		a.mu.Lock()
-		a.holders["scratch-0"] = next
-		a.extra = map[string][]slots.Owner{}
-		a.mu.Unlock()
 		e.mgr.Kick()
 	}()
 	long, longCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer longCancel()
-	res, err = e.mgr.Reserve(long, []string{"scratch-0"})
+	res, err := e.mgr.Reserve(long, []string{"scratch-0"})
 	must.NoError(t, err)
 	must.NotEq(t, guid, e.guid(t, res[0].Dataset))
 	entries, err := os.ReadDir(res[0].Mountpoint)
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
-	must.Eq(t, next.AllocID, e.pool.Prop(t, res[0].Dataset, slots.PropAllocID))
+	must.Eq(t, next.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
 }
 
-// When the previous owner's fate cannot be read, Reserve neither releases
-// nor hands the old data over: it fails at its deadline with the reason.
-func TestReserve_UnknownFateTimesOut(t *testing.T) {
-	e, a := newReleaseEnv(t, 1)
-	o := owner(8)
-	s := reserveAndWrite(t, e, a, "scratch-0", o)
-	guid := e.guid(t, s.Dataset)
-	a.mu.Lock()
-	a.err = errors.New("GET /v1/allocations: 403 Permission denied")
-	a.mu.Unlock()
+// slotByID returns the manager's view of one slot.
+func slotByID(t *testing.T, e *env, id string) slots.Slot {
+	t.Helper()
+	for _, s := range e.mgr.Slots() {
+		if s.ID == id {
+			return s
+		}
+	}
+	t.Fatalf("no slot %s in %v", id, ids(e.mgr.Slots()))
+	return slots.Slot{}
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// Fail closed: whenever the manager cannot prove who may have a used
+// dataset, it keeps the data, refuses the handover with an error that
+// names the slot and why, and reports the slot unhealthy.
+func TestReserve_FailsClosed(t *testing.T) {
+	cases := []struct {
+		name string
+		// setup runs after o reserved and wrote scratch-0; next then asks.
+		setup   func(a *allocs, o, next slots.Owner)
+		wantErr string
+		// wantHealth is in the slot's health after a release pass.
+		wantHealth string
+	}{{
+		name: "API unreachable",
+		setup: func(a *allocs, o, next slots.Owner) {
+			a.end(o)
+			a.setErr(errors.New("dial tcp 127.0.0.1:4646: connection refused"))
+		},
+		wantErr:    "cannot be read to verify the asker (dial tcp 127.0.0.1:4646: connection refused)",
+		wantHealth: "owner unverified: the node's allocations cannot be read",
+	}, {
+		name: "owner in a namespace the token cannot read",
+		setup: func(a *allocs, o, next slots.Owner) {
+			a.collect(o) // not in the node's list as the token sees it
+			a.mu.Lock()
+			a.goneErr = errors.New("permission denied by the Nomad API: 403")
+			a.incomplete = `the token cannot read jobs in namespace "other"`
+			a.mu.Unlock()
+		},
+		wantErr:    "whose state cannot be read (permission denied by the Nomad API: 403)",
+		wantHealth: "owner unverified",
+	}, {
+		name:       "owner still running",
+		setup:      func(a *allocs, o, next slots.Owner) {},
+		wantErr:    "still in use by allocation 00000020",
+		wantHealth: "still in use by allocation 00000020",
+	}, {
+		name: "two live holders besides the ended owner",
+		setup: func(a *allocs, o, next slots.Owner) {
+			a.end(o)
+			a.hold("scratch-0", owner(99))
+		},
+		wantErr:    "conflict: 2 live allocations hold the device",
+		wantHealth: "", // the background pass may release: neither has started
+	}, {
+		name: "ended owner, but another holder has started",
+		setup: func(a *allocs, o, next slots.Owner) {
+			a.end(o)
+			a.start(next)
+		},
+		wantErr:    "conflict: allocation 00000020",
+		wantHealth: "conflict: allocation 00000020",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, a := newReleaseEnv(t, 1)
+			o, next := owner(20), owner(21)
+			s := reserveAndWrite(t, e, a, "scratch-0", o)
+			guid := e.guid(t, s.Dataset)
+			a.hold("scratch-0", next)
+			tc.setup(a, o, next)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+			must.ErrorContains(t, err, "device scratch-0")
+			must.ErrorContains(t, err, tc.wantErr)
+			must.Less(t, 5*time.Second, time.Since(start), must.Sprint("Reserve must return at its deadline"))
+			if tc.wantHealth != "" {
+				_ = e.mgr.ReleaseEnded(context.Background())
+				got := slotByID(t, e, "scratch-0")
+				must.False(t, got.Healthy, must.Sprint(got.HealthDesc))
+				must.StrContains(t, got.HealthDesc, tc.wantHealth)
+			}
+			// The data stayed where it was, with its owner.
+			must.Eq(t, guid, e.guid(t, s.Dataset))
+			must.Eq(t, o.AllocID, recordedOwner(t, e, s.Dataset).AllocID)
+			b, err := os.ReadFile(filepath.Join(s.Mountpoint, "data.txt"))
+			must.NoError(t, err)
+			must.Eq(t, "tenant "+o.AllocID, string(b))
+		})
+	}
+}
+
+// A fresh slot reserved while the API is down is handed over (it is empty),
+// but its owner is unknown: the slot is unhealthy, nobody else gets it, and
+// it is released only once a complete view shows no allocation holds it.
+func TestReserve_OwnerUnknownIsKeptUntilNobodyHoldsIt(t *testing.T) {
+	e, a := newReleaseEnv(t, 1)
+	o := owner(30)
+	a.hold("scratch-0", o)
+	a.setErr(errors.New("connection refused"))
+	res, err := e.mgr.Reserve(context.Background(), []string{"scratch-0"})
+	must.NoError(t, err)
+	a.start(o)
+	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("secret"), 0o644))
+	guid := e.guid(t, res[0].Dataset)
+	got := slotByID(t, e, "scratch-0")
+	must.False(t, got.Healthy)
+	must.StrContains(t, got.HealthDesc, "owner unknown")
+
+	// The API is back; o has ended and next holds the device. The owner
+	// was never identified, so next is refused and the data kept.
+	a.setErr(nil)
+	a.end(o)
+	next := owner(31)
+	a.hold("scratch-0", next)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-	must.ErrorContains(t, err, "state cannot be read")
-	must.ErrorContains(t, err, "403")
+	_, err = e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.ErrorContains(t, err, "owner unknown")
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
-	got := e.mgr.Slots()[0]
-	must.True(t, got.Healthy)
-	must.StrContains(t, got.HealthDesc, "kept: GET /v1/allocations: 403")
-	must.Eq(t, guid, e.guid(t, s.Dataset))
-	must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+
+	// A token that may not see every namespace proves nothing either.
+	a.collect(next)
+	a.mu.Lock()
+	a.incomplete = "limited token"
+	a.mu.Unlock()
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+	got = slotByID(t, e, "scratch-0")
+	must.StrContains(t, got.HealthDesc, "limited token")
+
+	// Nothing holds it and the view is complete: released, as unknown.
+	a.mu.Lock()
+	a.incomplete = ""
+	a.mu.Unlock()
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	checkFresh(t, e, "scratch-0", guid)
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]))
 }
 
 // With the parent gone, nothing is released, renamed or destroyed, however
@@ -504,7 +705,12 @@ func TestRelease_NothingWhenParentMissing(t *testing.T) {
 	cfg.Parent = e.pool.Dataset("elsewhere")
 	e.mgr.SetConfig(cfg)
 	must.NoError(t, e.mgr.Sync(context.Background()))
-	_ = e.mgr.ReleaseEnded(context.Background())
+	for _, sl := range e.mgr.Slots() {
+		must.False(t, sl.Healthy)
+		must.StrContains(t, sl.HealthDesc, "does not exist")
+	}
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
+	must.SliceEmpty(t, archived(t, e))
 }

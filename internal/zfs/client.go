@@ -3,15 +3,22 @@ package zfs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
-// Client offers the few zfs operations the plugin needs, each one process.
-// Its methods are safe for concurrent use.
+// Client offers the few zfs operations the plugin needs, each one process
+// (SetMany: one process where the ZFS allows it). Its methods are safe for
+// concurrent use. A Client must not be copied after first use.
 type Client struct {
 	Runner *Runner
+
+	// multiSet is what the ZFS did with a `zfs set` of several properties:
+	// multiSetUnknown until SetMany has seen it succeed or be refused.
+	multiSet atomic.Int32
 }
 
 // NewClient returns a client that runs commands through r.
@@ -20,7 +27,9 @@ func NewClient(r *Runner) *Client { return &Client{Runner: r} }
 // Get runs one `zfs get -H -p -o name,property,value,source` of props over
 // name. With depth > 0 it recurses that many levels (`-r -d depth`); with
 // depth < 0 it recurses fully; with 0 it reads name alone. Snapshots are left
-// out of the result.
+// out of the result. A dataset whose lines do not parse cleanly (a value
+// with a newline) comes back with Err set and must not be trusted; the
+// others are read normally (see ParseGet).
 func (c *Client) Get(ctx context.Context, name string, depth int, props ...string) ([]Dataset, error) {
 	var recurse []string
 	switch {
@@ -36,13 +45,16 @@ func (c *Client) Get(ctx context.Context, name string, depth int, props ...strin
 // over the named datasets, without recursion: a read whose cost does not
 // depend on how many other datasets the pool holds. If any of them does not
 // exist the error matches ErrNotExist and no result is returned. Snapshots
-// are left out of the result.
+// are left out of the result; Dataset.Err is as for Get.
 func (c *Client) GetNames(ctx context.Context, names []string, props ...string) ([]Dataset, error) {
 	return c.get(ctx, nil, names, props)
 }
 
 // get runs `zfs get -H -p -o name,property,value,source [recurse...] props
-// names...` and parses its output.
+// name names...` and parses its output. Names are passed sorted and once
+// each (zfs-fuse prints a name given twice twice). "name" is asked for last,
+// so that no value that a tenant or an operator wrote can forge a dataset
+// (see ParseGet); it is left out of the result unless props holds it.
 func (c *Client) get(ctx context.Context, recurse, names, props []string) ([]Dataset, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("zfs get: no datasets named")
@@ -55,13 +67,53 @@ func (c *Client) get(ctx context.Context, recurse, names, props []string) ([]Dat
 	if len(props) == 0 {
 		return nil, fmt.Errorf("zfs get %s: no properties asked for", strings.Join(names, " "))
 	}
+	for _, p := range props {
+		if err := checkProp(p); err != nil {
+			return nil, err
+		}
+	}
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	keepName := slices.Contains(props, "name")
+	query := append(slices.DeleteFunc(slices.Clone(props), func(p string) bool { return p == "name" }), "name")
 	args := append([]string{"get", "-H", "-p", "-o", "name,property,value,source"}, recurse...)
-	args = append(append(args, strings.Join(props, ",")), names...)
+	args = append(append(args, strings.Join(query, ",")), names...)
 	out, err := c.Runner.ZFSCmd(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
-	return ParseGet(out)
+	ds, err := ParseGet(out, query)
+	if err != nil {
+		return nil, &Error{Args: append([]string{orDefault(c.Runner.ZFS, "zfs")}, args...), Kind: ErrMalformed, Err: err}
+	}
+	if !keepName {
+		for _, d := range ds {
+			delete(d.Props, "name")
+		}
+	}
+	return ds, nil
+}
+
+// GetExact runs `zfs get -H -p -o value,source prop name` and returns the
+// property exactly, even a value that holds TABs and newlines (which a
+// `zfs get` of several datasets cannot carry unambiguously). It costs one
+// process per property: use it to repair a Dataset whose Err is set.
+func (c *Client) GetExact(ctx context.Context, name, prop string) (Prop, error) {
+	if err := checkName(name); err != nil {
+		return Prop{}, err
+	}
+	if err := checkProp(prop); err != nil {
+		return Prop{}, err
+	}
+	args := []string{"get", "-H", "-p", "-o", "value,source", prop, name}
+	out, err := c.Runner.ZFSCmd(ctx, args...)
+	if err != nil {
+		return Prop{}, err
+	}
+	p, err := ParseGetExact(out)
+	if err != nil {
+		return Prop{}, &Error{Args: append([]string{orDefault(c.Runner.ZFS, "zfs")}, args...), Kind: ErrMalformed, Err: err}
+	}
+	return p, nil
 }
 
 // Create runs `zfs create -o k=v ... name`, with the properties in sorted
@@ -72,6 +124,9 @@ func (c *Client) Create(ctx context.Context, name string, props map[string]strin
 	}
 	args := []string{"create"}
 	for _, k := range sortedKeys(props) {
+		if err := checkProp(k); err != nil {
+			return err
+		}
 		args = append(args, "-o", k+"="+props[k])
 	}
 	args = append(args, name)
@@ -82,6 +137,9 @@ func (c *Client) Create(ctx context.Context, name string, props map[string]strin
 // Set runs `zfs set prop=value name`.
 func (c *Client) Set(ctx context.Context, name, prop, value string) error {
 	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkProp(prop); err != nil {
 		return err
 	}
 	_, err := c.Runner.ZFSCmd(ctx, "set", prop+"="+value, name)
@@ -163,6 +221,15 @@ func (c *Client) PoolHealth(ctx context.Context, pool string) (string, error) {
 func checkName(name string) error {
 	if name == "" || strings.HasPrefix(name, "-") {
 		return &Error{Args: []string{"zfs"}, Kind: ErrInvalid, Err: fmt.Errorf("invalid dataset name %q", name)}
+	}
+	return nil
+}
+
+// checkProp refuses property names that zfs would read as an option, or
+// that would break a comma-separated list or a "prop=value" argument.
+func checkProp(prop string) error {
+	if prop == "" || strings.HasPrefix(prop, "-") || strings.ContainsAny(prop, ",= \t\n") {
+		return &Error{Args: []string{"zfs"}, Kind: ErrInvalid, Err: fmt.Errorf("invalid property name %q", prop)}
 	}
 	return nil
 }

@@ -18,10 +18,19 @@ var (
 	// settling after a create or mount). Retried with a bounded backoff.
 	ErrBusy = errors.New("dataset is busy")
 	// ErrUnavailable: ZFS itself cannot answer: no zfs binary, the zfs-fuse
-	// daemon is down, the pool is suspended or faulted.
+	// daemon is down, the ZFS kernel modules are not loaded, the command was
+	// not run as root, the pool is suspended or faulted.
 	ErrUnavailable = errors.New("zfs is unavailable")
 	// ErrInvalid: zfs rejected an argument, such as a property value.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrNoSpace: the pool is out of space, so zfs could not write (a `zfs
+	// set` or `zfs create` on a full pool). Freeing space, not retrying,
+	// is what helps.
+	ErrNoSpace = errors.New("pool is out of space")
+	// ErrMalformed: output of zfs that does not have the shape it must have.
+	// Dataset.Err matches it for a dataset whose `zfs get` lines could not be
+	// parsed cleanly (a property value holding a newline, for example).
+	ErrMalformed = errors.New("malformed zfs output")
 )
 
 // Error is returned for every failed zfs or zpool command.
@@ -71,10 +80,19 @@ func (e *Error) Unwrap() []error {
 }
 
 // classify maps what zfs or zpool printed on standard error to a sentinel.
-// This is the only place in the project that reads zfs error text.
+// This file is the only place in the project that reads zfs error text (see
+// also treatedAsDataset). The order matters where one message holds several
+// hints: zfs-fuse, given `zfs set a=1 b=2 ds` on a full pool, prints both
+// "cannot open 'b=2': invalid dataset name" and "out of space".
 func classify(stderr string) error {
 	s := strings.ToLower(stderr)
 	switch {
+	case strings.Contains(s, "out of space"), // zfs set, zfs create (zfs-fuse, OpenZFS)
+		strings.Contains(s, "no space left on device"):
+		return ErrNoSpace
+	case strings.Contains(s, "the zfs modules are not loaded"), // OpenZFS 2.1 without the kernel module
+		strings.Contains(s, "must be run as root"): // OpenZFS, not root: "Permission denied the ZFS utilities must be run as root."
+		return ErrUnavailable
 	case strings.Contains(s, "does not exist"), strings.Contains(s, "no such pool"):
 		return ErrNotExist
 	case strings.Contains(s, "already exists"):
@@ -94,4 +112,12 @@ func classify(stderr string) error {
 		return ErrInvalid
 	}
 	return nil
+}
+
+// treatedAsDataset reports whether zfs, in stderr, complains that it cannot
+// open arg as a dataset: what a zfs without multi-property `zfs set`
+// (zfs-fuse 0.7) prints for every "k=v" after the first, which it reads as
+// a dataset name ("cannot open 'k=v': invalid dataset name").
+func treatedAsDataset(stderr, arg string) bool {
+	return strings.Contains(stderr, "cannot open '"+arg+"'")
 }

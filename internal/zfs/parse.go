@@ -1,10 +1,8 @@
 package zfs
 
 import (
-	"bytes"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -21,6 +19,11 @@ type Prop struct {
 type Dataset struct {
 	Name  string
 	Props map[string]Prop
+	// Err is nil when every line of the dataset parsed cleanly. Otherwise
+	// it says what was wrong (and matches ErrMalformed), and Props must not
+	// be trusted: values may be cut short, missing, or forged by the text of
+	// another dataset's property value. GetExact reads one property exactly.
+	Err error
 }
 
 // Value returns the property's value; ok is false when the property is
@@ -56,50 +59,6 @@ func (d Dataset) Bytes(prop string) (uint64, error) {
 		return 0, fmt.Errorf("dataset %s: property %s: %q is not a number of bytes", d.Name, prop, v)
 	}
 	return n, nil
-}
-
-// ParseGet parses the output of
-//
-//	zfs get -H -p -o name,property,value,source PROPS NAME...
-//
-// into one Dataset per name, sorted by name. Snapshots (names with "@") are
-// dropped: zfs-fuse has no `get -t`, so `get -r` lists them too. Every line
-// must have exactly four tab-separated fields; values may be empty.
-func ParseGet(out []byte) ([]Dataset, error) {
-	byName := make(map[string]*Dataset)
-	lines := bytes.Split(out, []byte("\n"))
-	for i, line := range lines {
-		if len(line) == 0 {
-			continue
-		}
-		fields := strings.Split(string(line), "\t")
-		if len(fields) != 4 {
-			return nil, fmt.Errorf("zfs get output line %d: want 4 tab-separated fields (name, property, value, source), got %d: %q", i+1, len(fields), line)
-		}
-		name, prop, value, source := fields[0], fields[1], fields[2], fields[3]
-		if name == "" || prop == "" {
-			return nil, fmt.Errorf("zfs get output line %d: empty name or property: %q", i+1, line)
-		}
-		if strings.Contains(name, "@") {
-			continue
-		}
-		ds, ok := byName[name]
-		if !ok {
-			ds = &Dataset{Name: name, Props: make(map[string]Prop)}
-			byName[name] = ds
-		}
-		ds.Props[prop] = Prop{Value: value, Source: source}
-	}
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	res := make([]Dataset, 0, len(names))
-	for _, n := range names {
-		res = append(res, *byName[n])
-	}
-	return res, nil
 }
 
 // ParsePoolHealth parses `zpool list -H -o name,health POOL` and returns the

@@ -15,6 +15,11 @@ func readTestdata(t *testing.T, name string) []byte {
 	return b
 }
 
+// savedProps is the property list of the get-*.txt captures (the plugin's
+// observed properties when they were made).
+var savedProps = []string{"mounted", "mountpoint", "used", "available", "referenced", "compressratio", "refquota",
+	"nomad-device-zfs:managed", "nomad-device-zfs:state"}
+
 func TestParseGet_SavedOutput(t *testing.T) {
 	cases := []struct {
 		file      string
@@ -43,11 +48,12 @@ func TestParseGet_SavedOutput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
-			ds, err := ParseGet(readTestdata(t, tc.file))
+			ds, err := ParseGet(readTestdata(t, tc.file), savedProps)
 			must.NoError(t, err)
 			var names []string
 			byName := map[string]Dataset{}
 			for _, d := range ds {
+				must.NoError(t, d.Err)
 				names = append(names, d.Name)
 				byName[d.Name] = d
 			}
@@ -87,34 +93,63 @@ func TestParseGet_SavedOutput(t *testing.T) {
 }
 
 func TestParseGet_DropsSnapshots(t *testing.T) {
-	ds, err := ParseGet(readTestdata(t, "get-snapshots-zfs-fuse-0.7.txt"))
+	ds, err := ParseGet(readTestdata(t, "get-snapshots-zfs-fuse-0.7.txt"), savedProps)
 	must.NoError(t, err)
 	must.SliceLen(t, 1, ds)
 	must.Eq(t, "ztest/nomad/scratch/1", ds[0].Name)
+	must.NoError(t, ds[0].Err)
 }
 
+// Output that cannot be zfs get output at all is an error; a line that goes
+// wrong later only taints the dataset it belongs to.
 func TestParseGet_Malformed(t *testing.T) {
 	cases := []struct {
-		name, in, wantErr string
+		name, in string
+		props    []string
+		wantErr  string // error of the whole parse
+		bad      string // else: the one dataset with Err
+		value    string // else: the value of used of tank/a
 	}{
-		{"three fields", "tank/a\tused\t1\n", "want 4 tab-separated fields"},
-		{"five fields", "tank/a\tused\t1\t-\textra\n", "got 5"},
-		{"spaces not tabs", "tank/a used 1 -\n", "got 1"},
-		{"empty name", "\tused\t1\t-\n", "empty name"},
-		{"second line bad", "tank/a\tused\t1\t-\ngarbage\n", "line 2"},
+		{name: "no properties", in: "tank/a\tused\t1\t-\n", wantErr: "no properties"},
+		{name: "two fields", in: "tank/a\tused\n", props: []string{"used"}, wantErr: "line 1 is not"},
+		{name: "spaces not tabs", in: "tank/a used 1 -\n", props: []string{"used"}, wantErr: "line 1 is not"},
+		{name: "empty name", in: "\tused\t1\t-\n", props: []string{"used"}, wantErr: "line 1 is not"},
+		{name: "property not asked for", in: "tank/a\tavail\t1\t-\n", props: []string{"used"}, wantErr: "line 1 is not"},
+		{name: "three fields", in: "tank/a\tused\t1\n", props: []string{"used"}, bad: "tank/a"},
+		{name: "five fields: TAB in the value", in: "tank/a\tused\t1\t-\textra\n", props: []string{"used"}, value: "1\t-"},
+		{name: "second line bad", in: "tank/a\tused\t1\t-\ngarbage\n", props: []string{"used"}, bad: "tank/a"},
+		{name: "empty line", in: "tank/a\tused\t1\t-\n\n", props: []string{"used"}, bad: "tank/a"},
+		{name: "incomplete at the end", in: "tank/a\tused\t1\t-\n", props: []string{"used", "x:y"}, bad: "tank/a"},
+		{name: "out of order", in: "tank/a\tx:y\t1\t-\ntank/a\tused\t1\t-\n", props: []string{"used", "x:y"}, bad: "tank/a"},
+		{name: "name property not its name", in: "tank/a\tused\t1\t-\ntank/a\tname\ttank/b\t-\n", props: []string{"used", "name"}, bad: "tank/a"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseGet([]byte(tc.in))
-			must.ErrorContains(t, err, tc.wantErr)
+			ds, err := ParseGet([]byte(tc.in), tc.props)
+			if tc.wantErr != "" {
+				must.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			must.NoError(t, err)
+			must.SliceLen(t, 1, ds)
+			must.Eq(t, "tank/a", ds[0].Name)
+			if tc.bad != "" {
+				must.ErrorIs(t, ds[0].Err, ErrMalformed)
+				must.StrContains(t, ds[0].Err.Error(), tc.bad)
+				return
+			}
+			must.NoError(t, ds[0].Err)
+			v, _ := ds[0].Value("used")
+			must.Eq(t, tc.value, v)
 		})
 	}
 }
 
 func TestParseGet_EmptyValue(t *testing.T) {
-	ds, err := ParseGet([]byte("tank/a\tcomment:x\t\tlocal\n"))
+	ds, err := ParseGet([]byte("tank/a\tcomment:x\t\tlocal\n"), []string{"comment:x"})
 	must.NoError(t, err)
 	must.SliceLen(t, 1, ds)
+	must.NoError(t, ds[0].Err)
 	v, ok := ds[0].Local("comment:x")
 	must.True(t, ok)
 	must.Eq(t, "", v)

@@ -1,6 +1,7 @@
 // Package zfs is the only code in nomad-device-zfs that runs the zfs and zpool
 // commands. It offers one careful runner (argument lists only, a context and a
-// timeout on every call, standard error kept apart, busy errors retried with a
+// timeout on every call, every child in its own process group with a
+// parent-death signal, standard error kept apart, busy errors retried with a
 // bounded backoff), a typed *Error with sentinels, and pure parsers of the
 // tab-separated output of `zfs get -H -p` and `zpool list -H`.
 package zfs
@@ -10,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -91,6 +93,9 @@ func (r *Runner) run(ctx context.Context, bin string, args []string) ([]byte, er
 	}
 }
 
+// runOnce runs the command once, in its own process group. On return the
+// command has exited or been killed; after a timeout or cancel, what is left
+// of its group has had SIGTERM and gets SIGKILL killGrace after it.
 func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte, error) {
 	timeout := r.Timeout
 	if timeout == 0 {
@@ -100,8 +105,37 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte
 	defer cancel()
 
 	cmd := exec.CommandContext(ctx, bin, args...)
-	// On timeout or cancel: SIGTERM first, SIGKILL after killGrace.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	// Every child leads its own process group, so that a timeout reaches the
+	// processes it starts too (zfs-fuse's zfs runs mount and umount), and
+	// dies with SIGKILL when the plugin dies (Pdeathsig), so that no zfs
+	// outlives the plugin.
+	//
+	// Go caveat: the kernel sends the parent-death signal when the OS
+	// *thread* that forked the child exits, not when the process does. Go
+	// ends a thread only when a goroutine that called runtime.LockOSThread
+	// returns without unlocking it; the runner never calls LockOSThread, so
+	// the forking thread lives as long as the plugin. (A caller that runs
+	// the runner from a goroutine locked to its thread and then exits that
+	// goroutine would get its zfs children killed early.) Pdeathsig reaches
+	// the direct child only: a grandchild that zfs started survives a
+	// SIGKILLed plugin; the group kill below covers timeouts and cancels.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// On timeout or cancel: SIGTERM to the whole group first, SIGKILL to the
+	// group killGrace later (even when the leader has exited by then, for
+	// the group members that ignored SIGTERM). WaitDelay bounds the wait for
+	// the leader and for output pipes that a group member still holds.
+	var groupKill atomic.Pointer[time.Timer]
+	cmd.Cancel = func() error {
+		pgid := cmd.Process.Pid
+		groupKill.Store(time.AfterFunc(killGrace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }))
+		if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return os.ErrProcessDone
+			}
+			return err
+		}
+		return nil
+	}
 	cmd.WaitDelay = killGrace
 	// A stable, parseable output regardless of the caller's locale.
 	cmd.Env = append(cmd.Environ(), "LC_ALL=C")
@@ -112,6 +146,12 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte
 	start := time.Now()
 	r.runs.Add(1)
 	err := cmd.Run()
+	// Run has returned, so Cancel has run or never will. Once the group is
+	// empty the pending SIGKILL is dropped, so that it can never reach a
+	// later group that reuses the number.
+	if t := groupKill.Load(); t != nil && syscall.Kill(-cmd.Process.Pid, 0) != nil {
+		t.Stop()
+	}
 	if r.Logger != nil {
 		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", time.Since(start), "error", err)
 	}

@@ -14,7 +14,15 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
-func TestMain(m *testing.M) { zfstest.Main(m) }
+func TestMain(m *testing.M) {
+	// The test binary doubles as a "plugin" process for the tests of what
+	// becomes of a zfs child when its parent dies (runner_proc_test.go). That
+	// mode never goes near zfstest.Main, which may start a zfs-fuse daemon.
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(runAsPluginHelper())
+	}
+	zfstest.Main(m)
+}
 
 func TestClient_RealPool(t *testing.T) {
 	pool := zfstest.NewPool(t, 0)

@@ -3,34 +3,39 @@
 // it calls Main from TestMain: Main starts zfs-fuse when it is installed and
 // not already running, and stops it (by the PID it started) when the tests
 // are done. When neither is available, NewPool skips the test, except under
-// CI=true, where it fails it.
+// CI=true, where it fails it (see internal/testenv).
+//
+// It is the test-facing wrapper of internal/sandbox, which benchmarks and
+// tools use without package testing.
 package zfstest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"syscall"
+	"sync"
 	"testing"
-	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-// unavailable is set by Main when no ZFS could be had; NewPool reports it.
-var unavailable string
+// ran and unavailable are set by Main: unavailable says why no ZFS could be
+// had, and NewPool reports it. Without Main, NewPool asks sandbox.Available
+// once instead.
+var (
+	ran         bool
+	unavailable string
+	probe       sync.Once
+)
 
 // Main runs the tests of a package with ZFS available. Use it as
 //
 //	func TestMain(m *testing.M) { zfstest.Main(m) }
 func Main(m *testing.M) {
-	stop, err := ensureZFS()
+	ran = true
+	stop, err := sandbox.StartFuse()
 	if err != nil {
 		unavailable = err.Error()
 	}
@@ -43,117 +48,33 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// ensureZFS makes zfs usable. It returns a stop function when it started a
-// zfs-fuse daemon, nil when ZFS was already there.
-func ensureZFS() (stop func() error, err error) {
-	if _, err := exec.LookPath("zpool"); err != nil {
-		return nil, errors.New("no zpool command on PATH: install zfsutils-linux (OpenZFS) or zfs-fuse")
-	}
-	if zpoolWorks() {
-		return nil, nil // kernel module, or a daemon someone else runs
-	}
-	if _, err := os.Stat("/dev/zfs"); err == nil {
-		return nil, errors.New("/dev/zfs exists but `zpool list` fails")
-	}
-	bin, err := exec.LookPath("zfs-fuse")
-	if err != nil {
-		return nil, errors.New("no /dev/zfs and no zfs-fuse on PATH: apt-get install zfs-fuse")
-	}
-	return startFuse(bin)
-}
-
-func zpoolWorks() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return exec.CommandContext(ctx, "zpool", "list", "-H", "-o", "name").Run() == nil
-}
-
 // DaemonPIDFile is where the zfs-fuse started by StartFuse records its PID.
-const DaemonPIDFile = "/var/run/zfs-fuse.pid"
+const DaemonPIDFile = sandbox.DaemonPIDFile
 
-// StartFuse starts zfs-fuse in the foreground (so that this process owns its
-// PID) and waits until it answers. The returned stop sends SIGTERM to that
-// PID and waits for it to exit. It is exported for the benchmarks and tools
-// that need ZFS outside `go test`.
-func StartFuse() (stop func() error, err error) {
-	if zpoolWorks() {
-		return nil, nil
-	}
-	bin, err := exec.LookPath("zfs-fuse")
-	if err != nil {
-		return nil, errors.New("no zfs-fuse on PATH: apt-get install zfs-fuse")
-	}
-	return startFuse(bin)
-}
+// StartFuse makes ZFS usable outside `go test`; see sandbox.StartFuse. A nil
+// stop means ZFS already answered and nothing was started.
+func StartFuse() (stop func() error, err error) { return sandbox.StartFuse() }
 
-func startFuse(bin string) (func() error, error) {
-	removeStalePIDFile(DaemonPIDFile)
-	cmd := exec.Command(bin, "--no-daemon", "--pidfile", DaemonPIDFile)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting zfs-fuse: %w", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			var exitErr *exec.ExitError
-			if err != nil && !errors.As(err, &exitErr) {
-				return err
-			}
-			return nil
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			return errors.New("zfs-fuse did not stop within 30s of SIGTERM; killed")
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			return nil, fmt.Errorf("zfs-fuse exited at start: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
-		if zpoolWorks() {
-			return stop, nil
-		}
-	}
-	_ = stop()
-	return nil, errors.New("zfs-fuse did not answer within 30s")
-}
-
-// removeStalePIDFile removes a pid file whose process is gone: zfs-fuse
-// refuses to start over one.
-func removeStalePIDFile(path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	var pid int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 0 {
-		if syscall.Kill(pid, 0) == nil {
-			return
-		}
-	}
-	_ = os.Remove(path)
-}
-
-// Pool is a file-backed pool that lives for one test.
+// Pool is a file-backed pool that lives for one test. Its fields (Name,
+// Mountpoint, Dir, Runner) and the methods Destroy and Dataset come from
+// sandbox.Pool.
 type Pool struct {
-	Name       string
-	Mountpoint string
-	// Dir holds the pool's backing file (for `zpool import -d Dir`).
-	Dir    string
-	Runner *zfs.Runner
+	*sandbox.Pool
 }
 
 // NewPool creates a pool of the given size (bytes; 2 GiB when 0) on a sparse
-// file and destroys it when the test ends.
+// file and destroys it when the test ends. When no ZFS is available it
+// skips the test, or fails it under CI=true. It works without Main when ZFS
+// already answers.
 func NewPool(t testing.TB, size int64) *Pool {
 	t.Helper()
+	if !ran {
+		probe.Do(func() {
+			if err := sandbox.Available(); err != nil {
+				unavailable = err.Error() + " (and no zfstest.Main in TestMain to start zfs-fuse)"
+			}
+		})
+	}
 	if unavailable != "" {
 		Unavailable(t, unavailable)
 	}
@@ -174,64 +95,22 @@ func NewPool(t testing.TB, size int64) *Pool {
 
 // CreatePool creates a pool named prefix plus a random suffix on a sparse
 // file of size bytes in dir (which must exist), mounted under dir/mnt. The
-// caller destroys it with Destroy. The benchmarks use it outside tests.
+// caller destroys it with Destroy. Code outside tests uses
+// sandbox.CreatePool.
 func CreatePool(dir, prefix string, size int64) (*Pool, error) {
-	img := filepath.Join(dir, "pool.img")
-	f, err := os.Create(img)
+	p, err := sandbox.CreatePool(context.Background(), dir, prefix, size)
 	if err != nil {
-		return nil, fmt.Errorf("creating pool file: %w", err)
+		return nil, err
 	}
-	err = f.Truncate(size)
-	_ = f.Close()
-	if err != nil {
-		_ = os.Remove(img)
-		return nil, fmt.Errorf("sizing pool file: %w", err)
-	}
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	p := &Pool{
-		Name:       prefix + hex.EncodeToString(suffix[:]),
-		Mountpoint: filepath.Join(dir, "mnt"),
-		Dir:        dir,
-		Runner:     &zfs.Runner{},
-	}
-	if out, err := exec.Command("zpool", "create", "-m", p.Mountpoint, p.Name, img).CombinedOutput(); err != nil {
-		_ = os.Remove(img)
-		return nil, fmt.Errorf("zpool create %s: %v: %s", p.Name, err, strings.TrimSpace(string(out)))
-	}
-	return p, nil
+	return &Pool{Pool: p}, nil
 }
 
 // Unavailable skips the test, or fails it under CI=true, where a missing part
-// must never pass silently.
+// must never pass silently. It is testenv.Skip.
 func Unavailable(t testing.TB, why string) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("required for this test and missing under CI=true: %s", why)
-	}
-	t.Skipf("skipping: %s", why)
+	testenv.Skip(t, why)
 }
-
-// Destroy destroys the pool, retrying for up to 30 s while zfs-fuse still
-// reports it busy, and with -f as a last resort: the pool is a test's or a
-// benchmark's own, nothing else lives on it. The plugin never forces.
-func (p *Pool) Destroy() error {
-	var out []byte
-	var err error
-	for i := 0; i < 30; i++ {
-		if out, err = exec.Command("zpool", "destroy", p.Name).CombinedOutput(); err == nil {
-			return nil
-		}
-		time.Sleep(time.Second)
-	}
-	if out2, err2 := exec.Command("zpool", "destroy", "-f", p.Name).CombinedOutput(); err2 != nil {
-		return fmt.Errorf("zpool destroy %s: %v: %s; then -f: %v: %s", p.Name, err, strings.TrimSpace(string(out)), err2, strings.TrimSpace(string(out2)))
-	}
-	return nil
-}
-
-// Dataset returns the name of a dataset in the pool.
-func (p *Pool) Dataset(rel string) string { return p.Name + "/" + rel }
 
 // ZFS runs a zfs command for test setup and fails the test when it fails.
 func (p *Pool) ZFS(t testing.TB, args ...string) string {

@@ -16,16 +16,20 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 )
+
+// buildTimeout bounds the build of the plugin (a cold build cache included).
+const buildTimeout = 10 * time.Minute
 
 func main() { os.Exit(run()) }
 
@@ -60,14 +64,16 @@ func run() int {
 	if *pluginBin == "" {
 		*pluginBin = filepath.Join(work, "nomad-device-zfs")
 		fmt.Fprintln(os.Stderr, "zfsbench: building the plugin")
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", *pluginBin, "github.com/nomad-device-zfs/nomad-device-zfs/cmd/nomad-device-zfs")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "zfsbench: building the plugin: %v\n%s", err, b)
+		bctx, bcancel := context.WithTimeout(ctx, buildTimeout)
+		err := pluginhost.Build(bctx, *pluginBin, "-trimpath")
+		bcancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "zfsbench:", err)
 			return 1
 		}
 	}
 
-	stop, err := zfstest.StartFuse()
+	stop, err := sandbox.StartFuse()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "zfsbench: no usable ZFS:", err)
 		return 1

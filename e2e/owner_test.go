@@ -1,0 +1,36 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// recordedOwner decodes the owner the plugin recorded on a dataset (the
+// zero Owner when none is).
+func recordedOwner(t *testing.T, pool *zfstest.Pool, ds string) slots.Owner {
+	t.Helper()
+	o, err := slots.DecodeOwner(pool.Prop(t, ds, slots.PropOwner))
+	must.NoError(t, err)
+	return o
+}
+
+// archivedFor returns the archived dataset of an allocation, or "".
+func archivedFor(t *testing.T, pool *zfstest.Pool, archive, allocID string) string {
+	t.Helper()
+	out := pool.ZFS(t, "get", "-H", "-r", "-d", "1", "-o", "name,value", slots.PropOwner, archive)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, value, ok := strings.Cut(line, "\t")
+		if !ok || strings.Contains(name, "@") || name == archive {
+			continue
+		}
+		if o, err := slots.DecodeOwner(value); err == nil && o.AllocID == allocID {
+			return name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,128 @@
+package allocwatch
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// visRecheck is how soon a visibility check that failed is tried again.
+const visRecheck = 30 * time.Second
+
+// Fresh returns a snapshot of the node's allocations read by a request that
+// began at or after since: the latest snapshot when it qualifies, else the
+// answer of a non-blocking, consistent read started for it (shared by every
+// caller that can use it). It returns an error when the read fails or ctx
+// is done first; the read itself has its own deadline (callTimeout), so it
+// never outlives its use for long.
+func (w *Watcher) Fresh(ctx context.Context, since time.Time) (*Snapshot, error) {
+	w.mu.Lock()
+	if w.snap != nil && !w.snap.Began.Before(since) {
+		s := w.snap
+		w.mu.Unlock()
+		return s, nil
+	}
+	f := w.flight
+	if f == nil || f.began.Before(since) {
+		f = &flight{began: time.Now(), done: make(chan struct{})}
+		w.flight = f
+		go w.fly(f)
+	}
+	w.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.snap, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a read of the node's allocations: %w", ctx.Err())
+	}
+}
+
+// fly runs one shared non-blocking read.
+func (w *Watcher) fly(f *flight) {
+	defer close(f.done)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	f.snap, f.err = w.read(ctx, 0)
+	if f.err != nil {
+		w.setErr(f.err)
+		return
+	}
+	w.setSnapshot(f.snap)
+}
+
+// Gone reports whether allocation allocID of namespace positively no longer
+// exists, from a namespace-scoped list by ID prefix: Nomad answers it with
+// 403 when the token may not read that namespace, where a read by ID would
+// answer 404 and be mistaken for "gone". An allocation that exists but is
+// not in the node's list is an error (the list is stale, or the token
+// cannot see it there): any doubt means keep.
+func (w *Watcher) Gone(ctx context.Context, namespace, allocID string) (bool, error) {
+	if namespace == "" {
+		return false, fmt.Errorf("allocation %s is not in the node's list and its namespace is unknown", short(allocID))
+	}
+	if !validNamespace.MatchString(namespace) {
+		// "*" would list every namespace the token may read and silently
+		// leave out the others: an absent allocation would look gone.
+		return false, fmt.Errorf("allocation %s: recorded namespace %q is not a Nomad namespace name", short(allocID), namespace)
+	}
+	if err := w.refreshToken(); err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	q := (&api.QueryOptions{Namespace: namespace, Prefix: allocID}).WithContext(ctx)
+	stubs, _, err := w.client.Allocations().List(q)
+	if err != nil {
+		return false, fmt.Errorf("looking up allocation %s in namespace %q: %w", short(allocID), namespace, classify(err))
+	}
+	for _, s := range stubs {
+		if s.ID == allocID {
+			switch s.ClientStatus {
+			case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
+				return true, nil
+			}
+			return false, fmt.Errorf("allocation %s is %s but missing from the node's allocation list", short(allocID), s.ClientStatus)
+		}
+	}
+	return true, nil
+}
+
+// validNamespace is Nomad's rule for namespace names (structs.validNamespaceName).
+var validNamespace = regexp.MustCompile("^[a-zA-Z0-9-]{1,128}$")
+
+// Visibility returns whether the token is known to see every namespace,
+// checking again at start, whenever the token file changed, and (after a
+// failed check) every visRecheck. A check that fails is "not known".
+func (w *Watcher) Visibility(ctx context.Context) Visibility {
+	if err := w.refreshToken(); err != nil {
+		return Visibility{Reason: err.Error()}
+	}
+	w.mu.Lock()
+	due := w.visAt.IsZero() || w.visStale || time.Since(w.visAt) > w.fullPeriod ||
+		(w.visErr != nil && time.Since(w.visAt) > visRecheck)
+	v, verr := w.vis, w.visErr
+	w.mu.Unlock()
+	if due {
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		v, verr = CheckVisibility(ctx, w.client)
+		cancel()
+		w.mu.Lock()
+		w.vis, w.visErr, w.visAt, w.visStale = v, verr, time.Now(), false
+		w.mu.Unlock()
+		switch {
+		case verr != nil:
+			w.log.Warn("cannot tell whether the Nomad token sees every namespace", "error", verr)
+		case !v.All:
+			w.log.Warn("the Nomad token does not see every namespace", "reason", v.Reason)
+		default:
+			w.log.Debug("the Nomad token sees every namespace")
+		}
+	}
+	if verr != nil {
+		return Visibility{Reason: fmt.Sprintf("cannot tell whether the Nomad token sees every namespace: %v", verr)}
+	}
+	return v
+}

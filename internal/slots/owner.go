@@ -1,0 +1,113 @@
+package slots
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// PropOwner records, in one user property, the allocation and task that a
+// slot was handed to. Its value is URL query encoding (keys sorted), so that
+// what a job submitter chose (job, group and task names, namespaces) is data
+// and never structure: no TAB, newline or other control character reaches
+// ZFS, and every field is bounded (maxOwnerField bytes before encoding).
+// One property costs one `zfs set` on every ZFS.
+const PropOwner = "nomad-device-zfs:owner"
+
+// maxOwnerField bounds each field of an owner before it is encoded. Nomad's
+// own IDs are 36 bytes; names longer than this are cut (matching uses the
+// allocation ID only).
+const maxOwnerField = 256
+
+// legacyOwnerProps are the one-property-per-field owner marks that earlier
+// versions wrote. They are read (never written) so that datasets reserved or
+// archived by an earlier version keep their owner.
+var legacyOwnerProps = []string{
+	"nomad-device-zfs:alloc-id", "nomad-device-zfs:namespace", "nomad-device-zfs:job",
+	"nomad-device-zfs:group", "nomad-device-zfs:task", "nomad-device-zfs:alloc-name",
+	"nomad-device-zfs:node-id",
+}
+
+// Owner identifies the allocation and task that hold a slot, and the Nomad
+// node the allocation was seen on.
+type Owner struct {
+	AllocID, Namespace, Job, Group, Task, AllocName, NodeID string
+}
+
+// Known reports whether the owner's allocation is known.
+func (o Owner) Known() bool { return o.AllocID != "" }
+
+// String is a short description for logs and health texts. Names are quoted
+// so that control characters in them are shown escaped.
+func (o Owner) String() string {
+	if !o.Known() {
+		return "an unknown allocation"
+	}
+	return fmt.Sprintf("allocation %s (%q/%q, group %q, task %q)", short(o.AllocID), o.Namespace, o.Job, o.Group, o.Task)
+}
+
+// Encode returns the value of PropOwner for o.
+func (o Owner) Encode() string {
+	v := url.Values{}
+	for _, f := range []struct{ k, v string }{
+		{"alloc", o.AllocID}, {"ns", o.Namespace}, {"job", o.Job}, {"group", o.Group},
+		{"task", o.Task}, {"name", o.AllocName}, {"node", o.NodeID},
+	} {
+		if f.v != "" {
+			v.Set(f.k, bound(f.v))
+		}
+	}
+	return v.Encode()
+}
+
+// DecodeOwner parses a PropOwner value. Unknown keys are ignored (a newer
+// version may add some); a value that is not query encoding is an error.
+func DecodeOwner(s string) (Owner, error) {
+	q, err := url.ParseQuery(s)
+	if err != nil {
+		return Owner{}, fmt.Errorf("%s: %w", PropOwner, err)
+	}
+	return Owner{AllocID: q.Get("alloc"), Namespace: q.Get("ns"), Job: q.Get("job"), Group: q.Get("group"),
+		Task: q.Get("task"), AllocName: q.Get("name"), NodeID: q.Get("node")}, nil
+}
+
+func bound(s string) string {
+	if len(s) > maxOwnerField {
+		return s[:maxOwnerField]
+	}
+	return s
+}
+
+// ownerOf returns the owner recorded on d: PropOwner, else the legacy
+// properties of earlier versions. A PropOwner that does not decode is an
+// error: the owner is then unknown, never guessed.
+func ownerOf(d zfs.Dataset) (Owner, error) {
+	if v, ok := d.Local(PropOwner); ok {
+		return DecodeOwner(v)
+	}
+	var v [7]string
+	for i, p := range legacyOwnerProps {
+		v[i], _ = d.Local(p)
+	}
+	return Owner{AllocID: v[0], Namespace: v[1], Job: v[2], Group: v[3], Task: v[4], AllocName: v[5], NodeID: v[6]}, nil
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// oneLine makes a text safe for a health description or a log line: control
+// characters are replaced, so nothing a job submitter chose can add lines.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}

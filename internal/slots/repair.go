@@ -1,0 +1,85 @@
+package slots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// maxRepairs bounds the datasets one Sync re-reads one property at a time.
+const maxRepairs = 8
+
+// repair re-reads, one property per command, the datasets of a batched
+// read that did not parse (a value with TABs or newlines: written by an
+// earlier version, or by hand), so that each gets its exact values. A name
+// that does not exist (a line forged inside such a value) is dropped. On a
+// dataset the plugin manages, a legacy owner property holding control
+// characters is rewritten with them replaced, so that the next batched read
+// parses. This costs processes only while such datasets exist, and at most
+// maxRepairs datasets per call; the others stay unreadable (left alone,
+// their slots unhealthy) until a later call.
+func (m *Manager) repair(ctx context.Context, datasets []zfs.Dataset) []zfs.Dataset {
+	out := datasets[:0:0]
+	n := 0
+	for _, d := range datasets {
+		if d.Err == nil {
+			out = append(out, d)
+			continue
+		}
+		if n == maxRepairs {
+			out = append(out, d)
+			continue
+		}
+		n++
+		fixed, exists, err := m.readExact(ctx, d.Name)
+		switch {
+		case err != nil:
+			d.Err = errors.Join(d.Err, err)
+			out = append(out, d)
+		case exists:
+			out = append(out, fixed)
+		}
+	}
+	return out
+}
+
+// readExact reads every observed property of name exactly, and cleans the
+// legacy owner properties of a managed dataset.
+func (m *Manager) readExact(ctx context.Context, name string) (zfs.Dataset, bool, error) {
+	d := zfs.Dataset{Name: name, Props: map[string]zfs.Prop{}}
+	for _, p := range ObservedProps {
+		v, err := m.zfs.GetExact(ctx, name, p)
+		if errors.Is(err, zfs.ErrNotExist) {
+			return d, false, nil
+		}
+		if err != nil {
+			return d, true, fmt.Errorf("reading %s of %s exactly: %w", p, name, err)
+		}
+		d.Props[p] = v
+	}
+	if _, managed := d.Local(PropManaged); !managed {
+		return d, true, nil
+	}
+	for _, p := range legacyOwnerProps {
+		v, ok := d.Local(p)
+		if !ok || oneLine(v) == v {
+			continue
+		}
+		clean := oneLine(v)
+		if err := m.zfs.Set(ctx, name, p, clean); err != nil {
+			return d, true, fmt.Errorf("rewriting %s of %s without control characters: %w", p, name, err)
+		}
+		m.log.Warn("rewrote a property that held control characters", "dataset", name, "property", p,
+			"was", fmt.Sprintf("%q", v), "now", clean)
+		d.Props[p] = zfs.Prop{Value: clean, Source: d.Props[p].Source}
+	}
+	return d, true, nil
+}
+
+// hasUnreadable reports whether any dataset did not parse.
+func hasUnreadable(ds []zfs.Dataset) bool {
+	return slices.ContainsFunc(ds, func(d zfs.Dataset) bool { return d.Err != nil })
+}

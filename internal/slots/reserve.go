@@ -1,0 +1,367 @@
+package slots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+)
+
+// identifyGrace is how long Reserve on a fresh slot waits, after its one
+// zfs command, for the allocation read that tells who asked. A fresh dataset
+// is empty, so it is handed over either way; without the read its owner
+// stays unknown and the slot is kept until no allocation holds it.
+const identifyGrace = 2 * time.Second
+
+// Reserve is called (through the device plugin) when Nomad starts a task
+// that was given these device IDs; it returns the slots in the order given.
+// All IDs must belong to one class.
+//
+// A slot is handed over only when that is provably safe:
+//   - a fresh slot (free, healthy, mounted: no tenant has written to it)
+//     costs one zfs command. An allocation read that began after the call
+//     arrived, made at the same time, records who asked.
+//   - a slot a tenant may have written goes only to its recorded owner,
+//     shown as the sole live holder of the device by a read of the node's
+//     allocations that began after this call arrived (a repeated Reserve).
+//     When the recorded owner has positively ended and the only other
+//     holder has not started (the asker), the slot is released first and
+//     the asker gets the fresh dataset that replaces it.
+//
+// Anything else — an owner that is unknown, not ended or not visible, the
+// API unreachable, two live holders — keeps the data: Reserve waits until
+// ctx is done and then fails with an error that names the slot and why.
+// No lock is held while Reserve waits or reads the API.
+func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
+	arrived := time.Now()
+	if len(ids) == 0 {
+		return nil, errors.New("no device IDs to reserve")
+	}
+	if err := m.checkIDs(ids); err != nil {
+		return nil, err
+	}
+	var view *View // the latest read that began after arrived
+	for {
+		changed := m.Changed()
+		res, wait, err := m.tryReserve(ctx, ids, arrived, &view)
+		if err != nil || wait == "" {
+			return res, err
+		}
+		m.log.Debug("reserve waiting", "devices", ids, "reason", wait)
+		m.Kick()
+		retry := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return nil, fmt.Errorf("%s; gave up after %s (reserve_timeout)", wait, time.Since(arrived).Round(time.Second))
+		case <-changed:
+		case <-retry.C:
+		}
+		retry.Stop()
+		view = nil // the next round reads again
+	}
+}
+
+// checkIDs verifies that every ID names a slot and that all are of one class.
+func (m *Manager) checkIDs(ids []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var class, first string
+	for _, id := range ids {
+		i, ok := m.byID[id]
+		if !ok {
+			return fmt.Errorf("unknown device ID %q: this node offers %s", id, m.idSummaryLocked())
+		}
+		if s := m.slots[i]; first == "" {
+			class, first = s.Class, id
+		} else if s.Class != class {
+			return fmt.Errorf("device IDs %q and %q belong to different classes (%s, %s): reserve one class at a time", first, id, class, s.Class)
+		}
+	}
+	return nil
+}
+
+// tryReserve reserves the slots if that is safe now. Otherwise it starts
+// what it can (the release of a slot whose owner has ended) and returns why
+// the caller must wait. *view caches the allocation read of this round.
+func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Time, view **View) (res []Slot, wait string, err error) {
+	m.mu.Lock()
+	nomad := m.nomad
+	m.mu.Unlock()
+	var fresh []string
+	var release []Slot
+	for _, id := range ids {
+		s, ok := m.slot(id)
+		if !ok {
+			return nil, "", fmt.Errorf("device %s is no longer offered by this node", id)
+		}
+		if s.State == StateFree {
+			if !s.ok || s.Mountpoint == "" {
+				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+			}
+			fresh = append(fresh, id)
+			continue
+		}
+		if s.State == StateReleasing || s.State == StateDestroying {
+			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
+			continue
+		}
+		if s.State != StateReserved || s.unreadable {
+			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+		}
+		// A slot a tenant may have written: proof first.
+		if nomad == nil {
+			wait = fmt.Sprintf("device %s holds the data of %s and this plugin cannot read allocations to verify the asker", s.ID, s.Owner)
+			continue
+		}
+		if *view == nil {
+			v, err := nomad.View(ctx, arrived)
+			if err != nil {
+				wait = fmt.Sprintf("device %s holds the data of %s, and the node's allocations cannot be read to verify the asker (%v)", s.ID, s.Owner, err)
+				continue
+			}
+			*view = v
+			m.setIncomplete(v.Incomplete)
+		}
+		switch d := m.decide(ctx, nomad, *view, s, true); d.kind {
+		case handOver:
+			res = append(res, s)
+		case startRelease:
+			release = append(release, s)
+			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
+		case inUse:
+			wait = fmt.Sprintf("device %s is in use by %s (%s), and the asker is not among the device's holders", s.ID, s.Owner, d.reason)
+		default:
+			wait = fmt.Sprintf("device %s: %s", s.ID, d.reason)
+		}
+	}
+	// Carry the releases out here rather than wait for the release loop:
+	// the asker waits for them.
+	for _, s := range release {
+		if err := m.startRelease(ctx, s); err != nil {
+			wait = fmt.Sprintf("%s; starting its release failed: %v", wait, err)
+			continue
+		}
+		if cur, ok := m.slot(s.ID); ok && (cur.State == StateReleasing || cur.State == StateDestroying) {
+			if err := m.releaseSlot(ctx, cur); err != nil {
+				wait = fmt.Sprintf("%s; release: %v", wait, err)
+			}
+		}
+	}
+	if wait != "" {
+		return nil, wait, nil
+	}
+	reserved, err := m.reserveFresh(ctx, nomad, fresh, arrived, *view)
+	if err != nil {
+		return nil, "", err
+	}
+	// In the order Nomad gave the IDs.
+	byID := map[string]Slot{}
+	for _, s := range append(res, reserved...) {
+		byID[s.ID] = s
+	}
+	out := make([]Slot, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, byID[id])
+	}
+	return out, "", nil
+}
+
+// reserveFresh marks fresh slots reserved (one zfs command each) and, while
+// that runs, reads who holds them. It returns once the slots are reserved
+// and the read is done, or identifyGrace after the zfs work when it is not:
+// an identification only counts from a read that began after the call
+// arrived and ended before the dataset was handed over, when no tenant can
+// have written to it yet.
+func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, arrived time.Time, have *View) ([]Slot, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	type read struct {
+		v   *View
+		err error
+	}
+	got := make(chan read, 1)
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	switch {
+	case have != nil:
+		got <- read{v: have}
+	case nomad == nil:
+		got <- read{err: errors.New("no Nomad API configured")}
+	default:
+		go func() {
+			v, err := nomad.View(ictx, arrived)
+			got <- read{v, err}
+		}()
+	}
+
+	var out []Slot
+	for _, id := range ids {
+		s, err := m.markReserved(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+
+	var r read
+	grace := time.NewTimer(identifyGrace)
+	defer grace.Stop()
+	select {
+	case r = <-got:
+	case <-grace.C:
+		r.err = fmt.Errorf("no allocation read within %s", identifyGrace)
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	}
+	for i, s := range out {
+		var why string
+		switch {
+		case r.err != nil:
+			why = fmt.Sprintf("the node's allocations could not be read when it was reserved (%v)", r.err)
+		default:
+			m.setIncomplete(r.v.Incomplete)
+			h := r.v.Holders(s.ID)
+			switch {
+			case len(h) == 1:
+				out[i].Owner = h[0].Owner
+			case len(h) == 0:
+				why = "no allocation visible to this plugin's token holds it"
+				if r.v.Incomplete != "" {
+					why += " (" + r.v.Incomplete + ")"
+				}
+			default:
+				why = fmt.Sprintf("%d live allocations hold it", len(h))
+			}
+		}
+		m.mu.Lock()
+		if why == "" {
+			m.owners[s.ID] = out[i].Owner
+		}
+		m.mu.Unlock()
+		if why != "" {
+			m.setNote(s.ID, note{unhealthy: true, text: "owner unknown: " + why + "; its data is kept until no allocation holds it"})
+			m.log.Warn("reserved slot's owner unknown", "device", s.ID, "reason", why)
+		} else {
+			m.setNote(s.ID, note{})
+			m.updateSlot(s.ID, func(x *Slot) { x.Owner = out[i].Owner })
+		}
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String())
+	}
+	m.Kick() // record owners in the background, off Reserve's path
+	return out, nil
+}
+
+// markReserved records a fresh slot as reserved, under its lock, after
+// checking that it is still fresh and mounted where it says.
+func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
+	unlock := m.lockSlot(id)
+	defer unlock()
+	s, ok := m.slot(id)
+	if !ok {
+		return Slot{}, fmt.Errorf("device %s is no longer offered by this node", id)
+	}
+	if s.State != StateFree || !s.ok || s.Mountpoint == "" {
+		return Slot{}, fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %s", id, s.Dataset, orDash(s.why))
+	}
+	m.mu.Lock()
+	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	m.mu.Unlock()
+	if err := checkMounted(s.Mountpoint, want); err != nil {
+		m.updateSlot(id, func(x *Slot) { x.setHealth(false, err.Error()) })
+		return Slot{}, fmt.Errorf("device %s (dataset %s) cannot be reserved: %w", id, s.Dataset, err)
+	}
+	if err := m.zfs.Set(ctx, s.Dataset, PropState, string(StateReserved)); err != nil {
+		return Slot{}, fmt.Errorf("reserving device %s (dataset %s): %w", id, s.Dataset, err)
+	}
+	m.updateSlot(id, func(x *Slot) { x.State = StateReserved; x.Owner, x.stamped = Owner{}, Owner{} })
+	s.State = StateReserved
+	return s, nil
+}
+
+// decisionKind is what may be done with an in-use slot.
+type decisionKind int
+
+const (
+	keep         decisionKind = iota // keep the data; reason says why
+	handOver                         // the asker is the recorded owner
+	startRelease                     // the owner has ended: release, then hand over fresh
+	inUse                            // the owner is live and alone: nothing to do
+)
+
+type decision struct {
+	kind   decisionKind
+	reason string
+	// conflict: something holds the device that should not.
+	conflict bool
+}
+
+// decide says what may be done with reserved slot s, from view v (a read
+// that began after the question was asked). asking is true for Reserve
+// (the asker is among the live holders and has not started) and false for
+// the background release pass. It makes a Nomad call only to ask whether
+// an owner absent from the view is gone. It never guesses: anything it
+// cannot prove is "keep".
+func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking bool) decision {
+	holders := v.Holders(s.ID)
+	if !s.Owner.Known() {
+		if !asking && len(holders) == 0 && v.Complete {
+			return decision{kind: startRelease, reason: "no allocation holds it and the token sees every namespace"}
+		}
+		why := "the allocation it was handed to was never identified; its data is kept until no allocation holds it"
+		if !v.Complete && v.Incomplete != "" {
+			why += "; the token may not see every namespace (" + v.Incomplete + ")"
+		}
+		return decision{reason: "owner unknown: " + why}
+	}
+	var others []Holding
+	ownerHolds := false
+	for _, h := range holders {
+		if h.Owner.AllocID == s.Owner.AllocID {
+			ownerHolds = true
+		} else {
+			others = append(others, h)
+		}
+	}
+	if asking && ownerHolds && len(others) == 0 {
+		return decision{kind: handOver}
+	}
+	f, err := fate(ctx, n, v, s.Owner)
+	switch {
+	case err != nil:
+		return decision{reason: fmt.Sprintf("owner unverified: it holds the data of %s, whose state cannot be read (%v)", s.Owner, err)}
+	case !f.Ended && len(others) > 0:
+		return decision{reason: fmt.Sprintf("still in use by %s, which is %s; %s waits for it to end", s.Owner, stoppingOr(f), describe(others))}
+	case !f.Ended:
+		return decision{kind: inUse, reason: f.Reason}
+	}
+	for _, h := range others {
+		if h.Started {
+			m.log.Error("conflict: a running allocation holds a device whose dataset belongs to an ended allocation; keeping the data", "device", s.ID, "owner", s.Owner.String(), "holder", h.Owner.String())
+			return decision{conflict: true, reason: fmt.Sprintf("conflict: %s has ended but %s, which has started, holds the device; its data is kept", s.Owner, h.Owner)}
+		}
+	}
+	if asking && len(others) > 1 {
+		return decision{conflict: true, reason: fmt.Sprintf("conflict: %d live allocations hold the device: %s", len(others), describe(others))}
+	}
+	return decision{kind: startRelease, reason: f.Reason}
+}
+
+func stoppingOr(f Fate) string {
+	if f.Stopping {
+		return "stopping (" + f.Reason + ")"
+	}
+	return "live (" + f.Reason + ")"
+}
+
+func describe(hs []Holding) string {
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, h.Owner.String())
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,351 @@
+package slots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// maxRounds bounds the observe-and-act rounds of one Sync. A release takes
+// one round, the fresh dataset's owner and mode a second look.
+const maxRounds = 3
+
+// Sync observes ZFS and brings it to the configuration: it creates missing
+// class datasets and slots, mounts free slots that are not mounted, destroys
+// free slots beyond the count, fixes the quota, root directory owner and
+// mode and mount flags of free slots, and carries every started release to
+// its end (archive or destroy, then a fresh dataset). It runs one `zpool
+// list` and one batched `zfs get`, plus, only when it changed something,
+// one command per change and one more `zfs get`. When the pool is not
+// ONLINE or the parent is missing it changes nothing and marks every slot
+// unhealthy. On return the slot list reflects what ZFS said; the error
+// reports changes that failed (their slots are unhealthy).
+//
+// Sync holds treeMu for writing: work on single slots waits for it.
+func (m *Manager) Sync(ctx context.Context) error {
+	m.treeMu.Lock()
+	defer m.treeMu.Unlock()
+	m.mu.Lock()
+	cfg := m.cfg
+	m.mu.Unlock()
+
+	if reason := m.checkPool(ctx, cfg); reason != "" {
+		m.setUnavailable(cfg, reason)
+		return nil
+	}
+	var (
+		datasets []zfs.Dataset
+		errs     []error
+		failed   = make(map[string]string)
+	)
+	for round := 0; ; round++ {
+		var err error
+		datasets, err = m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
+		if err != nil {
+			m.setUnavailable(cfg, parentReason(cfg.Parent, err))
+			return errors.Join(errs...)
+		}
+		if hasUnreadable(datasets) {
+			datasets = m.repair(ctx, datasets)
+		}
+		if round == maxRounds {
+			break
+		}
+		plan := MakePlan(cfg, datasets, time.Now())
+		m.reportForeign(plan.Foreign)
+		m.reportUnreadable(plan.Unreadable)
+		plan.Actions = dropFailed(plan.Actions, failed)
+		if len(plan.Actions) == 0 {
+			break
+		}
+		_, errs2 := m.applyAll(ctx, cfg, plan.Actions, failed)
+		errs = append(errs, errs2...)
+	}
+
+	slots := buildSlots(cfg, datasets, "", failed)
+	errs = append(errs, prepareFree(cfg, slots)...)
+	m.mu.Lock()
+	m.setSlotsLocked(slots)
+	m.usageAt = time.Now()
+	m.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// applyAll runs the actions in order and returns those that succeeded. A
+// failed action records why in failed (by slot dataset) and skips the rest
+// of its chain.
+func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, failed map[string]string) (done []Action, errs []error) {
+	broken := map[string]bool{}
+	for _, a := range actions {
+		if a.Chain != "" && broken[a.Chain] {
+			continue
+		}
+		if err := m.apply(ctx, cfg, a); err != nil {
+			if a.Chain != "" {
+				broken[a.Chain] = true
+			}
+			reason := fmt.Sprintf("%s failed: %v", a.Kind, err)
+			switch {
+			case errors.Is(err, zfs.ErrBusy):
+				reason = fmt.Sprintf("%s: dataset is busy (a process still has it open); retrying", a.Kind)
+			case errors.Is(err, zfs.ErrNoSpace):
+				reason = fmt.Sprintf("%s: the pool is out of space (%v); retrying once space is freed", a.Kind, err)
+			}
+			m.log.Error("slot change failed", "action", a.Kind.String(), "dataset", a.Dataset, "error", err)
+			failed[a.Dataset] = reason
+			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Dataset, err))
+			if a.Kind == CreateClass {
+				for i := 0; i < classByName(cfg, a.Class).Slots; i++ {
+					failed[cfg.SlotDataset(a.Class, i)] = fmt.Sprintf("%s %s failed: %v", a.Kind, a.Dataset, err)
+				}
+			}
+			continue
+		}
+		m.log.Info("slot changed", "action", a.Kind.String(), "dataset", a.Dataset, "prop", a.Prop, "value", a.Value, "target", a.Target)
+		done = append(done, a)
+	}
+	return done, errs
+}
+
+// dropFailed removes actions on datasets that already failed in this Sync,
+// so that a dataset that cannot be changed is not retried within one Sync.
+func dropFailed(actions []Action, failed map[string]string) []Action {
+	out := actions[:0]
+	for _, a := range actions {
+		if _, bad := failed[a.Dataset]; !bad {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
+	switch a.Kind {
+	case CreateClass, CreateSlot, CreateArchive:
+		return m.zfs.Create(ctx, a.Dataset, a.Props)
+	case DestroySlot:
+		return m.zfs.Destroy(ctx, a.Dataset)
+	case SetQuota:
+		return m.zfs.Set(ctx, a.Dataset, "refquota", a.Value)
+	case SetProp:
+		return m.zfs.Set(ctx, a.Dataset, a.Prop, a.Value)
+	case MountSlot:
+		return m.zfs.Mount(ctx, a.Dataset)
+	case Unmount:
+		return m.zfs.Unmount(ctx, a.Dataset)
+	case RenameToArchive:
+		return m.zfs.Rename(ctx, a.Dataset, a.Target)
+	case DestroyArchived:
+		// -r only ever inside the plugin's own archive tree.
+		return m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset())
+	}
+	return fmt.Errorf("unknown action %d", a.Kind)
+}
+
+// reportUnreadable logs each dataset whose properties could not be parsed,
+// once per manager: it is left alone, and only its own slot is unhealthy.
+func (m *Manager) reportUnreadable(ds []zfs.Dataset) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range ds {
+		if !m.reported[d.Name] {
+			m.reported[d.Name] = true
+			m.log.Error("dataset's properties cannot be read; leaving it alone", "dataset", d.Name, "error", d.Err)
+		}
+	}
+}
+
+// checkPool returns why the pool cannot be used, or "" when it is ONLINE.
+func (m *Manager) checkPool(ctx context.Context, cfg Config) string {
+	pool := cfg.Pool()
+	health, err := m.zfs.PoolHealth(ctx, pool)
+	switch {
+	case errors.Is(err, zfs.ErrNotExist):
+		return fmt.Sprintf("pool %s is not imported", pool)
+	case err != nil:
+		return fmt.Sprintf("pool %s cannot be read: %v", pool, err)
+	case health != "ONLINE":
+		return fmt.Sprintf("pool %s is %s", pool, health)
+	}
+	return ""
+}
+
+func parentReason(parent string, err error) string {
+	if errors.Is(err, zfs.ErrNotExist) {
+		return fmt.Sprintf("parent dataset %s does not exist", parent)
+	}
+	return fmt.Sprintf("parent dataset %s cannot be read: %v", parent, err)
+}
+
+// setUnavailable marks every slot unhealthy with reason, keeping what was
+// last known of them (mountpoints, states) so that nothing is forgotten.
+func (m *Manager) setUnavailable(cfg Config, reason string) {
+	m.log.Warn("slots unavailable", "reason", reason)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.slots) == 0 {
+		m.setSlotsLocked(buildSlots(cfg, nil, reason, nil))
+		return
+	}
+	slots := append([]Slot(nil), m.slots...)
+	for i := range slots {
+		slots[i].setHealth(false, reason)
+	}
+	m.setSlotsLocked(slots)
+}
+
+// buildSlots derives the slot list from the configuration and the observed
+// datasets. With a non-empty unavailable reason every slot is unhealthy with
+// it. failed maps datasets to the reason their last change failed.
+func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed map[string]string) []Slot {
+	byName := make(map[string]zfs.Dataset, len(datasets))
+	for _, d := range datasets {
+		byName[d.Name] = d
+	}
+	room := poolRoom(cfg, byName)
+	var slots []Slot
+	for _, c := range cfg.Classes {
+		container, containerOK := byName[cfg.ClassDataset(c.Name)]
+		max := c.Slots
+		// In-use slots beyond the count stay visible until released.
+		for _, d := range datasets {
+			if parent, idx, ok := cutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
+				if n := parseIndex(idx); n >= max && (d.Err != nil || isManaged(d, ManagedSlot) && slotState(d) != StateFree) {
+					max = n + 1
+				}
+			}
+		}
+		for i := 0; i < max; i++ {
+			s := Slot{ID: DeviceID(c.Name, i), Class: c.Name, Index: i, Dataset: cfg.SlotDataset(c.Name, i)}
+			d, exists := byName[s.Dataset]
+			if exists && d.Err == nil {
+				s.State = slotState(d)
+				s.Owner, _ = ownerOf(d)
+				s.stamped = s.Owner
+				if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
+					if mounted, _ := d.Value("mounted"); mounted == "yes" {
+						s.Mountpoint = mp
+					}
+				}
+				s.Usage = usageOf(d)
+			}
+			if i >= c.Slots {
+				if !exists || d.Err == nil && (!isManaged(d, ManagedSlot) || s.State == StateFree) {
+					continue // a gap, someone else's, or destroyed
+				}
+				s.Surplus = true
+			}
+			s.unreadable = exists && d.Err != nil
+			s.setHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, room))
+			slots = append(slots, s)
+		}
+	}
+	sortSlots(slots)
+	return slots
+}
+
+// room is the space the pool can still give the parent's datasets.
+type room struct {
+	known bool
+	bytes uint64
+}
+
+// poolRoom reads the parent's "available": what the pool (and any quota on
+// the parent) still lets its datasets write.
+func poolRoom(cfg Config, byName map[string]zfs.Dataset) room {
+	d, ok := byName[cfg.Parent]
+	if !ok || d.Err != nil {
+		return room{}
+	}
+	n, err := d.Bytes("available")
+	return room{known: err == nil, bytes: n}
+}
+
+// sortSlots orders slots by class, then index.
+func sortSlots(slots []Slot) {
+	sort.SliceStable(slots, func(i, j int) bool {
+		if slots[i].Class != slots[j].Class {
+			return slots[i].Class < slots[j].Class
+		}
+		return slots[i].Index < slots[j].Index
+	})
+}
+
+func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container zfs.Dataset, containerOK bool, unavailable string, failed map[string]string, r room) (bool, string) {
+	switch {
+	case unavailable != "":
+		return false, unavailable
+	case exists && d.Err != nil:
+		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", s.Dataset, d.Err)
+	case failed[s.Dataset] != "":
+		return false, failed[s.Dataset]
+	case containerOK && container.Err != nil:
+		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", cfg.ClassDataset(c.Name), container.Err)
+	case containerOK && !isManaged(container, ManagedClass):
+		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", cfg.ClassDataset(c.Name))
+	case !exists:
+		return false, fmt.Sprintf("dataset %s is missing", s.Dataset)
+	case !isManaged(d, ManagedSlot):
+		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
+	case s.State == StateReleasing || s.State == StateDestroying:
+		return false, fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
+	case s.Surplus:
+		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
+	case s.Mountpoint == "":
+		mounted, _ := d.Value("mounted")
+		mp, _ := d.Value("mountpoint")
+		return false, fmt.Sprintf("dataset %s is not mounted (mounted=%s, mountpoint=%s)", s.Dataset, orDash(mounted), orDash(mp))
+	case s.State != StateFree && s.State != StateReserved:
+		return false, fmt.Sprintf("dataset %s has unknown state %q", s.Dataset, s.State)
+	case s.State == StateFree && r.known && r.bytes < c.Quota:
+		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.bytes), humanBytes(c.Quota))
+	}
+	return true, ""
+}
+
+func usageOf(d zfs.Dataset) Usage {
+	var u Usage
+	u.Used, _ = d.Bytes("used")
+	u.Available, _ = d.Bytes("available")
+	u.Referenced, _ = d.Bytes("referenced")
+	u.Quota, _ = d.Bytes("refquota")
+	if v, ok := d.Value("compressratio"); ok {
+		u.CompressRatio, _ = zfs.ParseRatio(v)
+	}
+	return u
+}
+
+// humanBytes prints a byte count in binary units, as ZFS does ("55.0MiB").
+func humanBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%dB", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+func cutLast(name string) (parent, last string, ok bool) {
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			return name[:i], name[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
