@@ -55,6 +55,9 @@ func untasked(o slots.Owner) slots.Owner {
 	return o
 }
 
+// Incomplete implements slots.Nomad: the tenants see every namespace.
+func (t *Tenants) Incomplete(context.Context) string { return "" }
+
 // Gone implements slots.Nomad: an allocation is gone once End was called
 // for it (the view lists it as complete anyway).
 func (t *Tenants) Gone(_ context.Context, o slots.Owner) (bool, error) {

@@ -273,10 +273,10 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 		archived = archivedFor(t, pool, parent+"/.archive", alloc.ID)
 		if archived == "" {
 			return false, "nothing in the archive for the allocation; state of the slot: " +
-				pool.Prop(t, slotDS, "nomad-device-zfs:state")
+				pollProp(pool, slotDS, "nomad-device-zfs:state")
 		}
-		st := pool.Prop(t, archived, "nomad-device-zfs:state")
-		fresh := pool.Prop(t, slotDS, "nomad-device-zfs:state")
+		st := pollProp(pool, archived, "nomad-device-zfs:state")
+		fresh := pollProp(pool, slotDS, "nomad-device-zfs:state")
 		return st == "archived" && fresh == "free", fmt.Sprintf("%s is %s, %s is %s", archived, st, slotDS, fresh)
 	})
 	step("released: %s archived as %s", slotDS, archived)

@@ -34,3 +34,15 @@ func archivedFor(t *testing.T, pool *zfstest.Pool, archive, allocID string) stri
 	}
 	return ""
 }
+
+// pollProp reads a property for a poll: a dataset missing for a moment (a
+// release renames it away before the fresh one is created) reads as
+// "(error …)", which equals no value a test waits for, instead of failing
+// the test.
+func pollProp(pool *zfstest.Pool, ds, prop string) string {
+	v, err := pool.TryProp(ds, prop)
+	if err != nil {
+		return "(error " + err.Error() + ")"
+	}
+	return v
+}

@@ -177,13 +177,15 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	var archived string
 	agent.Wait(t, "the slot fresh again", releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)
-		state := pool.Prop(t, slot, "nomad-device-zfs:state")
-		return archived != "" && state == "free" && pool.Prop(t, slot, "guid") != guid,
+		state := pollProp(pool, slot, "nomad-device-zfs:state")
+		// The archive is marked archived in the round after the fresh
+		// dataset is created.
+		return archived != "" && state == "free" && pollProp(pool, slot, "guid") != guid &&
+				pollProp(pool, archived, "nomad-device-zfs:state") == "archived",
 			fmt.Sprintf("archive=%q slot state=%q", archived, state)
 	})
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
 	step("released to %s", archived)
-	must.EqOp(t, "archived", pool.Prop(t, archived, "nomad-device-zfs:state"))
 	must.EqOp(t, "writer", recordedOwner(t, pool, archived).Job)
 	must.EqOp(t, agent.NodeID, recordedOwner(t, pool, archived).NodeID)
 	entries, err := os.ReadDir(pool.Prop(t, slot, "mountpoint"))
@@ -201,7 +203,7 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	must.EqOp(t, "scratch-0", checker.AllocatedResources.Tasks["c"].Devices[0].DeviceIDs[0])
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		a := archivedFor(t, pool, archive, checker.ID)
-		return a != "" && pool.Prop(t, slot, "nomad-device-zfs:state") == "free", "archive=" + a
+		return a != "" && pollProp(pool, slot, "nomad-device-zfs:state") == "free", "archive=" + a
 	})
 	step("second tenant ran on the fresh slot and was released too")
 }

@@ -29,9 +29,9 @@
 # says, putting a fresh dataset in its place.
 #
 # State lives in ZFS user properties on the datasets
-# (nomad-device-zfs:managed, nomad-device-zfs:state, and the owner's
-# nomad-device-zfs:alloc-id, :namespace, :job, :group, :task); the plugin
-# touches only datasets it marked as its own.
+# (nomad-device-zfs:managed, nomad-device-zfs:state, and the owner in
+# nomad-device-zfs:owner: alloc=…&group=…&job=…&ns=…&task=…, URL-query
+# encoded); the plugin touches only datasets it marked as its own.
 
 plugin "nomad-device-zfs" {
   config {
@@ -50,8 +50,10 @@ plugin "nomad-device-zfs" {
     stats_period = "10s"
 
     # How long Reserve waits for a slot that is still being released (its
-    # previous allocation's dataset on its way to the archive) before it
-    # fails the task start (Nomad's restart policy then retries). Default "2m".
+    # previous allocation's dataset on its way to the archive), or for a
+    # read of the node's allocations that proves who asks for a dataset a
+    # tenant may have written, before it fails the task start with the
+    # reason (Nomad's restart policy then retries). Default "2m".
     reserve_timeout = "2m"
 
     # Optional: how the plugin reaches the Nomad HTTP API to follow this
@@ -59,7 +61,9 @@ plugin "nomad-device-zfs" {
     # NOMAD_TOKEN, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY and
     # NOMAD_TLS_SERVER_NAME (plugins inherit the agent's environment), then
     # to the local agent at http://127.0.0.1:4646. With ACLs, the token needs
-    # to read the node and its allocations.
+    # node read and read-job on EVERY namespace (examples/acl): slots used by
+    # jobs of a namespace it cannot see get an unknown owner and are kept,
+    # unhealthy, until it can.
     # nomad {
     #   address         = "https://127.0.0.1:4646"
     #   token_file      = "/etc/nomad.d/nomad-device-zfs.token"

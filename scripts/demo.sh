@@ -356,8 +356,9 @@ info "allocation $ALLOC_ID is $ALLOC_STATUS"
 
 # ------------------------------------------------------------ 8. in use
 reserved_dataset() {
-	zfs get -H -r -o name,value nomad-device-zfs:alloc-id "$POOL/nomad/scratch" |
-		awk -v id="$ALLOC_ID" '$2 == id && $1 !~ /@/ { print $1; exit }'
+	# nomad-device-zfs:owner is URL-query encoded: alloc=<id>&group=…
+	zfs get -H -r -o name,value nomad-device-zfs:owner "$POOL/nomad/scratch" |
+		awk -v id="alloc=$ALLOC_ID" 'index($2, id) && $1 !~ /@/ { print $1; exit }'
 }
 file_written() {
 	DATASET=$(reserved_dataset)
@@ -369,7 +370,7 @@ wait_for "the dataset reserved for $ALLOC_ID to hold the task's file" 60 file_wr
 file_written
 INSTANCE="scratch-${DATASET##*/}"
 step "While the task runs: $INSTANCE is $DATASET, mounted on the host at $MOUNTPOINT"
-run zfs get -r -o name,property,value nomad-device-zfs:state,nomad-device-zfs:alloc-id,nomad-device-zfs:job "$POOL/nomad/scratch"
+run zfs get -r -o name,property,value nomad-device-zfs:state,nomad-device-zfs:owner "$POOL/nomad/scratch"
 run ls -ln "$MOUNTPOINT"
 run cat "$MOUNTPOINT/hello.txt"
 grep -q "$ALLOC_ID" "$MOUNTPOINT/hello.txt" || die "$MOUNTPOINT/hello.txt does not name allocation $ALLOC_ID"
@@ -413,8 +414,8 @@ fi
 
 # ------------------------------------------------------------ 10. release
 archived_dataset() {
-	zfs get -H -r -o name,value nomad-device-zfs:alloc-id "$POOL/nomad/.archive" 2>/dev/null |
-		awk -v id="$ALLOC_ID" '$2 == id && $1 !~ /@/ { print $1; exit }'
+	zfs get -H -r -o name,value nomad-device-zfs:owner "$POOL/nomad/.archive" 2>/dev/null |
+		awk -v id="alloc=$ALLOC_ID" 'index($2, id) && $1 !~ /@/ { print $1; exit }'
 }
 released() {
 	ARCHIVED=$(archived_dataset)
@@ -427,7 +428,7 @@ step "After the allocation: the plugin archived $DATASET and made a fresh one in
 run zfs list -r -o name,used,avail,refquota,compression,mounted "$POOL/nomad"
 run zfs get -r -o name,property,value nomad-device-zfs:state "$POOL/nomad"
 step "The task's files, kept in the archive (mounted for a look, then unmounted)"
-run zfs get -o property,value nomad-device-zfs:alloc-id,nomad-device-zfs:namespace,nomad-device-zfs:job,nomad-device-zfs:group,nomad-device-zfs:task,nomad-device-zfs:released-at "$ARCHIVED"
+run zfs get -o property,value nomad-device-zfs:owner,nomad-device-zfs:released-at "$ARCHIVED"
 run zfs mount "$ARCHIVED"
 ARCHIVE_MP=$(zfs get -H -o value mountpoint "$ARCHIVED")
 run ls -ln "$ARCHIVE_MP"

@@ -185,6 +185,15 @@ func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, er
 	return v, nil
 }
 
+// Incomplete returns why the token may not see every namespace ("" when it
+// sees them all).
+func (n nomadAllocs) Incomplete(ctx context.Context) string {
+	if vis := n.w.Visibility(ctx); !vis.All {
+		return vis.Reason
+	}
+	return ""
+}
+
 // Gone asks the API whether an allocation absent from the node's list
 // positively no longer exists.
 func (n nomadAllocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {

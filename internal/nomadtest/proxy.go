@@ -54,15 +54,13 @@ type Proxy struct {
 	// usable as a Nomad address; HostPort is the same as 127.0.0.1:port.
 	Addr     string
 	HostPort string
-	// Target is the host:port the proxy forwards to.
-	Target string
+	ln       net.Listener
+	ctx      context.Context // cancelled by close: ends dials
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
-	ln     net.Listener
-	ctx    context.Context // cancelled by close: ends dials
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below
+	target  string     // host:port that new connections are forwarded to
 	mode    proxyMode
 	changed chan struct{} // closed (and replaced) on every mode change
 	conns   map[*proxyConn]struct{}
@@ -87,7 +85,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
 		HostPort: ln.Addr().String(),
-		Target:   hostPort,
+		target:   hostPort,
 		ln:       ln,
 		ctx:      ctx,
 		cancel:   cancel,
@@ -99,6 +97,29 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	go p.acceptLoop()
 	t.Cleanup(p.close)
 	return p
+}
+
+// SetTarget points new connections at target (a host:port or URL);
+// connections already forwarded go on to the old one. A test that must
+// write a proxy's address into an agent's configuration before the agent
+// has a port starts the proxy in front of a placeholder and sets the
+// agent's address once it runs.
+func (p *Proxy) SetTarget(target string) error {
+	hostPort, err := proxyTarget(target)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.target = hostPort
+	p.mu.Unlock()
+	return nil
+}
+
+// Target returns the host:port new connections are forwarded to.
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
 }
 
 // proxyTarget returns the host:port of a host:port or URL target.
@@ -265,7 +286,7 @@ func (p *Proxy) clientGone(c *proxyConn) {
 func (p *Proxy) forward(c *proxyConn) {
 	defer p.wg.Done()
 	d := net.Dialer{Timeout: proxyDialTimeout}
-	server, err := d.DialContext(p.ctx, "tcp", p.Target)
+	server, err := d.DialContext(p.ctx, "tcp", p.Target())
 	if err != nil {
 		p.drop(c, true)
 		return

@@ -42,16 +42,16 @@ func newClient(t *testing.T) *http.Client {
 	return &http.Client{Transport: tr, Timeout: clientTimeout}
 }
 
-// get requests url and returns the body, the error and how long it took.
-func get(c *http.Client, url string) (string, error, time.Duration) {
+// get requests url and returns the body, how long it took and the error.
+func get(c *http.Client, url string) (string, time.Duration, error) {
 	start := time.Now()
 	resp, err := c.Get(url)
 	if err != nil {
-		return "", err, time.Since(start)
+		return "", time.Since(start), err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return string(b), err, time.Since(start)
+	return string(b), time.Since(start), err
 }
 
 func TestProxyTarget(t *testing.T) {
@@ -93,7 +93,7 @@ func TestProxyModes(t *testing.T) {
 		run  func(t *testing.T)
 	}{
 		{"pass forwards", func(t *testing.T) {
-			body, err, _ := get(c, p.Addr)
+			body, _, err := get(c, p.Addr)
 			must.NoError(t, err)
 			must.EqOp(t, "ok", body)
 			must.EqOp(t, 1, srv.requests.Load())
@@ -102,7 +102,7 @@ func TestProxyModes(t *testing.T) {
 		{"cut fails fast", func(t *testing.T) {
 			p.Cut()
 			must.EqOp(t, 0, p.Counts().Open, must.Sprint("Cut closes the kept-alive connection"))
-			_, err, took := get(c, p.Addr)
+			_, took, err := get(c, p.Addr)
 			must.Error(t, err)
 			must.Less(t, clientTimeout/4, took, must.Sprintf("took %s", took))
 			must.Positive(t, p.Counts().Refused)
@@ -117,7 +117,7 @@ func TestProxyModes(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				_, err, took := get(c, p.Addr)
+				_, took, err := get(c, p.Addr)
 				done <- result{err, took}
 			}()
 			// While the client waits, the proxy holds its connection.
@@ -137,13 +137,13 @@ func TestProxyModes(t *testing.T) {
 		}},
 		{"hang stops a kept-alive connection", func(t *testing.T) {
 			p.Pass()
-			_, err, _ := get(c, p.Addr)
+			_, _, err := get(c, p.Addr)
 			must.NoError(t, err)
 			must.EqOp(t, 2, srv.requests.Load())
 			accepted := p.Counts().Accepted
 
 			p.Hang()
-			_, err, took := get(c, p.Addr)
+			_, took, err := get(c, p.Addr)
 			must.Error(t, err)
 			must.GreaterEq(t, clientTimeout, took)
 			must.EqOp(t, accepted, p.Counts().Accepted, must.Sprint("the request reused the open connection"))
@@ -154,7 +154,7 @@ func TestProxyModes(t *testing.T) {
 			hung := p.Counts().Hung
 			other := newClient(t)
 			held := make(chan error, 1)
-			go func() { _, err, _ := get(other, p.Addr); held <- err }()
+			go func() { _, _, err := get(other, p.Addr); held <- err }()
 			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return p.Counts().Hung == hung+1 }),
 				wait.Timeout(clientTimeout/2), wait.Gap(10*time.Millisecond)))
 
@@ -166,7 +166,7 @@ func TestProxyModes(t *testing.T) {
 			case <-time.After(clientTimeout / 2):
 				t.Fatal("the held client was not released by Pass")
 			}
-			body, err, _ := get(c, p.Addr)
+			body, _, err := get(c, p.Addr)
 			must.NoError(t, err)
 			must.EqOp(t, "ok", body)
 			// 3, not 4: the request held since the previous step was
@@ -215,7 +215,7 @@ func TestProxyConcurrentModes(t *testing.T) {
 	wg.Wait()
 
 	p.Pass()
-	body, err, _ := get(newClient(t), p.Addr)
+	body, _, err := get(newClient(t), p.Addr)
 	must.NoError(t, err)
 	must.EqOp(t, "ok", body)
 	must.Positive(t, p.Counts().Accepted)
@@ -231,7 +231,7 @@ func TestProxyCleanupNoLeak(t *testing.T) {
 		c := newClient(t)
 		c.Timeout = 30 * time.Second // still waiting when the test ends
 
-		_, err, _ := get(c, p.Addr) // leaves a kept-alive connection
+		_, _, err := get(c, p.Addr) // leaves a kept-alive connection
 		must.NoError(t, err)
 		p.Hang()
 		for i := 0; i < 3; i++ {
@@ -250,4 +250,21 @@ func TestProxyCleanupNoLeak(t *testing.T) {
 			return string(buf[:runtime.Stack(buf, true)])
 		}))
 	t.Logf("goroutines: %d before, %d after", before, now)
+}
+
+// TestProxySetTarget: a proxy started before its target exists refuses,
+// and forwards once the target is set.
+func TestProxySetTarget(t *testing.T) {
+	p := StartProxy(t, "127.0.0.1:1") // nothing listens on port 1
+	c := newClient(t)
+	_, _, err := get(c, p.Addr)
+	must.Error(t, err)
+
+	srv := newOKServer(t)
+	must.NoError(t, p.SetTarget(srv.URL))
+	must.EqOp(t, srv.Listener.Addr().String(), p.Target())
+	body, _, err := get(c, p.Addr)
+	must.NoError(t, err)
+	must.EqOp(t, "ok", body)
+	must.Error(t, p.SetTarget("no-port"))
 }

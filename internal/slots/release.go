@@ -49,6 +49,9 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	if nomad == nil {
 		return nil
 	}
+	// Every device's health warns while the token may not see every
+	// namespace, whether or not a slot is in use.
+	m.setIncomplete(nomad.Incomplete(ctx))
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(pending)) {
 		if err := m.recordOwner(ctx, id, pending[id]); err != nil {
@@ -72,7 +75,11 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 		v, err := nomad.View(ctx, time.Now())
 		if err != nil {
 			for _, s := range reserved {
-				m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("owner unverified: the node's allocations cannot be read (%v); its data is kept", err)})
+				text := fmt.Sprintf("owner unverified: the node's allocations cannot be read (%v); its data is kept", err)
+				if !s.Owner.Known() {
+					text = fmt.Sprintf("owner unknown: the allocation it was handed to was never identified, and the node's allocations cannot be read (%v); its data is kept", err)
+				}
+				m.setNote(s.ID, note{unhealthy: true, text: text})
 			}
 			m.log.Warn("cannot read the node's allocations; keeping every in-use dataset", "error", err)
 		} else {

@@ -71,6 +71,12 @@ func (a *allocs) View(ctx context.Context, since time.Time) (*slots.View, error)
 	return v, nil
 }
 
+func (a *allocs) Incomplete(context.Context) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.incomplete
+}
+
 func (a *allocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

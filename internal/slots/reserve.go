@@ -231,8 +231,8 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 				out[i].Owner = h[0].Owner
 			case len(h) == 0:
 				why = "no allocation visible to this plugin's token holds it"
-				if r.v.Incomplete != "" {
-					why += " (" + r.v.Incomplete + ")"
+				if !r.v.Complete {
+					why += " (the token may not see every namespace: see the warning)"
 				}
 			default:
 				why = fmt.Sprintf("%d live allocations hold it", len(h))
@@ -313,8 +313,8 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 			return decision{kind: startRelease, reason: "no allocation holds it and the token sees every namespace"}
 		}
 		why := "the allocation it was handed to was never identified; its data is kept until no allocation holds it"
-		if !v.Complete && v.Incomplete != "" {
-			why += "; the token may not see every namespace (" + v.Incomplete + ")"
+		if !v.Complete {
+			why += "; the token may not see every namespace (see the warning)"
 		}
 		return decision{reason: "owner unknown: " + why}
 	}

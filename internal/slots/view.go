@@ -20,6 +20,11 @@ type Nomad interface {
 	// positively no longer exists, from a read the token is allowed to make
 	// in the allocation's namespace. Any doubt is an error.
 	Gone(ctx context.Context, o Owner) (bool, error)
+	// Incomplete returns why the token may not see the allocations of
+	// every namespace, or "" when it is known to see them all. It is asked
+	// on every release pass, so it answers from a cache and calls the API
+	// (with a deadline) only when its answer may have changed.
+	Incomplete(ctx context.Context) string
 }
 
 // View is one read of the node's allocations.

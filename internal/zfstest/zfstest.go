@@ -15,6 +15,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
@@ -122,16 +123,33 @@ func (p *Pool) ZFS(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// Prop returns one property of a dataset ("" when unset).
+// Prop returns one property of a dataset ("" when unset), and fails the
+// test when it cannot be read.
 func (p *Pool) Prop(t testing.TB, dataset, prop string) string {
 	t.Helper()
-	ds, err := zfs.NewClient(p.Runner).Get(context.Background(), dataset, 0, prop)
+	v, err := p.TryProp(dataset, prop)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	if len(ds) != 1 {
-		t.Fatalf("zfs get %s %s: %d datasets", prop, dataset, len(ds))
-	}
-	v, _ := ds[0].Value(prop)
 	return v
 }
+
+// TryProp returns one property of a dataset ("" when unset), or the error:
+// for polls that may look while the plugin renames the dataset away and
+// creates a fresh one in its place.
+func (p *Pool) TryProp(dataset, prop string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), propTimeout)
+	defer cancel()
+	ds, err := zfs.NewClient(p.Runner).Get(ctx, dataset, 0, prop)
+	if err != nil {
+		return "", err
+	}
+	if len(ds) != 1 {
+		return "", fmt.Errorf("zfs get %s %s: %d datasets", prop, dataset, len(ds))
+	}
+	v, _ := ds[0].Value(prop)
+	return v, nil
+}
+
+// propTimeout bounds one property read.
+const propTimeout = 30 * time.Second
