@@ -9,8 +9,15 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// visRecheck is how soon a visibility check that failed is tried again.
-const visRecheck = 30 * time.Second
+// visRecheck is how often the token's namespace visibility is checked
+// again: a policy edited in place (a namespace rule dropped) is seen within
+// it. A check is a handful of small GETs. A check that failed (the API
+// down) is tried again on the next call after visRetry: until one
+// succeeds, no view is complete and no owner can be identified.
+const (
+	visRecheck = 30 * time.Second
+	visRetry   = 2 * time.Second
+)
 
 // Fresh returns a snapshot of the node's allocations read by a request that
 // began at or after since: the latest snapshot when it qualifies, else the
@@ -94,15 +101,16 @@ func (w *Watcher) Gone(ctx context.Context, namespace, allocID string) (bool, er
 var validNamespace = regexp.MustCompile("^[a-zA-Z0-9-]{1,128}$")
 
 // Visibility returns whether the token is known to see every namespace,
-// checking again at start, whenever the token file changed, and (after a
-// failed check) every visRecheck. A check that fails is "not known".
+// checking again at start, whenever the token file changed, every
+// visRecheck, and visRetry after a check that failed. A check that fails
+// is "not known".
 func (w *Watcher) Visibility(ctx context.Context) Visibility {
 	if err := w.refreshToken(); err != nil {
 		return Visibility{Reason: err.Error()}
 	}
 	w.mu.Lock()
-	due := w.visAt.IsZero() || w.visStale || time.Since(w.visAt) > w.fullPeriod ||
-		(w.visErr != nil && time.Since(w.visAt) > visRecheck)
+	due := w.visAt.IsZero() || w.visStale || time.Since(w.visAt) > visRecheck ||
+		(w.visErr != nil && time.Since(w.visAt) > visRetry)
 	v, verr := w.vis, w.visErr
 	w.mu.Unlock()
 	if due {

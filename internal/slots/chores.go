@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -82,6 +83,50 @@ func checkMounted(path string, want hostfs.Flags) error {
 		return fmt.Errorf("%s is mounted without %s", path, want)
 	}
 	return nil
+}
+
+// mountForOwner makes sure that the dataset of reserved slot s is mounted,
+// with the class's mount flags, before it goes back to its owner (a
+// repeated Reserve): a bare directory at the mountpoint would take the
+// tenant's writes outside its dataset and quota. It works under the slot's
+// lock and returns the slot with its mountpoint.
+func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
+	unlock := m.lockSlot(s.ID)
+	defer unlock()
+	m.mu.Lock()
+	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	m.mu.Unlock()
+	if s.Mountpoint != "" && checkMounted(s.Mountpoint, want) == nil {
+		return s, nil
+	}
+	ds, err := m.zfs.Get(ctx, s.Dataset, 0, "mounted", "mountpoint")
+	if err != nil {
+		return s, err
+	}
+	if len(ds) != 1 {
+		return s, fmt.Errorf("reading %s: %d datasets", s.Dataset, len(ds))
+	}
+	mp, _ := ds[0].Value("mountpoint")
+	if !filepath.IsAbs(mp) {
+		return s, fmt.Errorf("%s has no mountpoint (mountpoint=%s)", s.Dataset, orDash(mp))
+	}
+	if mounted, _ := ds[0].Value("mounted"); mounted != "yes" {
+		if err := m.zfs.Mount(ctx, s.Dataset); err != nil {
+			return s, err
+		}
+		m.log.Warn("mounted a reserved slot again before handing it back to its owner", "device", s.ID, "dataset", s.Dataset)
+	}
+	rctx, cancel := context.WithTimeout(ctx, remountTimeout)
+	defer cancel()
+	if _, err := hostfs.EnsureFlags(rctx, mp, want); err != nil {
+		return s, err
+	}
+	if err := checkMounted(mp, want); err != nil {
+		return s, err
+	}
+	s.Mountpoint = mp
+	m.updateSlot(s.ID, func(x *Slot) { x.Mountpoint = mp })
+	return s, nil
 }
 
 // ensureRoot gives the root directory of a free slot the class owner and

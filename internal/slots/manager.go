@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -59,12 +60,18 @@ type Slot struct {
 	why string
 	// unreadable: the dataset's properties did not parse; it is left alone.
 	unreadable bool
+	// inRelease: unhealthy only because it is being released (sound).
+	inRelease bool
+	// ver is the slot's version (vers) when this copy was made: work that
+	// decided from a copy acts only while the version is unchanged.
+	ver uint64
 }
 
 // setHealth sets the slot's health as ZFS shows it.
 func (s *Slot) setHealth(ok bool, why string) {
 	s.ok, s.why = ok, why
 	s.Healthy, s.HealthDesc = ok, why
+	s.inRelease = false
 }
 
 // note is what the manager knows of an in-use slot beyond what ZFS says:
@@ -78,19 +85,24 @@ type note struct {
 // concurrent use.
 //
 // Locks, in the order they are taken:
-//   - treeMu orders whole-tree work against work on single slots: Sync,
-//     which creates, destroys and renames across the tree, holds it for
-//     writing; Reserve, the release of a slot and the recording of an owner
-//     hold it for reading.
+//   - syncMu serialises Syncs. Slot work never takes it, so a Sync never
+//     makes a slot wait.
+//   - treeMu orders the few tree-wide changes (creating the class and
+//     archive containers) against work on single slots: those hold it for
+//     writing, and only when they get it at once (TryLock); Reserve, the
+//     release of a slot and the recording of an owner hold it for reading.
 //   - slotLock(id) serialises the zfs work on one slot, so that work on
-//     different slots runs side by side. No Nomad call is ever made while
-//     one is held, and each zfs command has the runner's timeout.
+//     different slots runs side by side. Sync takes a slot's lock only
+//     when it is free (TryLock) and leaves a busy slot to its holder. No
+//     Nomad call is ever made while one is held, and each zfs command has
+//     the runner's timeout.
 //   - mu guards the shared view (the fields after it). It is never held
 //     while a zfs command or a Nomad call runs.
 type Manager struct {
 	zfs ZFS
 	log hclog.Logger
 
+	syncMu sync.Mutex
 	treeMu sync.RWMutex
 
 	// refreshMu makes concurrent RefreshIfOlder calls share one zfs get.
@@ -116,6 +128,12 @@ type Manager struct {
 	incomplete string
 	// changed is closed and replaced whenever the slot list changes.
 	changed chan struct{}
+	// vers counts, by ID, the changes slot work made to a slot's view;
+	// busy counts the holders of a slot's lock doing slot work. A Sync
+	// keeps the current view of a slot that was busy or changed while it
+	// read ZFS, rather than install what it read.
+	vers map[string]uint64
+	busy map[string]int
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -124,6 +142,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		zfs: z, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]*sync.Mutex{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, changed: make(chan struct{}),
+		vers: map[string]uint64{}, busy: map[string]int{},
 	}
 }
 
@@ -235,13 +254,50 @@ func (m *Manager) slotLock(id string) *sync.Mutex {
 	return l
 }
 
-// lockSlot takes treeMu for reading and the slot's lock; the returned
-// function releases both.
+// lockSlot takes treeMu for reading and the slot's lock, for slot work;
+// the returned function releases both.
 func (m *Manager) lockSlot(id string) (unlock func()) {
 	m.treeMu.RLock()
 	l := m.slotLock(id)
 	l.Lock()
-	return func() { l.Unlock(); m.treeMu.RUnlock() }
+	m.mu.Lock()
+	m.busy[id]++
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		m.busy[id]--
+		m.mu.Unlock()
+		l.Unlock()
+		m.treeMu.RUnlock()
+	}
+}
+
+// tryLockSlot is lockSlot for Sync: it takes the locks only when they are
+// free, and does not count as slot work.
+func (m *Manager) tryLockSlot(id string) (unlock func(), ok bool) {
+	if !m.treeMu.TryRLock() {
+		return nil, false
+	}
+	l := m.slotLock(id)
+	if !l.TryLock() {
+		m.treeMu.RUnlock()
+		return nil, false
+	}
+	return func() { l.Unlock(); m.treeMu.RUnlock() }, true
+}
+
+// version returns the version of one slot.
+func (m *Manager) version(id string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.vers[id]
+}
+
+// versions returns a copy of vers.
+func (m *Manager) versions() map[string]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.vers)
 }
 
 // slot returns the current view of one slot.
@@ -265,6 +321,7 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 	}
 	slots := append([]Slot(nil), m.slots...)
 	fn(&slots[i])
+	m.vers[id]++
 	m.setSlotsLocked(slots)
 }
 
@@ -304,7 +361,9 @@ func (m *Manager) setIncomplete(reason string) {
 func (m *Manager) setSlotsLocked(slots []Slot) {
 	for i := range slots {
 		m.deriveLocked(&slots[i])
+		slots[i].ver = m.vers[slots[i].ID]
 	}
+	keepSchedulable(slots)
 	m.slots = slots
 	m.byID = make(map[string]int, len(slots))
 	for i, s := range slots {
@@ -312,6 +371,28 @@ func (m *Manager) setSlotsLocked(slots []Slot) {
 	}
 	close(m.changed)
 	m.changed = make(chan struct{})
+}
+
+// keepSchedulable offers a slot that is being released, and is otherwise
+// sound, as healthy when no instance of its class is healthy. Nomad's
+// scheduler counts healthy instances when it checks a node: a job
+// evaluated while none is healthy is blocked with the node's class marked
+// ineligible, and a device that turns healthy later does not re-evaluate
+// it, so the job would wait until something else changed. Placed on a slot
+// being released, its Reserve waits for the fresh dataset.
+func keepSchedulable(slots []Slot) {
+	healthy := map[string]bool{}
+	for _, s := range slots {
+		healthy[s.Class] = healthy[s.Class] || s.Healthy
+	}
+	for i := range slots {
+		s := &slots[i]
+		if healthy[s.Class] || !s.inRelease || s.Surplus || s.HealthDesc != s.why {
+			continue
+		}
+		s.Healthy = true
+		s.HealthDesc = "fresh soon (" + s.HealthDesc + "); offered meanwhile, as the class has no other healthy instance: a Reserve waits for the fresh dataset"
+	}
 }
 
 // deriveLocked computes a slot's Healthy and HealthDesc from its health as

@@ -43,21 +43,23 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	m.mu.Lock()
 	nomad := m.nomad
-	slots := append([]Slot(nil), m.slots...)
 	pending := maps.Clone(m.owners)
 	m.mu.Unlock()
 	if nomad == nil {
 		return nil
 	}
-	// Every device's health warns while the token may not see every
-	// namespace, whether or not a slot is in use.
-	m.setIncomplete(nomad.Incomplete(ctx))
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(pending)) {
 		if err := m.recordOwner(ctx, id, pending[id]); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	// Every device's health warns while the token may not see every
+	// namespace, whether or not a slot is in use.
+	m.setIncomplete(nomad.Incomplete(ctx))
+	// Decisions are made from this copy; a release starts only while the
+	// slot is still the version decided from (startRelease).
+	slots := m.Slots()
 	var reserved, releasing []Slot
 	for _, s := range slots {
 		switch {
@@ -65,9 +67,6 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 		case s.State == StateReleasing || s.State == StateDestroying:
 			releasing = append(releasing, s)
 		case s.State == StateReserved:
-			if o, ok := pending[s.ID]; ok && !s.Owner.Known() {
-				s.Owner = o
-			}
 			reserved = append(reserved, s)
 		}
 	}
@@ -116,6 +115,14 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 	unlock := m.lockSlot(id)
 	defer unlock()
 	s, ok := m.slot(id)
+	m.mu.Lock()
+	cur, pending := m.owners[id]
+	m.mu.Unlock()
+	if !pending || cur != o {
+		// Released and reserved again since o was identified: o belongs to
+		// an earlier dataset of this slot.
+		return nil
+	}
 	if !ok || s.State != StateReserved || s.stamped.Known() {
 		m.mu.Lock()
 		delete(m.owners, id)
@@ -142,7 +149,9 @@ func (m *Manager) startRelease(ctx context.Context, s Slot) error {
 	unlock := m.lockSlot(s.ID)
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID {
+	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID {
+		// Changed since the decision (reserved again, owner recorded,
+		// released): decide again from a new read.
 		return nil
 	}
 	m.mu.Lock()
@@ -168,8 +177,9 @@ func (m *Manager) startRelease(ctx context.Context, s Slot) error {
 	delete(m.notes, s.ID)
 	m.mu.Unlock()
 	m.updateSlot(s.ID, func(x *Slot) {
-		x.State = state
-		x.setHealth(false, fmt.Sprintf("releasing: %s has ended", s.Owner))
+		x.State, x.Owner = state, s.Owner
+		x.setHealth(false, releasingReason(*x))
+		x.inRelease = true
 	})
 	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease)
 	return nil
@@ -278,6 +288,7 @@ func (m *Manager) releaseSlot(ctx context.Context, s Slot) error {
 		}
 	}
 	sortSlots(merged)
+	m.vers[s.ID]++
 	m.setSlotsLocked(merged)
 	m.mu.Unlock()
 	unlock()

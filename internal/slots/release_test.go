@@ -592,6 +592,16 @@ func TestReserve_FailsClosed(t *testing.T) {
 			a.incomplete = `the token cannot read jobs in namespace "other"`
 			a.mu.Unlock()
 		},
+		wantErr:    "the token may not see every namespace (see the warning), so who else holds the device cannot be known",
+		wantHealth: "owner unverified",
+	}, {
+		name: "owner's allocation cannot be looked up",
+		setup: func(a *allocs, o, next slots.Owner) {
+			a.collect(o)
+			a.mu.Lock()
+			a.goneErr = errors.New("permission denied by the Nomad API: 403")
+			a.mu.Unlock()
+		},
 		wantErr:    "whose state cannot be read (permission denied by the Nomad API: 403)",
 		wantHealth: "owner unverified",
 	}, {

@@ -128,7 +128,11 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 		}
 		switch d := m.decide(ctx, nomad, *view, s, true); d.kind {
 		case handOver:
-			res = append(res, s)
+			back, err := m.mountForOwner(ctx, s)
+			if err != nil {
+				return nil, "", fmt.Errorf("device %s (dataset %s) cannot go back to its owner %s: %w", s.ID, s.Dataset, s.Owner, err)
+			}
+			res = append(res, back)
 		case startRelease:
 			release = append(release, s)
 			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
@@ -223,6 +227,9 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 		switch {
 		case r.err != nil:
 			why = fmt.Sprintf("the node's allocations could not be read when it was reserved (%v)", r.err)
+		case !r.v.Complete:
+			m.setIncomplete(r.v.Incomplete)
+			why = "the token may not see every namespace (see the warning), so the sole visible holder is no proof of who asked"
 		default:
 			m.setIncomplete(r.v.Incomplete)
 			h := r.v.Holders(s.ID)
@@ -230,10 +237,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 			case len(h) == 1:
 				out[i].Owner = h[0].Owner
 			case len(h) == 0:
-				why = "no allocation visible to this plugin's token holds it"
-				if !r.v.Complete {
-					why += " (the token may not see every namespace: see the warning)"
-				}
+				why = "no allocation holds it in the read made for this Reserve"
 			default:
 				why = fmt.Sprintf("%d live allocations hold it", len(h))
 			}
@@ -308,15 +312,20 @@ type decision struct {
 // cannot prove is "keep".
 func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking bool) decision {
 	holders := v.Holders(s.ID)
+	if !v.Complete {
+		// Allocations of namespaces the token cannot read are left out of
+		// the view: the sole visible holder is not the sole holder, and no
+		// visible holder is not none. Nothing is proven either way.
+		if !s.Owner.Known() {
+			return decision{reason: "owner unknown: the allocation it was handed to was never identified, and the token may not see every namespace (see the warning); its data is kept"}
+		}
+		return decision{reason: fmt.Sprintf("owner unverified: it holds the data of %s, and the token may not see every namespace (see the warning), so who else holds the device cannot be known; its data is kept", s.Owner)}
+	}
 	if !s.Owner.Known() {
 		if !asking && len(holders) == 0 && v.Complete {
 			return decision{kind: startRelease, reason: "no allocation holds it and the token sees every namespace"}
 		}
-		why := "the allocation it was handed to was never identified; its data is kept until no allocation holds it"
-		if !v.Complete {
-			why += "; the token may not see every namespace (see the warning)"
-		}
-		return decision{reason: "owner unknown: " + why}
+		return decision{reason: "owner unknown: the allocation it was handed to was never identified; its data is kept until no allocation holds it"}
 	}
 	var others []Holding
 	ownerHolds := false
@@ -344,6 +353,12 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 			m.log.Error("conflict: a running allocation holds a device whose dataset belongs to an ended allocation; keeping the data", "device", s.ID, "owner", s.Owner.String(), "holder", h.Owner.String())
 			return decision{conflict: true, reason: fmt.Sprintf("conflict: %s has ended but %s, which has started, holds the device; its data is kept", s.Owner, h.Owner)}
 		}
+	}
+	if !asking && len(others) > 0 {
+		// Whether a task has started is the servers' view, which lags the
+		// client's: it is no proof that the holder never had the dataset.
+		// Its own Reserve releases the dataset, proving who asks.
+		return decision{kind: inUse, reason: fmt.Sprintf("%s has ended; %s holds the device and its Reserve releases the dataset", s.Owner, describe(others))}
 	}
 	if asking && len(others) > 1 {
 		return decision{conflict: true, reason: fmt.Sprintf("conflict: %d live allocations hold the device: %s", len(others), describe(others))}

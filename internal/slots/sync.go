@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -26,10 +29,14 @@ const maxRounds = 3
 // unhealthy. On return the slot list reflects what ZFS said; the error
 // reports changes that failed (their slots are unhealthy).
 //
-// Sync holds treeMu for writing: work on single slots waits for it.
+// Sync never waits for slot work: it changes a slot only under the slot's
+// lock taken when free (TryLock), and leaves a slot whose lock is held, or
+// that slot work changed while Sync read ZFS, to that work (its view of the
+// slot is kept). The class and archive containers are created only when no
+// slot work runs. Syncs run one at a time (syncMu).
 func (m *Manager) Sync(ctx context.Context) error {
-	m.treeMu.Lock()
-	defer m.treeMu.Unlock()
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
@@ -38,10 +45,12 @@ func (m *Manager) Sync(ctx context.Context) error {
 		m.setUnavailable(cfg, reason)
 		return nil
 	}
+	vers := m.versions()
 	var (
 		datasets []zfs.Dataset
 		errs     []error
 		failed   = make(map[string]string)
+		skipped  = make(map[string]bool) // slot IDs left to slot work
 	)
 	for round := 0; ; round++ {
 		var err error
@@ -59,21 +68,113 @@ func (m *Manager) Sync(ctx context.Context) error {
 		plan := MakePlan(cfg, datasets, time.Now())
 		m.reportForeign(plan.Foreign)
 		m.reportUnreadable(plan.Unreadable)
-		plan.Actions = dropFailed(plan.Actions, failed)
-		if len(plan.Actions) == 0 {
+		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
+		for id := range bySlot {
+			if skipped[id] {
+				delete(bySlot, id)
+			}
+		}
+		if len(tree) == 0 && len(bySlot) == 0 {
 			break
 		}
-		_, errs2 := m.applyAll(ctx, cfg, plan.Actions, failed)
-		errs = append(errs, errs2...)
+		if len(tree) > 0 {
+			if m.treeMu.TryLock() {
+				_, errs2 := m.applyAll(ctx, cfg, tree, failed)
+				m.treeMu.Unlock()
+				errs = append(errs, errs2...)
+			} else if len(bySlot) == 0 {
+				m.log.Debug("slot work in progress; creating containers at the next sync")
+				break
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(bySlot)) {
+			unlock, ok := m.tryLockSlot(id)
+			if !ok {
+				skipped[id] = true
+				continue
+			}
+			if m.version(id) != vers[id] {
+				unlock()
+				skipped[id] = true
+				continue
+			}
+			_, errs2 := m.applyAll(ctx, cfg, bySlot[id], failed)
+			unlock()
+			errs = append(errs, errs2...)
+		}
 	}
 
 	slots := buildSlots(cfg, datasets, "", failed)
-	errs = append(errs, prepareFree(cfg, slots)...)
+	errs = append(errs, m.prepareFreeUnlocked(cfg, slots, skipped)...)
 	m.mu.Lock()
+	for i, s := range slots {
+		if skipped[s.ID] || m.busy[s.ID] > 0 || m.vers[s.ID] != vers[s.ID] {
+			if j, ok := m.byID[s.ID]; ok && m.slots[j].Dataset == s.Dataset {
+				slots[i] = m.slots[j]
+			}
+		}
+	}
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// prepareFreeUnlocked runs prepareFree on the free slots whose locks are
+// free now (and not skipped), holding those locks meanwhile.
+func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[string]bool) []error {
+	var unlocks []func()
+	defer func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}()
+	var free []Slot
+	var at []int
+	for i, s := range slots {
+		if s.State != StateFree || !s.ok || skipped[s.ID] {
+			continue
+		}
+		unlock, ok := m.tryLockSlot(s.ID)
+		if !ok {
+			skipped[s.ID] = true
+			continue
+		}
+		unlocks = append(unlocks, unlock)
+		free = append(free, s)
+		at = append(at, i)
+	}
+	errs := prepareFree(cfg, free)
+	for k, i := range at {
+		slots[i] = free[k]
+	}
+	return errs
+}
+
+// splitActions sorts a plan's actions into the tree-wide ones (class and
+// archive containers) and those of each slot, by device ID. The steps left
+// for a dataset in the archive belong to the slot it came from (its name
+// starts with the device ID).
+func splitActions(cfg Config, actions []Action) (tree []Action, bySlot map[string][]Action) {
+	bySlot = map[string][]Action{}
+	for _, a := range actions {
+		id := ""
+		switch {
+		case a.Kind == CreateClass || a.Kind == CreateArchive:
+		case a.Index >= 0 && a.Class != "":
+			id = DeviceID(a.Class, a.Index)
+		default:
+			if leaf, ok := strings.CutPrefix(a.Dataset, cfg.ArchiveDataset()+"/"); ok {
+				id, _, _ = strings.Cut(leaf, ".")
+			}
+		}
+		if id == "" {
+			tree = append(tree, a)
+			continue
+		}
+		bySlot[id] = append(bySlot[id], a)
+	}
+	return tree, bySlot
 }
 
 // applyAll runs the actions in order and returns those that succeeded. A
@@ -242,6 +343,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			}
 			s.unreadable = exists && d.Err != nil
 			s.setHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, room))
+			s.inRelease = !s.ok && s.why == releasingReason(s)
 			slots = append(slots, s)
 		}
 	}
@@ -293,7 +395,7 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 	case !isManaged(d, ManagedSlot):
 		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
 	case s.State == StateReleasing || s.State == StateDestroying:
-		return false, fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
+		return false, releasingReason(s)
 	case s.Surplus:
 		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
 	case s.Mountpoint == "":
@@ -306,6 +408,14 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.bytes), humanBytes(c.Quota))
 	}
 	return true, ""
+}
+
+// releasingReason is the health of a sound slot being released.
+func releasingReason(s Slot) string {
+	if s.State != StateReleasing && s.State != StateDestroying {
+		return ""
+	}
+	return fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
 }
 
 func usageOf(d zfs.Dataset) Usage {

@@ -1,0 +1,134 @@
+package slots_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// TestConcurrency_ReserveWhileAnotherReleaseIsPaused (issue 10): the
+// release of scratch-0 hangs in `zfs rename` (a wrapper first on PATH
+// pauses it) while the fingerprint loop's Sync comes round. A Reserve on
+// the fresh scratch-1 must not wait for either: it costs one zfs command.
+// Meanwhile scratch-0 is shown unhealthy ("releasing") at once, and once
+// the rename goes on the release completes.
+func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 2)
+	o1, o2 := owner(1), owner(2)
+	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	guid := e.guid(t, s0.Dataset)
+
+	a.end(o1)
+	w.Pause("rename")
+	changed := e.mgr.Changed()
+	released := make(chan error, 1)
+	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
+	w.WaitPaused(t, "rename", 30*time.Second)
+
+	// The release is under way: the slot says so, and the change was
+	// published (the fingerprint loop waits on Changed).
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change published when the release started")
+	}
+	got := slotByID(t, e, "scratch-0")
+	must.False(t, got.Healthy)
+	must.StrContains(t, got.HealthDesc, "releasing")
+
+	// The fingerprint loop's Sync comes round while the rename hangs.
+	synced := make(chan error, 1)
+	go func() { synced <- e.mgr.Sync(context.Background()) }()
+
+	a.hold("scratch-1", o2)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-1"})
+	took := time.Since(start)
+	must.NoError(t, err)
+	must.Eq(t, "scratch-1", res[0].ID)
+	t.Logf("Reserve on scratch-1 took %s while scratch-0's rename was paused", took)
+	must.Less(t, 3*time.Second, took, must.Sprint("a Reserve on a fresh slot waits for nothing but its own zfs command (and the 2 s identification grace at most)"))
+	must.EqOp(t, string(slots.StateReserved), e.pool.Prop(t, res[0].Dataset, slots.PropState))
+
+	// Sync leaves the slot under release to its release and does not wait.
+	select {
+	case err := <-synced:
+		must.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Sync waited for another slot's release")
+	}
+	must.EqOp(t, string(slots.StateReleasing), e.pool.Prop(t, s0.Dataset, slots.PropState))
+	w.Resume("rename")
+	select {
+	case err := <-released:
+		must.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("the release did not finish after the rename went on")
+	}
+	checkFresh(t, e, "scratch-0", guid)
+	got = slotByID(t, e, "scratch-1")
+	must.Eq(t, slots.StateReserved, got.State, must.Sprint("Sync must not undo the reservation made while it ran"))
+}
+
+// TestConcurrency_LastInstanceStaysSchedulable: while the only slot of a
+// class is released it is still offered (healthy, saying why), because
+// Nomad would block a job evaluated meanwhile for good (a device that
+// turns healthy does not re-evaluate blocked jobs). A Reserve placed on it
+// waits for the fresh dataset and gets it.
+func TestConcurrency_LastInstanceStaysSchedulable(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 1)
+	o1, o2 := owner(1), owner(2)
+	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	guid := e.guid(t, s0.Dataset)
+
+	a.end(o1)
+	w.Pause("rename")
+	released := make(chan error, 1)
+	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
+	w.WaitPaused(t, "rename", 30*time.Second)
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, slots.StateReleasing, got.State)
+	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+	must.StrContains(t, got.HealthDesc, "fresh soon (releasing: ")
+
+	// The next tenant is placed on it: its Reserve waits for the release.
+	a.hold("scratch-0", o2)
+	reserved := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+		reserved <- err
+	}()
+	select {
+	case err := <-reserved:
+		t.Fatalf("Reserve returned while the release was paused: %v", err)
+	case <-time.After(time.Second):
+	}
+	w.Resume("rename")
+	must.NoError(t, <-released)
+	select {
+	case err := <-reserved:
+		must.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Reserve did not get the fresh dataset")
+	}
+	got = slotByID(t, e, "scratch-0")
+	must.Eq(t, slots.StateReserved, got.State)
+	must.NotEq(t, guid, e.guid(t, got.Dataset))
+	entries, err := os.ReadDir(got.Mountpoint)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+}
