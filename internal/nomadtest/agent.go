@@ -22,8 +22,10 @@ import (
 const (
 	// startTimeout bounds the wait for the API and a ready node.
 	startTimeout = 2 * time.Minute
-	// stopTimeout is how long Stop waits after SIGINT before SIGKILL.
-	stopTimeout = 30 * time.Second
+	// stopTimeout is how long Stop waits after SIGINT before SIGKILL. A dev
+	// agent destroys its allocations as it stops (unmounting their task
+	// directories); on a loaded 2-core machine that took over 30 s.
+	stopTimeout = 90 * time.Second
 	// logTailLines is how much of the agent log a failed test shows.
 	logTailLines = 150
 	// startAttempts covers a free port taken by another process between

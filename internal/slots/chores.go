@@ -91,7 +91,10 @@ func checkMounted(path string, want hostfs.Flags) error {
 // tenant's writes outside its dataset and quota. It works under the slot's
 // lock and returns the slot with its mountpoint.
 func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
-	unlock := m.lockSlot(s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID)
+	if err != nil {
+		return s, err
+	}
 	defer unlock()
 	m.mu.Lock()
 	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())

@@ -132,3 +132,36 @@ func TestConcurrency_LastInstanceStaysSchedulable(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries)
 }
+
+// TestConcurrency_ReserveWaitEndsWithItsContext: a Sync mounts a free slot
+// that was unmounted by hand, and its `zfs mount` hangs. A Reserve of that
+// slot waits for the slot's lock only until its own context ends (Nomad's
+// reserve_timeout), not for the zfs command's timeout.
+func TestConcurrency_ReserveWaitEndsWithItsContext(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 1)
+	s0 := slotByID(t, e, "scratch-0")
+	e.pool.ZFS(t, "unmount", s0.Dataset)
+	w.Pause("mount")
+	synced := make(chan error, 1)
+	go func() { synced <- e.mgr.Sync(context.Background()) }()
+	w.WaitPaused(t, "mount", 30*time.Second)
+
+	a.hold("scratch-0", owner(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	took := time.Since(start)
+	must.ErrorContains(t, err, "scratch-0")
+	must.ErrorIs(t, err, context.DeadlineExceeded)
+	must.Less(t, 5*time.Second, took, must.Sprintf("Reserve took %s", took))
+	t.Logf("Reserve gave up after %s: %v", took.Round(10*time.Millisecond), err)
+
+	w.Resume("mount")
+	must.NoError(t, <-synced)
+	got := slotByID(t, e, "scratch-0")
+	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+	must.Eq(t, slots.StateFree, got.State)
+}

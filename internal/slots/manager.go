@@ -92,10 +92,10 @@ type note struct {
 //     writing, and only when they get it at once (TryLock); Reserve, the
 //     release of a slot and the recording of an owner hold it for reading.
 //   - slotLock(id) serialises the zfs work on one slot, so that work on
-//     different slots runs side by side. Sync takes a slot's lock only
-//     when it is free (TryLock) and leaves a busy slot to its holder. No
-//     Nomad call is ever made while one is held, and each zfs command has
-//     the runner's timeout.
+//     different slots runs side by side; a wait for it ends with the
+//     waiter's context. Sync takes a slot's lock only when it is free and
+//     leaves a busy slot to its holder. No Nomad call is ever made while
+//     one is held, and each zfs command has the runner's timeout.
 //   - mu guards the shared view (the fields after it). It is never held
 //     while a zfs command or a Nomad call runs.
 type Manager struct {
@@ -116,7 +116,7 @@ type Manager struct {
 	nomad    Nomad
 	slots    []Slot // sorted by class, then index
 	byID     map[string]int
-	locks    map[string]*sync.Mutex
+	locks    map[string]chan struct{}
 	usageAt  time.Time // when the usage figures were last read
 	reported map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
@@ -140,7 +140,7 @@ type Manager struct {
 func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: z, log: log, kick: make(chan struct{}, 1),
-		byID: map[string]int{}, locks: map[string]*sync.Mutex{}, reported: map[string]bool{},
+		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{},
 	}
@@ -242,24 +242,32 @@ func (m *Manager) RefreshIfOlder(ctx context.Context, maxAge time.Duration) erro
 	return m.Refresh(ctx)
 }
 
-// slotLock returns the lock that serialises zfs work on slot id.
-func (m *Manager) slotLock(id string) *sync.Mutex {
+// slotLock returns the lock that serialises zfs work on slot id: a
+// channel of capacity one, held while it holds a value, so that a wait for
+// it ends with the waiter's context.
+func (m *Manager) slotLock(id string) chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.locks[id]
 	if !ok {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		m.locks[id] = l
 	}
 	return l
 }
 
-// lockSlot takes treeMu for reading and the slot's lock, for slot work;
-// the returned function releases both.
-func (m *Manager) lockSlot(id string) (unlock func()) {
+// lockSlot takes treeMu for reading and the slot's lock, for slot work,
+// waiting for the slot's lock at most until ctx is done; the returned
+// function releases both.
+func (m *Manager) lockSlot(ctx context.Context, id string) (unlock func(), err error) {
 	m.treeMu.RLock()
 	l := m.slotLock(id)
-	l.Lock()
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		m.treeMu.RUnlock()
+		return nil, fmt.Errorf("waiting for other work on the slot: %w", ctx.Err())
+	}
 	m.mu.Lock()
 	m.busy[id]++
 	m.mu.Unlock()
@@ -267,9 +275,9 @@ func (m *Manager) lockSlot(id string) (unlock func()) {
 		m.mu.Lock()
 		m.busy[id]--
 		m.mu.Unlock()
-		l.Unlock()
+		<-l
 		m.treeMu.RUnlock()
-	}
+	}, nil
 }
 
 // tryLockSlot is lockSlot for Sync: it takes the locks only when they are
@@ -279,11 +287,13 @@ func (m *Manager) tryLockSlot(id string) (unlock func(), ok bool) {
 		return nil, false
 	}
 	l := m.slotLock(id)
-	if !l.TryLock() {
+	select {
+	case l <- struct{}{}:
+	default:
 		m.treeMu.RUnlock()
 		return nil, false
 	}
-	return func() { l.Unlock(); m.treeMu.RUnlock() }, true
+	return func() { <-l; m.treeMu.RUnlock() }, true
 }
 
 // version returns the version of one slot.

@@ -112,7 +112,10 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 // recordOwner writes an owner identified at Reserve on the slot's dataset
 // (one zfs command), unless the slot changed since.
 func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
-	unlock := m.lockSlot(id)
+	unlock, err := m.lockSlot(ctx, id)
+	if err != nil {
+		return fmt.Errorf("recording the owner of %s: %w", id, err)
+	}
 	defer unlock()
 	s, ok := m.slot(id)
 	m.mu.Lock()
@@ -146,7 +149,10 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 // says so). It does nothing when the slot changed since s was read. When
 // ZFS refuses (a full pool), the slot is kept, unhealthy with why.
 func (m *Manager) startRelease(ctx context.Context, s Slot) error {
-	unlock := m.lockSlot(s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("starting the release of %s: %w", s.ID, err)
+	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
 	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID {
@@ -212,7 +218,10 @@ func (m *Manager) setProps(ctx context.Context, name string, props map[string]st
 // to a full Sync, which decides from the whole tree. On return the slot
 // reflects what ZFS said.
 func (m *Manager) releaseSlot(ctx context.Context, s Slot) error {
-	unlock := m.lockSlot(s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("releasing %s: %w", s.ID, err)
+	}
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()

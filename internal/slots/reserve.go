@@ -263,7 +263,10 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 // markReserved records a fresh slot as reserved, under its lock, after
 // checking that it is still fresh and mounted where it says.
 func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
-	unlock := m.lockSlot(id)
+	unlock, err := m.lockSlot(ctx, id)
+	if err != nil {
+		return Slot{}, fmt.Errorf("reserving device %s: %w", id, err)
+	}
 	defer unlock()
 	s, ok := m.slot(id)
 	if !ok {

@@ -8,6 +8,7 @@
 // creates is destroyed. Run it as root from the repository root:
 //
 //	go run ./bench/cmd/zfsbench [-sizes 10,100,900] [-reps 15] [-out bench/results.json]
+//	go run ./bench/cmd/zfsbench -churn [-churn-jobs 40] [-churn-out bench/churn-results.json]
 package main
 
 import (
@@ -39,6 +40,9 @@ func run() int {
 	creates := flag.Int("creates", 30, "create+mount floor samples per size")
 	out := flag.String("out", "bench/results.json", "where to write the results as JSON")
 	pluginBin := flag.String("plugin", "", "plugin binary for the memory measure (built from ./cmd/nomad-device-zfs when empty)")
+	churn := flag.Bool("churn", false, "run the churn scenario (a real Nomad agent, see bench/README.md) instead of the pool sizes")
+	churnJobs := flag.Int("churn-jobs", 40, "jobs per churn batch")
+	churnOut := flag.String("churn-out", "bench/churn-results.json", "where -churn writes its results as JSON")
 	flag.Parse()
 
 	var ns []int
@@ -87,6 +91,11 @@ func run() int {
 		}()
 	}
 
+	if *churn {
+		keep := filepath.Join(os.TempDir(), "zfsbench-churn-agent.log")
+		return runChurn(ctx, bench.ChurnOptions{Jobs: *churnJobs, PluginBin: *pluginBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
+	}
+
 	res, err := bench.Run(ctx, bench.Options{Sizes: ns, Reps: *reps, Creates: *creates, PluginBin: *pluginBin, WorkDir: work, Progress: os.Stderr})
 	if res == nil {
 		fmt.Fprintln(os.Stderr, "zfsbench:", err)
@@ -114,6 +123,32 @@ func run() int {
 		if s.Error != "" {
 			return 1 // a size could not be measured; targets are reported, not enforced
 		}
+	}
+	return 0
+}
+
+// runChurn runs the churn scenario, prints its table and writes its
+// results to out.
+func runChurn(ctx context.Context, o bench.ChurnOptions, out string) int {
+	res, err := bench.RunChurn(ctx, o)
+	if res == nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: churn:", err)
+		return 1
+	}
+	fmt.Println()
+	bench.WriteChurnMarkdown(os.Stdout, res)
+	b, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr == nil {
+		jerr = os.WriteFile(out, append(b, '\n'), 0o644)
+	}
+	if jerr != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: writing churn results:", jerr)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "zfsbench: wrote %s\n", out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: churn:", err)
+		return 1
 	}
 	return 0
 }

@@ -1,0 +1,470 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// The churn scenario (issue 10): a real Nomad agent, the exec driver, the
+// plugin with one class of a few slots, and many short batch jobs that each
+// use one slot, against the same jobs without a device (the baseline) at
+// the same concurrency, in the same run. The agent's CPU budget
+// (cpu_total_compute) admits exactly as many tasks at once as there are
+// slots, so both kinds of batch run equally many jobs at a time.
+
+const (
+	churnClass      = "scratch"
+	churnTaskCPU    = 1000 // MHz per task; the node has Slots × this
+	churnPollPeriod = 100 * time.Millisecond
+	batchTimeout    = 4 * time.Minute
+	settleTimeout   = 60 * time.Second
+)
+
+// ChurnOptions configure RunChurn.
+type ChurnOptions struct {
+	Jobs      int    // jobs per batch (40)
+	Slots     int    // slots of the class, and tasks at once (4)
+	Pairs     int    // baseline+device batch pairs, alternating (2)
+	IdleJobs  int    // device jobs run one at a time first, for Reserve on an idle node (3)
+	PluginBin string // the built plugin binary
+	NomadBin  string // the Nomad agent binary (NomadBinary when empty)
+	WorkDir   string // agent directory, counting wrappers
+	// KeepLog, when set, is where the agent log is copied once the agent
+	// has stopped (WorkDir is usually removed).
+	KeepLog  string
+	Progress io.Writer
+}
+
+// ChurnResults is what RunChurn measured; cmd/zfsbench writes it as
+// bench/churn-results.json.
+type ChurnResults struct {
+	Machine   Machine                   `json:"machine"`
+	Started   time.Time                 `json:"started"`
+	Seconds   float64                   `json:"seconds"`
+	Jobs      int                       `json:"jobs_per_batch"`
+	Slots     int                       `json:"slots"`
+	NodeCPU   int                       `json:"node_cpu_mhz"`
+	Idle      []AllocRecord             `json:"idle_jobs"`
+	Batches   []BatchResult             `json:"batches"`
+	Releases  []ReleaseRecord           `json:"releases"`
+	Rows      []ChurnRow                `json:"rows"`
+	Health    map[string][]healthChange `json:"health_transitions"`
+	Fingerprs int                       `json:"fingerprints_sent"`
+	RSSStart  uint64                    `json:"plugin_rss_start_bytes"`
+	RSSEnd    uint64                    `json:"plugin_rss_end_bytes"`
+	HWMEnd    uint64                    `json:"plugin_peak_rss_end_bytes"`
+	Warnings  []string                  `json:"plugin_warnings,omitempty"`
+	Notes     []string                  `json:"notes,omitempty"`
+	AgentLog  string                    `json:"agent_log"`
+}
+
+// BatchResult is one batch of jobs.
+type BatchResult struct {
+	Kind          string        `json:"kind"` // baseline or device
+	Start         time.Time     `json:"start"`
+	End           time.Time     `json:"end"` // the last allocation terminal
+	Seconds       float64       `json:"seconds"`
+	JobsPerSecond float64       `json:"jobs_per_second"`
+	MaxConcurrent int           `json:"max_concurrent"`
+	Failed        int           `json:"failed"`
+	ZFSProcesses  int           `json:"zfs_processes"` // from Start until the slots settled
+	WindowSeconds float64       `json:"window_seconds"`
+	Allocs        []AllocRecord `json:"allocs"`
+}
+
+// AllocRecord is one job's allocation.
+type AllocRecord struct {
+	Job        string    `json:"job"`
+	AllocID    string    `json:"alloc_id"`
+	Device     string    `json:"device,omitempty"`
+	Status     string    `json:"status"`
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	Terminated time.Time `json:"terminated_event"`
+	Terminal   time.Time `json:"terminal"` // the alloc's modify time once terminal
+	// ReserveMS is the client's "devices" prestart hook (Reserve over gRPC).
+	ReserveMS float64 `json:"reserve_ms,omitempty"`
+	// Fresh is true when the slot had no release in progress as the hook
+	// began.
+	Fresh bool `json:"fresh"`
+}
+
+// RunChurn runs the scenario on a pool made for it and returns its
+// figures. Every process it starts is stopped and the pool destroyed
+// before it returns.
+func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error) {
+	if o.Jobs <= 0 {
+		o.Jobs = 40
+	}
+	if o.Slots <= 0 {
+		o.Slots = 4
+	}
+	if o.Pairs <= 0 {
+		o.Pairs = 2
+	}
+	if o.IdleJobs <= 0 {
+		o.IdleJobs = 3
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(o.Progress, "[churn] %s\n", fmt.Sprintf(format, args...))
+	}
+	if o.NomadBin == "" {
+		if o.NomadBin, err = NomadBinary(); err != nil {
+			return nil, err
+		}
+	}
+	res = &ChurnResults{Machine: machine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
+	defer func() { res.Seconds = time.Since(res.Started).Seconds() }()
+
+	pool, destroy, err := newPool(ctx, 1<<30)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := destroy(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}()
+	parent := pool.Dataset("nomad")
+	if _, err := (&zfs.Runner{}).ZFSCmd(ctx, "create", parent); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(o.WorkDir, "churn")
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		return nil, err
+	}
+	counter, err := NewCounter(filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	cfg := fmt.Sprintf(`client {
+  cpu_total_compute = %d
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset     = %q
+    fingerprint_period = "2s"
+    stats_period       = "5s"
+    class %q {
+      slots = %d
+      quota = "32M"
+    }
+  }
+}`, o.Slots*churnTaskCPU, parent, churnClass, o.Slots)
+	logf("starting nomad agent (%s), pool %s", o.NomadBin, pool.Name)
+	a, err := startAgent(ctx, agentSpec{Nomad: o.NomadBin, Dir: dir, PluginBin: o.PluginBin, Config: cfg,
+		PathFirst: filepath.Join(dir, "bin"), Env: os.Environ()})
+	if err != nil {
+		return nil, err
+	}
+	res.AgentLog = a.LogPath
+	defer func() {
+		if serr := a.Stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		if o.KeepLog != "" {
+			if cerr := copyFile(a.LogPath, o.KeepLog, 0o644); cerr == nil {
+				res.AgentLog = o.KeepLog
+			}
+		}
+	}()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watch, watched := watchNode(wctx, a.API, a.NodeID, "zfs", "dataset", churnClass, churnPollPeriod)
+	defer func() { stopWatch(); watched() }()
+
+	r := &churnRun{o: o, a: a, watch: watch, counter: counter, parent: parent, res: res, logf: logf}
+	if err := r.run(ctx); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// churnRun is one run of the scenario.
+type churnRun struct {
+	o       ChurnOptions
+	a       *agent
+	watch   *nodeWatch
+	counter *Counter
+	parent  string
+	res     *ChurnResults
+	logf    func(string, ...any)
+	seq     int
+}
+
+func (r *churnRun) run(ctx context.Context) error {
+	node, _, err := r.a.API.Nodes().Info(r.a.NodeID, nil)
+	if err != nil {
+		return err
+	}
+	if node.NodeResources != nil {
+		r.res.NodeCPU = int(node.NodeResources.Cpu.CpuShares)
+	}
+	if want := r.o.Slots * churnTaskCPU; r.res.NodeCPU != want {
+		return fmt.Errorf("the node offers %d MHz of CPU, not the %d of cpu_total_compute: concurrency would not be %d", r.res.NodeCPU, want, r.o.Slots)
+	}
+	if err := r.settle(ctx, nil); err != nil {
+		return fmt.Errorf("waiting for %d healthy slots: %w", r.o.Slots, err)
+	}
+	pid, err := r.a.pluginPID()
+	if err != nil {
+		return err
+	}
+	if r.res.RSSStart, err = procStatusBytes(pid, "VmRSS"); err != nil {
+		return err
+	}
+	r.logf("agent up at %s, node %s (%d MHz), plugin pid %d, RSS %.1f MiB", r.a.Addr, r.a.NodeID, r.res.NodeCPU, pid, mib(r.res.RSSStart))
+
+	for i := range r.o.IdleJobs {
+		b, err := r.batch(ctx, "idle", 1, true)
+		if err != nil {
+			return fmt.Errorf("idle device job %d: %w", i+1, err)
+		}
+		r.res.Idle = append(r.res.Idle, b.Allocs...)
+	}
+	for p := range r.o.Pairs {
+		for _, device := range []bool{false, true} {
+			kind := map[bool]string{false: "baseline", true: "device"}[device]
+			r.logf("pair %d: %s batch of %d jobs", p+1, kind, r.o.Jobs)
+			b, err := r.batch(ctx, kind, r.o.Jobs, device)
+			if err != nil {
+				return fmt.Errorf("%s batch %d: %w", kind, p+1, err)
+			}
+			r.logf("pair %d: %s: %.1f s, %.2f jobs/s, at most %d at once, %d zfs processes", p+1, kind, b.Seconds, b.JobsPerSecond, b.MaxConcurrent, b.ZFSProcesses)
+			r.res.Batches = append(r.res.Batches, *b)
+		}
+	}
+	if pid2, err := r.a.pluginPID(); err != nil || pid2 != pid {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("plugin process changed during the run (pid %d, now %d, %v)", pid, pid2, err))
+		pid = pid2
+	}
+	if r.res.RSSEnd, err = procStatusBytes(pid, "VmRSS"); err != nil {
+		return err
+	}
+	r.res.HWMEnd, _ = procStatusBytes(pid, "VmHWM")
+	return r.figures()
+}
+
+// batch registers n jobs at once and returns once every allocation is
+// terminal and the slots are all fresh and healthy again.
+func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (*BatchResult, error) {
+	r.seq++
+	prefix := fmt.Sprintf("churn-%02d-%s-", r.seq, kind)
+	mark, err := r.counter.Mark()
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]string, 0, n)
+	for i := range n {
+		jobs = append(jobs, fmt.Sprintf("%s%02d", prefix, i))
+	}
+	b := &BatchResult{Kind: kind, Start: time.Now()}
+	for i := range n {
+		if _, _, err := r.a.API.Jobs().Register(churnJob(jobs[i], device), nil); err != nil {
+			return nil, fmt.Errorf("registering: %w", err)
+		}
+	}
+	stubs, err := r.waitTerminal(ctx, prefix, n)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range stubs {
+		a, _, err := r.a.API.Allocations().Info(s.ID, nil)
+		if err != nil {
+			return nil, err
+		}
+		rec := allocRecord(a)
+		if rec.Status != api.AllocClientStatusComplete {
+			b.Failed++
+		}
+		if rec.Terminal.After(b.End) {
+			b.End = rec.Terminal
+		}
+		b.Allocs = append(b.Allocs, rec)
+	}
+	sort.Slice(b.Allocs, func(i, j int) bool { return b.Allocs[i].Job < b.Allocs[j].Job })
+	b.Seconds = b.End.Sub(b.Start).Seconds()
+	b.JobsPerSecond = float64(n) / b.Seconds
+	b.MaxConcurrent = maxConcurrent(b.Allocs)
+	var released []string
+	if device {
+		released = jobs
+	}
+	if err := r.settle(ctx, released); err != nil {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", kind, prefix, err))
+	}
+	c, err := r.counter.Since(mark)
+	if err != nil {
+		return nil, err
+	}
+	b.ZFSProcesses = c.Total()
+	b.WindowSeconds = time.Since(b.Start).Seconds()
+	if b.Failed > 0 {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %d of %d allocations did not complete", kind, prefix, b.Failed, n))
+	}
+	return b, nil
+}
+
+// churnJob is one short batch job; with device it writes into its slot.
+func churnJob(id string, device bool) *api.Job {
+	script, res := "sleep 1", &api.Resources{CPU: ptr(churnTaskCPU), MemoryMB: ptr(32)}
+	if device {
+		script = "echo x > $ZFS_SCRATCH_PATH/f; sleep 1"
+		res.Devices = []*api.RequestedDevice{{Name: "zfs/dataset/" + churnClass, Count: ptr(uint64(1))}}
+	}
+	task := api.NewTask("t", "exec").SetConfig("command", "/bin/sh").SetConfig("args", []string{"-c", script}).Require(res)
+	tg := api.NewTaskGroup("g", 1).AddTask(task)
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
+	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
+	job := api.NewBatchJob(id, id, "global", 50).AddTaskGroup(tg)
+	job.Datacenters = []string{"*"}
+	return job
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitTerminal polls until n allocations of jobs named prefix* are
+// terminal on the client.
+func (r *churnRun) waitTerminal(ctx context.Context, prefix string, n int) ([]*api.AllocationListStub, error) {
+	deadline := time.Now().Add(batchTimeout)
+	for {
+		all, _, err := r.a.API.Allocations().List(nil)
+		if err == nil {
+			var mine []*api.AllocationListStub
+			done := 0
+			for _, s := range all {
+				if strings.HasPrefix(s.JobID, prefix) {
+					mine = append(mine, s)
+					if s.ClientStatus == api.AllocClientStatusComplete || s.ClientStatus == api.AllocClientStatusFailed || s.ClientStatus == api.AllocClientStatusLost {
+						done++
+					}
+				}
+			}
+			if done >= n {
+				return mine, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%d of %d allocations terminal after %s", done, n, batchTimeout)
+			}
+		} else if time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// settle returns once the agent log shows a release of every job in
+// released, every release there has its fresh dataset, and the node API
+// shows every slot healthy.
+func (r *churnRun) settle(ctx context.Context, released []string) error {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		lg, err := r.readLog()
+		if err != nil {
+			return err
+		}
+		open := openReleases(lg, time.Now())
+		seen := map[string]bool{}
+		for _, rel := range lg.Releases {
+			seen[rel.Job] = true
+		}
+		var missing []string
+		for _, j := range released {
+			if !seen[j] {
+				missing = append(missing, j)
+			}
+		}
+		healthy, total, _ := r.watch.healthyCount()
+		if len(open) == 0 && len(missing) == 0 && total == r.o.Slots && healthy == total {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slots not settled after %s: %d of %d healthy, releases open on %v, no release logged for %v", settleTimeout, healthy, total, open, missing)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (r *churnRun) readLog() (*churnLog, error) {
+	f, err := os.Open(r.a.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readChurnLog(f, r.parent, churnClass)
+}
+
+// allocRecord summarizes a terminal allocation of one task.
+func allocRecord(a *api.Allocation) AllocRecord {
+	rec := AllocRecord{Job: a.JobID, AllocID: a.ID, Status: a.ClientStatus, Terminal: time.Unix(0, a.ModifyTime)}
+	if a.AllocatedResources != nil {
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				if len(d.DeviceIDs) > 0 {
+					rec.Device = d.DeviceIDs[0]
+				}
+			}
+		}
+	}
+	for _, ts := range a.TaskStates {
+		rec.Started, rec.Finished = ts.StartedAt, ts.FinishedAt
+		for _, ev := range ts.Events {
+			if ev.Type == api.TaskTerminated {
+				rec.Terminated = time.Unix(0, ev.Time)
+			}
+		}
+	}
+	return rec
+}
+
+// maxConcurrent is the most tasks that ran at once.
+func maxConcurrent(allocs []AllocRecord) int {
+	type edge struct {
+		at time.Time
+		d  int
+	}
+	var es []edge
+	for _, a := range allocs {
+		if !a.Started.IsZero() && !a.Finished.IsZero() {
+			es = append(es, edge{a.Started, 1}, edge{a.Finished, -1})
+		}
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].at.Equal(es[j].at) {
+			return es[i].d < es[j].d
+		}
+		return es[i].at.Before(es[j].at)
+	})
+	cur, top := 0, 0
+	for _, e := range es {
+		cur += e.d
+		top = max(top, cur)
+	}
+	return top
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }

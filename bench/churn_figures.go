@@ -1,0 +1,315 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// ReleaseRecord is one release of a slot, as the plugin logged it and as
+// the Nomad node API showed it.
+type ReleaseRecord struct {
+	Device string    `json:"device"`
+	Job    string    `json:"job"`
+	Start  time.Time `json:"start"` // plugin: "release started"
+	Fresh  time.Time `json:"fresh"` // plugin: "slot changed" action "create slot"
+	// AllocTerminal is the owner allocation's modify time once terminal.
+	AllocTerminal time.Time `json:"alloc_terminal"`
+	// RecycleMS runs from AllocTerminal to the first node API sample, at or
+	// after Fresh, that shows the slot healthy; RecycleFromTaskMS from the
+	// task's Terminated event instead.
+	RecycleMS         float64 `json:"recycle_ms"`
+	RecycleFromTaskMS float64 `json:"recycle_from_task_ms"`
+	// ShownUnhealthy: a node API sample between Start and the next release
+	// showed the slot unhealthy; UnhealthyDelayMS from Start to the first.
+	ShownUnhealthy   bool    `json:"shown_unhealthy"`
+	UnhealthyDelayMS float64 `json:"unhealthy_delay_ms,omitempty"`
+	// HealthyAgainMS runs from Fresh to the first sample after it (and after
+	// the unhealthy one) that shows the slot healthy.
+	HealthyAgainMS float64 `json:"healthy_again_ms"`
+	// OthersReleasing is how many other slots of the class had a release in
+	// progress at Start; equal to slots−1, the slot was the class's last
+	// offered one.
+	OthersReleasing int `json:"others_releasing"`
+}
+
+// ChurnRow is one figure of the churn table.
+type ChurnRow struct {
+	Key       string  `json:"key"`
+	Figure    string  `json:"figure"`
+	Measured  string  `json:"measured"`
+	Reference string  `json:"reference"`
+	Ratio     string  `json:"ratio"`
+	Value     float64 `json:"value"` // what the target is judged on
+	Target    string  `json:"target"`
+	Verdict   string  `json:"verdict"` // pass, miss, info
+	Note      string  `json:"note,omitempty"`
+}
+
+// openReleases returns the devices whose latest release logged at or before
+// t has no fresh dataset logged at or before t.
+func openReleases(lg *churnLog, t time.Time) []string {
+	last := map[string]time.Time{}
+	for _, r := range lg.Releases {
+		if !r.At.After(t) {
+			last[r.Device] = r.At
+		}
+	}
+	var open []string
+	for dev, at := range last {
+		done := false
+		for _, f := range lg.Fresh {
+			if f.Device == dev && !f.At.Before(at) && !f.At.After(t) {
+				done = true
+				break
+			}
+		}
+		if !done {
+			open = append(open, dev)
+		}
+	}
+	return open
+}
+
+// figures computes the table from the agent log, the node samples and the
+// batches.
+func (r *churnRun) figures() error {
+	lg, err := r.readLog()
+	if err != nil {
+		return err
+	}
+	res := r.res
+	samples := r.watch.snapshot()
+	res.Health = r.watch.changes()
+	res.Fingerprs = len(lg.Sent)
+	for _, w := range lg.Unhealthy {
+		res.Warnings = append(res.Warnings, w.At.Format(time.RFC3339Nano)+" "+w.Text)
+	}
+	allocs := map[string]*AllocRecord{}
+	fill := func(recs []AllocRecord) {
+		for i := range recs {
+			a := &recs[i]
+			allocs[a.Job] = a
+			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
+				a.ReserveMS = ms(h.Duration)
+				a.Fresh = !contains(openReleases(lg, h.Start), a.Device)
+			}
+		}
+	}
+	fill(res.Idle)
+	for i := range res.Batches {
+		fill(res.Batches[i].Allocs)
+	}
+
+	for i, rel := range lg.Releases {
+		rec := ReleaseRecord{Device: rel.Device, Job: rel.Job, Start: rel.At}
+		next := time.Now().Add(time.Hour)
+		for _, o := range lg.Releases[i+1:] {
+			if o.Device == rel.Device {
+				next = o.At
+				break
+			}
+		}
+		for _, f := range lg.Fresh {
+			if f.Device == rel.Device && !f.At.Before(rel.At) && f.At.Before(next) {
+				rec.Fresh = f.At
+				break
+			}
+		}
+		rec.OthersReleasing = len(openReleases(lg, rel.At)) - 1
+		if at, ok := firstSample(samples, rel.Device, rel.At, next, func(h bool) bool { return !h }); ok {
+			rec.ShownUnhealthy, rec.UnhealthyDelayMS = true, ms(at.Sub(rel.At))
+		}
+		if !rec.Fresh.IsZero() {
+			from := rec.Fresh
+			if at, ok := firstSample(samples, rel.Device, rel.At, next, func(h bool) bool { return !h }); ok && at.After(from) {
+				from = at
+			}
+			if at, ok := firstSample(samples, rel.Device, from, next, func(h bool) bool { return h }); ok {
+				rec.HealthyAgainMS = ms(at.Sub(rec.Fresh))
+				if a := allocs[rel.Job]; a != nil {
+					rec.AllocTerminal = a.Terminal
+					rec.RecycleMS = ms(at.Sub(a.Terminal))
+					if !a.Terminated.IsZero() {
+						rec.RecycleFromTaskMS = ms(at.Sub(a.Terminated))
+					}
+				}
+			}
+		}
+		res.Releases = append(res.Releases, rec)
+	}
+	res.Rows = churnRows(res)
+	return nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// churnRows judges the figures against issue 10's targets.
+func churnRows(res *ChurnResults) []ChurnRow {
+	var rows []ChurnRow
+	// Throughput, over every batch of each kind.
+	jobs, secs := map[string]int{}, map[string]float64{}
+	var pairs []string
+	var lastBase float64
+	for _, b := range res.Batches {
+		jobs[b.Kind] += len(b.Allocs)
+		secs[b.Kind] += b.Seconds
+		if b.Kind == "baseline" {
+			lastBase = b.JobsPerSecond
+		} else if lastBase > 0 {
+			pairs = append(pairs, fmt.Sprintf("%.2f", b.JobsPerSecond/lastBase))
+		}
+	}
+	if secs["baseline"] > 0 && secs["device"] > 0 {
+		base, dev := float64(jobs["baseline"])/secs["baseline"], float64(jobs["device"])/secs["device"]
+		conc := []string{}
+		for _, b := range res.Batches {
+			conc = append(conc, fmt.Sprintf("%s %.1f s, %d at once", b.Kind, b.Seconds, b.MaxConcurrent))
+		}
+		rows = append(rows, ChurnRow{Key: "throughput", Figure: "throughput, device jobs / baseline jobs",
+			Measured: fmt.Sprintf("%.2f jobs/s", dev), Reference: fmt.Sprintf("%.2f jobs/s", base),
+			Ratio: fmt.Sprintf("%.2f", dev/base), Value: dev / base, Target: "≥ 0.90", Verdict: passIf(dev/base >= 0.90),
+			Note: fmt.Sprintf("first registration to last allocation terminal; per pair %s; %s", strings.Join(pairs, ", "), strings.Join(conc, "; "))})
+	}
+	// Reserve on a fresh slot, during churn versus idle.
+	var idle, churn, busy []time.Duration
+	for _, a := range res.Idle {
+		if a.ReserveMS > 0 {
+			idle = append(idle, msDur(a.ReserveMS))
+		}
+	}
+	for _, b := range res.Batches {
+		for _, a := range b.Allocs {
+			switch {
+			case a.ReserveMS == 0:
+			case a.Fresh:
+				churn = append(churn, msDur(a.ReserveMS))
+			default:
+				busy = append(busy, msDur(a.ReserveMS))
+			}
+		}
+	}
+	if len(idle) > 0 && len(churn) > 0 {
+		q := float64(Median(churn)) / float64(Median(idle))
+		rows = append(rows, ChurnRow{Key: "reserve-fresh", Figure: "Reserve on a slot that is already fresh, p50 during churn",
+			Measured: fmtMS(Median(churn)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
+			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer), not a plugin log line; %d fresh samples (max %s), %d idle; %d more Reserves met a slot still being released (p50 %s, max %s)",
+				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100)))})
+	}
+	// Recycle and health shown during the release.
+	var recycle, recycleTask, shownDelay, again []time.Duration
+	shown, last, n := 0, 0, 0
+	for _, rel := range res.Releases {
+		if rel.RecycleMS > 0 {
+			recycle = append(recycle, msDur(rel.RecycleMS))
+			recycleTask = append(recycleTask, msDur(rel.RecycleFromTaskMS))
+		}
+		if rel.Fresh.IsZero() {
+			continue
+		}
+		n++
+		if rel.ShownUnhealthy {
+			shown++
+			shownDelay = append(shownDelay, msDur(rel.UnhealthyDelayMS))
+		}
+		again = append(again, msDur(rel.HealthyAgainMS))
+		if rel.OthersReleasing >= res.Slots-1 {
+			last++
+		}
+	}
+	if len(recycle) > 0 {
+		p50, top := Median(recycle), Percentile(recycle, 100)
+		rows = append(rows,
+			ChurnRow{Key: "recycle-p50", Figure: "recycle: allocation terminal → slot healthy again in the node API, p50", Measured: fmtMS(p50),
+				Value: p50.Seconds(), Target: "≤ 1 s", Verdict: passIf(p50 <= time.Second),
+				Note: fmt.Sprintf("%d releases; terminal = the allocation's modify time; from the task's Terminated event instead: p50 %s, max %s", len(recycle), fmtMS(Median(recycleTask)), fmtMS(Percentile(recycleTask, 100)))},
+			ChurnRow{Key: "recycle-max", Figure: "recycle, max", Measured: fmtMS(top), Value: top.Seconds(), Target: "≤ 3 s", Verdict: passIf(top <= 3*time.Second)})
+	}
+	if n > 0 {
+		v := "miss"
+		if shown == n && Percentile(shownDelay, 100) <= time.Second {
+			v = "pass"
+		}
+		delay := "—"
+		if len(shownDelay) > 0 {
+			delay = fmt.Sprintf("delay p50 %s, max %s", fmtMS(Median(shownDelay)), fmtMS(Percentile(shownDelay, 100)))
+		}
+		rows = append(rows,
+			ChurnRow{Key: "unhealthy-shown", Figure: "Nomad shows the slot unhealthy while it is released", Measured: fmt.Sprintf("%d of %d releases", shown, n),
+				Reference: delay, Value: float64(shown) / float64(n), Target: "every release, within 1 s of its start", Verdict: v,
+				Note: fmt.Sprintf("node API polled every %s; delay from the plugin's \"release started\" line; %d releases began while every other slot was being released too (the plugin keeps the last offered instance healthy, by design); %d fingerprints sent over the run", churnPollPeriod, last, res.Fingerprs)},
+			ChurnRow{Key: "healthy-again", Figure: "healthy again after the fresh dataset, p50 / max", Measured: fmtMS(Median(again)) + " / " + fmtMS(Percentile(again, 100)),
+				Value: Percentile(again, 100).Seconds(), Target: "≤ 1 s", Verdict: passIf(Percentile(again, 100) <= time.Second),
+				Note: "from the plugin's \"slot changed: create slot\" line to the first node API sample showing it healthy"})
+	}
+	// zfs processes per device job, net of the periodic refreshes.
+	var baseProcs, devProcs, devJobs int
+	var baseSecs, devSecs float64
+	for _, b := range res.Batches {
+		if b.Kind == "baseline" {
+			baseProcs, baseSecs = baseProcs+b.ZFSProcesses, baseSecs+b.WindowSeconds
+		} else {
+			devProcs, devSecs, devJobs = devProcs+b.ZFSProcesses, devSecs+b.WindowSeconds, devJobs+len(b.Allocs)
+		}
+	}
+	if devJobs > 0 && baseSecs > 0 {
+		rate := float64(baseProcs) / baseSecs
+		net := (float64(devProcs) - rate*devSecs) / float64(devJobs)
+		rows = append(rows, ChurnRow{Key: "zfs-per-job", Figure: "zfs processes per device job", Measured: fmt.Sprintf("%.1f", net),
+			Reference: fmt.Sprintf("%.1f gross", float64(devProcs)/float64(devJobs)), Value: net, Target: "≤ 8", Verdict: passIf(net <= 8),
+			Note: fmt.Sprintf("counting wrapper first on the agent's PATH; %d processes over %d device jobs in %.0f s, less the periodic refreshes at the rate of the baseline batches (%.2f/s)", devProcs, devJobs, devSecs, rate)})
+	}
+	if res.RSSStart > 0 {
+		q := float64(res.RSSEnd) / float64(res.RSSStart)
+		rows = append(rows, ChurnRow{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),
+			Reference: fmt.Sprintf("%.1f MiB start", mib(res.RSSStart)), Ratio: fmt.Sprintf("%.2f×", q), Value: q, Target: "end ≤ 1.25× start",
+			Verdict: passIf(q <= 1.25), Note: fmt.Sprintf("VmRSS of the plugin process; peak (VmHWM) at the end %.1f MiB", mib(res.HWMEnd))})
+	}
+	return rows
+}
+
+func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+func fmtMS(d time.Duration) string {
+	if d >= 10*time.Second {
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+	if d >= 100*time.Millisecond {
+		return fmt.Sprintf("%.0f ms", ms(d))
+	}
+	return fmt.Sprintf("%.1f ms", ms(d))
+}
+
+// WriteChurnMarkdown prints the churn table and its notes.
+func WriteChurnMarkdown(w io.Writer, r *ChurnResults) {
+	m := r.Machine
+	fmt.Fprintf(w, "### Churn: %d jobs through %d slots, real Nomad agent\n\n", r.Jobs, r.Slots)
+	fmt.Fprintf(w, "Machine: %d CPUs, %s, Linux %s, %s, %s; node CPU %d MHz (%d tasks of %d MHz at once); the run took %.0f s.\n\n",
+		m.CPUs, m.ZFS, m.Kernel, m.Go, m.Date, r.NodeCPU, r.NodeCPU/churnTaskCPU, churnTaskCPU, r.Seconds)
+	fmt.Fprintln(w, "| figure | measured | reference | ratio | target | result |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
+	for _, row := range r.Rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Measured, orDash(row.Reference), orDash(row.Ratio), row.Target, verdict(row.Verdict))
+	}
+	fmt.Fprintln(w)
+	for _, row := range r.Rows {
+		if row.Note != "" {
+			fmt.Fprintf(w, "- %s: %s\n", row.Key, row.Note)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- note: %s\n", n)
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintf(w, "- the plugin logged %d warnings or errors (see plugin_warnings in the JSON)\n", len(r.Warnings))
+	}
+}
