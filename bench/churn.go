@@ -151,9 +151,13 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 	if err != nil {
 		return nil, err
 	}
+	chroot, err := chrootEnv(ctx, "/bin/sh", "/bin/sleep")
+	if err != nil {
+		return nil, err
+	}
 	cfg := fmt.Sprintf(`client {
   cpu_total_compute = %d
-  options = {
+%s  options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
 }
@@ -167,7 +171,7 @@ plugin "nomad-device-zfs" {
       quota = "32M"
     }
   }
-}`, o.Slots*churnTaskCPU, parent, churnClass, o.Slots)
+}`, o.Slots*churnTaskCPU, chroot, parent, churnClass, o.Slots)
 	logf("starting nomad agent (%s), pool %s", o.NomadBin, pool.Name)
 	a, err := startAgent(ctx, agentSpec{Nomad: o.NomadBin, Dir: dir, PluginBin: o.PluginBin, Config: cfg,
 		PathFirst: filepath.Join(dir, "bin"), Env: os.Environ()})
@@ -329,6 +333,7 @@ func churnJob(id string, device bool) *api.Job {
 		res.Devices = []*api.RequestedDevice{{Name: "zfs/dataset/" + churnClass, Count: ptr(uint64(1))}}
 	}
 	task := api.NewTask("t", "exec").SetConfig("command", "/bin/sh").SetConfig("args", []string{"-c", script}).Require(res)
+	task.Env = map[string]string{"PATH": "/bin"} // the chroot holds /bin/sh and /bin/sleep (chrootEnv)
 	tg := api.NewTaskGroup("g", 1).AddTask(task)
 	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}

@@ -30,7 +30,7 @@ var kvRE = regexp.MustCompile(`([A-Za-z_@][\w.@-]*)=("(?:[^"\\]|\\.)*"|\S*)`)
 // parseLogLine parses one agent log line; ok is false for lines that do not
 // start with a timestamp and a level (continuations, panics).
 func parseLogLine(s string) (l logLine, ok bool) {
-	ts, rest, found := strings.Cut(s, " ")
+	ts, rest, found := strings.Cut(strings.TrimLeft(s, " \t"), " ")
 	if !found {
 		return l, false
 	}

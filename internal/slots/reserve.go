@@ -254,7 +254,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 			m.setNote(s.ID, note{})
 			m.updateSlot(s.ID, func(x *Slot) { x.Owner = out[i].Owner })
 		}
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String())
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "took", time.Since(arrived))
 	}
 	m.Kick() // record owners in the background, off Reserve's path
 	return out, nil

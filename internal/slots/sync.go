@@ -66,7 +66,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 			break
 		}
 		plan := MakePlan(cfg, datasets, time.Now())
-		m.reportForeign(plan.Foreign)
+		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
 		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
 		for id := range bySlot {
@@ -118,6 +118,43 @@ func (m *Manager) Sync(ctx context.Context) error {
 	m.usageAt = time.Now()
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// settled drops the names of datasets whose slot is under slot work (its
+// lock held, or changed since vers): what Sync read of them may be half a
+// change, such as a fresh slot created an instant before its properties.
+func (m *Manager) settled(cfg Config, names []string, vers map[string]uint64) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, n := range names {
+		if id := slotOf(cfg, n); id != "" && (m.busy[id] > 0 || m.vers[id] != vers[id]) {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// slotOf returns the device ID a dataset under the parent belongs to: a
+// slot's own dataset, or one in the archive (its name starts with the
+// device ID); "" for anything else.
+func slotOf(cfg Config, name string) string {
+	rel, ok := strings.CutPrefix(name, cfg.Parent+"/")
+	if !ok {
+		return ""
+	}
+	first, rest, ok := strings.Cut(rel, "/")
+	switch {
+	case !ok || strings.Contains(rest, "/"):
+		return ""
+	case first == ArchiveName:
+		id, _, _ := strings.Cut(rest, ".")
+		return id
+	case parseIndex(rest) >= 0:
+		return DeviceID(first, parseIndex(rest))
+	}
+	return ""
 }
 
 // prepareFreeUnlocked runs prepareFree on the free slots whose locks are
