@@ -22,8 +22,9 @@ deps: ## as root: install zfs-fuse when no ZFS is present, and build the pinned 
 test: deps ## run every test: unit, real pool, real gRPC, real Nomad agent (as root)
 	$(GO) test -p 1 -count=1 -timeout 45m ./...
 
-bench: deps ## as root: measure the plugin against zfs floors on real pools (10/100/900 slots); prints tables, writes bench/results.json
+bench: deps ## as root: the plugin against zfs floors on real pools (10/100/900 slots), then the churn of short jobs on a real Nomad agent against the same jobs without a device; prints tables, writes bench/results.json and bench/churn-results.json
 	$(GO) run ./bench/cmd/zfsbench -out bench/results.json
+	$(GO) run ./bench/cmd/zfsbench -churn -churn-out bench/churn-results.json
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l cmd internal e2e bench); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -71,8 +71,15 @@ type churnLog struct {
 	Reserved  []logEvent             // "slot reserved"
 	Waiting   []logEvent             // "reserve waiting"
 	Hooks     map[string]devicesHook // by allocation ID
-	Sent      []time.Time            // "fingerprint sent"
+	Sent      []logSent              // "fingerprint sent"
 	Unhealthy []logEvent             // plugin lines at WARN or ERROR
+}
+
+// logSent is a fingerprint the plugin sent, with the devices it showed
+// unhealthy.
+type logSent struct {
+	At        time.Time
+	Unhealthy map[string]bool
 }
 
 type logRelease struct {
@@ -131,7 +138,13 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 		case plugin && strings.Contains(l.Text, "reserve waiting"):
 			out.Waiting = append(out.Waiting, logEvent{At: l.At, Device: l.KV["devices"], Text: l.KV["reason"]})
 		case plugin && strings.Contains(l.Text, "fingerprint sent"):
-			out.Sent = append(out.Sent, l.At)
+			sent := logSent{At: l.At, Unhealthy: map[string]bool{}}
+			for _, id := range strings.Split(l.KV["unhealthy"], ",") {
+				if id != "" {
+					sent.Unhealthy[id] = true
+				}
+			}
+			out.Sent = append(out.Sent, sent)
 		case plugin && (l.Level == "WARN" || l.Level == "ERROR"):
 			out.Unhealthy = append(out.Unhealthy, logEvent{At: l.At, Text: l.Text})
 		case strings.Contains(l.Text, "finished prestart hook") && l.KV["name"] == "devices":

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,9 +234,24 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.Fingerpr
 				return
 			}
 			last, sent = groups, true
-			p.log.Debug("fingerprint sent", "groups", len(groups))
+			p.log.Debug("fingerprint sent", "groups", len(groups), "unhealthy", unhealthyIDs(groups))
 		}
 	}
+}
+
+// unhealthyIDs lists, in order, the device IDs of groups that are not
+// healthy, for the log ("" when all are).
+func unhealthyIDs(groups []*device.DeviceGroup) string {
+	var ids []string
+	for _, g := range groups {
+		for _, d := range g.Devices {
+			if !d.Healthy {
+				ids = append(ids, d.ID)
+			}
+		}
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ",")
 }
 
 // deviceGroups builds one group per class with at least one slot. The result

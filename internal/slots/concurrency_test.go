@@ -67,7 +67,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Sync waited for another slot's release")
 	}
-	must.EqOp(t, string(slots.StateReleasing), e.pool.Prop(t, s0.Dataset, slots.PropState))
+	must.EqOp(t, string(slots.StateArchived), e.pool.Prop(t, s0.Dataset, slots.PropState)) // its fate, recorded first
 	w.Resume("rename")
 	select {
 	case err := <-released:
@@ -164,4 +164,56 @@ func TestConcurrency_ReserveWaitEndsWithItsContext(t *testing.T) {
 	got := slotByID(t, e, "scratch-0")
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 	must.Eq(t, slots.StateFree, got.State)
+}
+
+// TestConcurrency_ReleasesRunSideBySide (issue 10): the release of
+// scratch-0 hangs in its `zfs rename` while the allocation holding
+// scratch-1 ends. The release loop acts on that end at once: scratch-1 is
+// released and fresh again while scratch-0's rename is still paused, and
+// scratch-0 completes once it goes on.
+func TestConcurrency_ReleasesRunSideBySide(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 2)
+	o1, o2 := owner(1), owner(2)
+	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	s1 := reserveAndWrite(t, e, a, "scratch-1", o2)
+	guid0, guid1 := e.guid(t, s0.Dataset), e.guid(t, s1.Dataset)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.mgr.Run(ctx, time.Hour) // woken by Kick only
+
+	w.PauseFor("rename", s0.Dataset)
+	a.end(o1)
+	e.mgr.Kick()
+	w.WaitPaused(t, "rename", 30*time.Second)
+
+	start := time.Now()
+	a.end(o2)
+	e.mgr.Kick()
+	fresh := func(id, old string) bool {
+		s := slotByID(t, e, id)
+		return s.State == slots.StateFree && s.Healthy && e.guid(t, s.Dataset) != old
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !fresh("scratch-1", guid1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("scratch-1 was not released while scratch-0's rename was paused: %+v", slotByID(t, e, "scratch-1"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("scratch-1 fresh %s after its allocation ended, scratch-0's rename still paused", time.Since(start).Round(time.Millisecond))
+	must.Eq(t, slots.StateReleasing, slotByID(t, e, "scratch-0").State)
+	must.Eq(t, guid0, e.guid(t, s0.Dataset))
+
+	w.Resume("rename")
+	deadline = time.Now().Add(time.Minute)
+	for !fresh("scratch-0", guid0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("scratch-0 did not complete its release: %+v", slotByID(t, e, "scratch-0"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	must.SliceLen(t, 2, archived(t, e))
 }

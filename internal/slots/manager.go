@@ -118,6 +118,9 @@ type Manager struct {
 	byID     map[string]int
 	locks    map[string]chan struct{}
 	usageAt  time.Time // when the usage figures were last read
+	poolOKAt time.Time // when a check last found the pool ONLINE; zero after one did not
+	// runs are the releases being carried out, by slot ID (goRelease).
+	runs     map[string]*releaseRun
 	reported map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
 	owners map[string]Owner
@@ -142,7 +145,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		zfs: z, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, changed: make(chan struct{}),
-		vers: map[string]uint64{}, busy: map[string]int{},
+		vers: map[string]uint64{}, busy: map[string]int{}, runs: map[string]*releaseRun{},
 	}
 }
 

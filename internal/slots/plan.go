@@ -56,9 +56,15 @@ const (
 	StateReserved State = "reserved"
 	// StateReleasing: its allocation is over; it is on its way to the
 	// archive. StateDestroying: the same, to be destroyed once there.
+	// On ZFS, a release to the archive writes StateArchived at once (the
+	// dataset's fate, so that the rename into the archive is the last
+	// step and no command follows it); "releasing" is what earlier
+	// builds wrote, and is still read. In the slot list, a slot's
+	// dataset recorded "archived" or "releasing" is StateReleasing.
 	StateReleasing  State = "releasing"
 	StateDestroying State = "destroying"
-	// StateArchived: released and kept under <parent>/.archive.
+	// StateArchived: released and kept under <parent>/.archive, or on its
+	// way there (see StateReleasing).
 	StateArchived State = "archived"
 )
 
@@ -202,15 +208,17 @@ const ProbePrefix = ".probe-"
 
 // MakePlan compares the configuration with the datasets that one
 // `zfs get -r -d 2 <parent>` returned and says what to create, release and
-// destroy. now stamps releases that have no release time yet. It is a pure
-// function; the order of its actions is deterministic.
+// destroy. now names the archive of a release that has no release time
+// recorded. It is a pure function; the order of its actions is
+// deterministic.
 //
-// A slot whose state is releasing or destroying gets the remaining steps of
-// its release, each decided from what ZFS says: record the release time,
+// A slot whose state is archived, releasing or destroying gets the
+// remaining steps of its release, each decided from what ZFS says:
 // canmount=noauto, unmount, rename into <parent>/.archive, then a fresh
-// dataset in its place. A dataset in the archive still marked releasing is
-// marked archived; one marked destroying is destroyed. So a release
-// interrupted at any point is finished by the next plan.
+// dataset in its place. A dataset in the archive marked destroying is
+// destroyed; one still marked releasing (an earlier version's release) is
+// marked archived. So a release interrupted at any point is finished by the
+// next plan.
 func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 	byName := make(map[string]zfs.Dataset, len(datasets))
 	for _, d := range datasets {
@@ -300,7 +308,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		}
 		c := classByName(cfg, first)
 		switch st := slotState(d); {
-		case st == StateReleasing || st == StateDestroying:
+		case st == StateReleasing || st == StateDestroying || st == StateArchived:
 			if archiveOK {
 				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now)...)
 			}
@@ -319,10 +327,18 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time) 
 		a.Dataset, a.Class, a.Index, a.Chain = d.Name, c.Name, index, d.Name
 		steps = append(steps, a)
 	}
-	releasedAt, ok := d.Local(PropReleasedAt)
-	if _, err := time.Parse(time.RFC3339, releasedAt); !ok || err != nil {
-		releasedAt = now.UTC().Format(time.RFC3339)
-		add(Action{Kind: SetProp, Prop: PropReleasedAt, Value: releasedAt})
+	// The archive's name carries the release time; a released-at that an
+	// earlier version recorded is kept, otherwise the time is now.
+	at := now
+	if v, ok := d.Local(PropReleasedAt); ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			at = t
+		}
+	}
+	if slotState(d) == StateReleasing {
+		// Written by an earlier version: the fate goes on before the
+		// rename, so that nothing follows it.
+		add(Action{Kind: SetProp, Prop: PropState, Value: string(StateArchived)})
 	}
 	if v, _ := d.Value("canmount"); v != "noauto" {
 		add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
@@ -330,7 +346,6 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time) 
 	if v, _ := d.Value("mounted"); v == "yes" {
 		add(Action{Kind: Unmount})
 	}
-	at, _ := time.Parse(time.RFC3339, releasedAt)
 	o, _ := ownerOf(d) // an owner that does not decode is archived as unknown
 	add(Action{Kind: RenameToArchive, Target: ArchivedName(cfg, c.Name, index, o, at)})
 	if index < c.Slots {

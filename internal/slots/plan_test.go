@@ -212,12 +212,24 @@ func TestMakePlan_Release(t *testing.T) {
 		want     []act
 	}{
 		{
-			name:  "fresh release: every step, then a new slot",
+			name:  "release begun by an earlier version (releasing): its fate first, every step, a new slot",
 			slots: 2,
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
 				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "on")},
 			want: []act{
-				{SetProp, "tank/nomad/scratch/1", PropReleasedAt, "2026-11-21T14:30:00Z", ""},
+				{SetProp, "tank/nomad/scratch/1", PropState, "archived", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
+			},
+		},
+		{
+			name:  "release begun by this version (fate archived): no state step",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on", "mounted", "yes")},
+			want: []act{
 				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
@@ -228,7 +240,7 @@ func TestMakePlan_Release(t *testing.T) {
 			name:  "resumed after the unmount: rename with the recorded time",
 			slots: 2,
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "noauto", "mounted", "no",
+				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no",
 					PropReleasedAt, "2026-11-21T14:30:00Z")},
 			want: []act{
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
@@ -260,7 +272,7 @@ func TestMakePlan_Release(t *testing.T) {
 			name:  "surplus slot released: no new slot in its place",
 			slots: 1,
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z")},
+				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z")},
 			want: []act{{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf}},
 		},
 		{

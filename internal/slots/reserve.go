@@ -61,7 +61,6 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 		case <-retry.C:
 		}
 		retry.Stop()
-		view = nil // the next round reads again
 	}
 }
 
@@ -84,6 +83,13 @@ func (m *Manager) checkIDs(ids []string) error {
 	return nil
 }
 
+// decidedRelease is a release that Reserve starts: the slot, and the
+// allocation asking for it.
+type decidedRelease struct {
+	slot  Slot
+	asker Owner
+}
+
 // tryReserve reserves the slots if that is safe now. Otherwise it starts
 // what it can (the release of a slot whose owner has ended) and returns why
 // the caller must wait. *view caches the allocation read of this round.
@@ -92,7 +98,16 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	nomad := m.nomad
 	m.mu.Unlock()
 	var fresh []string
-	var release []Slot
+	var release []decidedRelease
+	// renew: the wait is for something outside this plugin, so the next
+	// round needs a new read. A wait for releases only keeps the read: it
+	// began after the call arrived, which is all its proofs need.
+	renew := false
+	defer func() {
+		if renew {
+			*view = nil
+		}
+	}()
 	for _, id := range ids {
 		s, ok := m.slot(id)
 		if !ok {
@@ -114,7 +129,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 		}
 		// A slot a tenant may have written: proof first.
 		if nomad == nil {
-			wait = fmt.Sprintf("device %s holds the data of %s and this plugin cannot read allocations to verify the asker", s.ID, s.Owner)
+			wait, renew = fmt.Sprintf("device %s holds the data of %s and this plugin cannot read allocations to verify the asker", s.ID, s.Owner), true
 			continue
 		}
 		if *view == nil {
@@ -132,27 +147,30 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			if err != nil {
 				return nil, "", fmt.Errorf("device %s (dataset %s) cannot go back to its owner %s: %w", s.ID, s.Dataset, s.Owner, err)
 			}
+			m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "recorded_owner", true, "took", time.Since(arrived))
 			res = append(res, back)
 		case startRelease:
-			release = append(release, s)
+			release = append(release, decidedRelease{s, d.asker})
 			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
 		case inUse:
-			wait = fmt.Sprintf("device %s is in use by %s (%s), and the asker is not among the device's holders", s.ID, s.Owner, d.reason)
+			wait, renew = fmt.Sprintf("device %s is in use by %s (%s), and the asker is not among the device's holders", s.ID, s.Owner, d.reason), true
 		default:
-			wait = fmt.Sprintf("device %s: %s", s.ID, d.reason)
+			wait, renew = fmt.Sprintf("device %s: %s", s.ID, d.reason), true
 		}
 	}
-	// Carry the releases out here rather than wait for the release loop:
-	// the asker waits for them.
-	for _, s := range release {
-		if err := m.startRelease(ctx, s); err != nil {
-			wait = fmt.Sprintf("%s; starting its release failed: %v", wait, err)
-			continue
-		}
-		if cur, ok := m.slot(s.ID); ok && (cur.State == StateReleasing || cur.State == StateDestroying) {
-			if err := m.releaseSlot(ctx, cur); err != nil {
-				wait = fmt.Sprintf("%s; release: %v", wait, err)
+	// Start the releases here rather than wait for the release loop (or
+	// join the loop's run), and wait for them: the asker waits for them.
+	var runs []*releaseRun
+	for _, r := range release {
+		runs = append(runs, m.goRelease(ctx, r.slot, true, r.asker))
+	}
+	for _, r := range runs {
+		select {
+		case <-r.done:
+			if r.err != nil {
+				wait, renew = fmt.Sprintf("%s; release: %v", wait, r.err), true
 			}
+		case <-ctx.Done():
 		}
 	}
 	if wait != "" {
@@ -305,6 +323,10 @@ type decision struct {
 	reason string
 	// conflict: something holds the device that should not.
 	conflict bool
+	// asker, for a startRelease decided for Reserve, is the one other
+	// live holder of the device (the allocation asking), when the view
+	// shows it: the fresh dataset is made for it.
+	asker Owner
 }
 
 // decide says what may be done with reserved slot s, from view v (a read
@@ -366,7 +388,11 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 	if asking && len(others) > 1 {
 		return decision{conflict: true, reason: fmt.Sprintf("conflict: %d live allocations hold the device: %s", len(others), describe(others))}
 	}
-	return decision{kind: startRelease, reason: f.Reason}
+	d := decision{kind: startRelease, reason: f.Reason}
+	if asking && len(others) == 1 {
+		d.asker = others[0].Owner
+	}
+	return d
 }
 
 func stoppingOr(f Fate) string {

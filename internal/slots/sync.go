@@ -47,25 +47,14 @@ func (m *Manager) Sync(ctx context.Context) error {
 	}
 	vers := m.versions()
 	var (
-		datasets []zfs.Dataset
-		errs     []error
-		failed   = make(map[string]string)
-		skipped  = make(map[string]bool) // slot IDs left to slot work
+		errs    []error
+		failed  = make(map[string]string)
+		skipped = make(map[string]bool) // slot IDs left to slot work
 	)
-	for round := 0; ; round++ {
-		var err error
-		datasets, err = m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
-		if err != nil {
-			m.setUnavailable(cfg, parentReason(cfg.Parent, err))
-			return errors.Join(errs...)
-		}
-		if hasUnreadable(datasets) {
-			datasets = m.repair(ctx, datasets)
-		}
-		if round == maxRounds {
-			break
-		}
-		plan := MakePlan(cfg, datasets, time.Now())
+	read := func(ctx context.Context) ([]zfs.Dataset, error) {
+		return m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
+	}
+	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
 		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
@@ -75,7 +64,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 			}
 		}
 		if len(tree) == 0 && len(bySlot) == 0 {
-			break
+			return false
 		}
 		if len(tree) > 0 {
 			if m.treeMu.TryLock() {
@@ -84,7 +73,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 				errs = append(errs, errs2...)
 			} else if len(bySlot) == 0 {
 				m.log.Debug("slot work in progress; creating containers at the next sync")
-				break
+				return false
 			}
 		}
 		for _, id := range slices.Sorted(maps.Keys(bySlot)) {
@@ -102,6 +91,11 @@ func (m *Manager) Sync(ctx context.Context) error {
 			unlock()
 			errs = append(errs, errs2...)
 		}
+		return true
+	})
+	if err != nil {
+		m.setUnavailable(cfg, parentReason(cfg.Parent, err))
+		return errors.Join(errs...)
 	}
 
 	slots := buildSlots(cfg, datasets, "", failed)
@@ -118,6 +112,26 @@ func (m *Manager) Sync(ctx context.Context) error {
 	m.usageAt = time.Now()
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// converge runs rounds of observe → plan → apply, the loop of both Sync and
+// a slot's release: read observes ZFS (repairing what did not parse), the
+// plan is made from what it said, and act applies the part of the plan
+// that is the caller's, returning false when there was nothing to do. It
+// stops there, or after maxRounds rounds, and returns the last read.
+func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Context) ([]zfs.Dataset, error), act func(Plan) bool) ([]zfs.Dataset, error) {
+	for round := 0; ; round++ {
+		datasets, err := read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if hasUnreadable(datasets) {
+			datasets = m.repair(ctx, datasets)
+		}
+		if round == maxRounds || !act(MakePlan(cfg, datasets, time.Now())) {
+			return datasets, nil
+		}
+	}
 }
 
 // settled drops the names of datasets whose slot is under slot work (its
@@ -298,8 +312,36 @@ func (m *Manager) reportUnreadable(ds []zfs.Dataset) {
 	}
 }
 
+// poolCheckAge is how long a release trusts the last check that found the
+// pool ONLINE. A pool that fails meanwhile fails the release's commands,
+// which keep the data and mark the slot unhealthy; the next Sync names why.
+const poolCheckAge = 5 * time.Second
+
+// checkPoolRecent is checkPool, skipped when a check found the pool ONLINE
+// less than poolCheckAge ago.
+func (m *Manager) checkPoolRecent(ctx context.Context, cfg Config) string {
+	m.mu.Lock()
+	recent := !m.poolOKAt.IsZero() && time.Since(m.poolOKAt) < poolCheckAge
+	m.mu.Unlock()
+	if recent {
+		return ""
+	}
+	return m.checkPool(ctx, cfg)
+}
+
 // checkPool returns why the pool cannot be used, or "" when it is ONLINE.
 func (m *Manager) checkPool(ctx context.Context, cfg Config) string {
+	reason := m.poolReason(ctx, cfg)
+	m.mu.Lock()
+	m.poolOKAt = time.Time{}
+	if reason == "" {
+		m.poolOKAt = time.Now()
+	}
+	m.mu.Unlock()
+	return reason
+}
+
+func (m *Manager) poolReason(ctx context.Context, cfg Config) string {
 	pool := cfg.Pool()
 	health, err := m.zfs.PoolHealth(ctx, pool)
 	switch {
@@ -363,6 +405,9 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			d, exists := byName[s.Dataset]
 			if exists && d.Err == nil {
 				s.State = slotState(d)
+				if s.State == StateArchived {
+					s.State = StateReleasing // on its way to the archive
+				}
 				s.Owner, _ = ownerOf(d)
 				s.stamped = s.Owner
 				if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {

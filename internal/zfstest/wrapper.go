@@ -41,7 +41,19 @@ sub=$1
 # argument count, the command and each argument, NUL-terminated.
 printf '%%s\0' "$#" "$name" "$@" >>"$ctl/calls"
 
+# A pause file that names an argument pauses only the runs given it.
+pause=0
 if [ -e "$ctl/pause.$name.$sub" ]; then
+	pause=1
+	want=$(cat "$ctl/pause.$name.$sub" 2>/dev/null)
+	if [ -n "$want" ]; then
+		pause=0
+		for a in "$@"; do
+			if [ "$a" = "$want" ]; then pause=1; fi
+		done
+	fi
+fi
+if [ "$pause" = 1 ]; then
 	marker="$ctl/paused.$name.$sub.$$"
 	printf '%%s\0' "$@" >"$marker.tmp" && mv -f "$marker.tmp" "$marker"
 	# A signal ends the pause the way it would end the real command.
@@ -179,6 +191,12 @@ func (w *Wrapper) SetPATH(t testing.TB) {
 // until Resume (or for PauseLimit at most). On return the pause is in force.
 func (w *Wrapper) Pause(sub string) {
 	w.writeControl("pause", sub, nil)
+}
+
+// PauseFor is Pause for the runs of sub given arg as one of their
+// arguments (a dataset name, say); other runs of sub go on. Resume ends it.
+func (w *Wrapper) PauseFor(sub, arg string) {
+	w.writeControl("pause", sub, []byte(arg))
 }
 
 // Resume lets the runs of sub waiting in Pause go on (within 100 ms) and
