@@ -89,7 +89,7 @@ func TestReleaseHealthReachesNomad(t *testing.T) {
 	must.EqOp(t, api.AllocClientStatusComplete, t2.ClientStatus)
 	must.EqOp(t, other, deviceOf(t, t2))
 	e.step(t, "tenant %s ran on %s while the release of %s was paused", t2.ID[:8], other, dev)
-	must.EqOp(t, string(slots.StateReleasing), e.pool.Prop(t, e.slot(indexOf(dev)), slots.PropState))
+	must.EqOp(t, string(slots.StateArchived), e.pool.Prop(t, e.slot(indexOf(dev)), slots.PropState)) // its fate, recorded first
 
 	// The release goes on: healthy again, and the data archived.
 	w.Resume("rename")

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -350,7 +351,8 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 	defer cancel()
 	began := time.Now()
 	q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait}).WithContext(ctx)
-	allocs, meta, err := w.client.Nodes().Allocations(nodeID, q)
+	var allocs []*leanAlloc
+	meta, err := w.client.Raw().Query("/v1/node/"+url.PathEscape(nodeID)+"/allocations", &allocs, q)
 	if err != nil {
 		return nil, fmt.Errorf("GET /v1/node/%s/allocations: %w", nodeID, classify(err))
 	}
@@ -367,7 +369,28 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 	return snap, nil
 }
 
-func convert(a *api.Allocation) *Alloc {
+// leanAlloc is the part of an allocation in /v1/node/:id/allocations that
+// the watcher uses. Decoding only these fields, and not the job that every
+// allocation in the answer carries, keeps each read of a busy node small:
+// the answer is read at every change of any allocation on the node.
+type leanAlloc struct {
+	ID, Namespace, JobID, TaskGroup, Name string
+	ClientStatus, DesiredStatus           string
+	AllocatedResources                    *struct {
+		Tasks map[string]*struct {
+			Devices []*struct {
+				Vendor, Type string
+				DeviceIDs    []string
+			}
+		}
+	}
+	TaskStates map[string]*struct {
+		State     string
+		StartedAt time.Time
+	}
+}
+
+func convert(a *leanAlloc) *Alloc {
 	out := &Alloc{
 		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, TaskGroup: a.TaskGroup, Name: a.Name,
 		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{}, StartedTasks: map[string]bool{},

@@ -482,7 +482,8 @@ func TestWatcher_TokenFileReReadWhenChanged(t *testing.T) {
 	must.True(t, errors.Is(err, os.ErrNotExist))
 }
 
-// TestConvert checks what an API allocation becomes: only the plugin's
+// TestConvert checks what an API allocation becomes, through the JSON the
+// API sends: only the plugin's
 // devices, which tasks are dead or have started, and when it has ended.
 func TestConvert(t *testing.T) {
 	withTask := func(status, desired string, ts *api.TaskState) *api.Allocation {
@@ -514,7 +515,13 @@ func TestConvert(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a := convert(tc.in)
+			// What the watcher decodes from the API's JSON of the
+			// allocation, as a real answer carries it.
+			b, err := json.Marshal(tc.in)
+			must.NoError(t, err)
+			var lean leanAlloc
+			must.NoError(t, json.Unmarshal(b, &lean))
+			a := convert(&lean)
 			want := tc.wantDevs
 			if want == nil {
 				want = map[string]string{"scratch-0": "task"}
