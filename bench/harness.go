@@ -583,7 +583,7 @@ func (h *sizeRun) release(ctx context.Context) error {
 		return err
 	}
 	row := timeRow("release", "release → fresh slot (p50)", Median(ps), Median(fs), ps, fs, "",
-		"one release pass (ReleaseEnded) after the owner ended: state and release time recorded, canmount=noauto, unmount, rename into .archive, fresh dataset, owner and mode; "+
+		"one release pass (ReleaseEnded) after the owner ended: the dataset's fate recorded (state), canmount=noauto, unmount, rename into .archive, fresh dataset, owner and mode; "+
 			"floor: the same zfs commands by hand (set release time, set canmount, unmount, rename, create) + chown/chmod, without the plugin's state marks and reads", nil)
 	row.RatioOfMedians, row.Ratio = row.Ratio, pairedRatio(ps, fs)
 	h.rows = append(h.rows, row)

@@ -2,7 +2,9 @@ package slots
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -97,10 +99,11 @@ func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
 	}
 	defer unlock()
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	c := classByName(m.cfg, s.Class)
 	m.mu.Unlock()
+	want := hostfs.FlagsFor(c.SlotProps())
 	if s.Mountpoint != "" && checkMounted(s.Mountpoint, want) == nil {
-		return s, nil
+		return s, readyRoot(s.Mountpoint, c)
 	}
 	ds, err := m.zfs.Get(ctx, s.Dataset, 0, "mounted", "mountpoint")
 	if err != nil {
@@ -129,7 +132,28 @@ func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
 	}
 	s.Mountpoint = mp
 	m.updateSlot(s.ID, func(x *Slot) { x.Mountpoint = mp })
-	return s, nil
+	return s, readyRoot(mp, c)
+}
+
+// readyRoot gives an empty root directory the class owner and mode. A
+// dataset made for its owner at the end of a release is readied before
+// Reserve hands it over, but a plugin stopped in between leaves it as
+// `zfs create` made it (root's, 0755): the owner's repeated Reserve readies
+// it then. A root with anything in it is the tenant's, and left as it is.
+func readyRoot(dir string, c Class) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(1)
+	f.Close()
+	if len(names) > 0 {
+		return nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return ensureRoot(dir, c.UID, c.GID, c.Mode)
 }
 
 // ensureRoot gives the root directory of a free slot the class owner and

@@ -217,3 +217,46 @@ func TestConcurrency_ReleasesRunSideBySide(t *testing.T) {
 	}
 	must.SliceLen(t, 2, archived(t, e))
 }
+
+// TestConcurrency_ReserveGivingUpLeavesOthersAlone: the next tenant's
+// Reserve drives the release of scratch-0, whose `zfs rename` hangs, and
+// gives up at its deadline. Its deadline is not the release's: the other
+// slot stays healthy and reservable meanwhile, and the release completes
+// once the rename goes on.
+func TestConcurrency_ReserveGivingUpLeavesOthersAlone(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 2)
+	o1, o2, o3 := owner(1), owner(2), owner(3)
+	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	guid := e.guid(t, s0.Dataset)
+	a.end(o1)
+	a.hold("scratch-0", o2)
+
+	w.PauseFor("rename", s0.Dataset)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.ErrorContains(t, err, "reserve_timeout")
+	w.WaitPaused(t, "rename", 30*time.Second)
+
+	got := slotByID(t, e, "scratch-1")
+	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+	a.hold("scratch-1", o3)
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
+	_, err = e.mgr.Reserve(rctx, []string{"scratch-1"})
+	must.NoError(t, err)
+
+	w.Resume("rename")
+	deadline := time.Now().Add(time.Minute)
+	for slotByID(t, e, "scratch-0").State == slots.StateReleasing {
+		if time.Now().After(deadline) {
+			t.Fatalf("the release did not complete: %+v", slotByID(t, e, "scratch-0"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]))
+}

@@ -119,6 +119,9 @@ type Manager struct {
 	locks    map[string]chan struct{}
 	usageAt  time.Time // when the usage figures were last read
 	poolOKAt time.Time // when a check last found the pool ONLINE; zero after one did not
+	// archiveReady: the last full read found the archive container, the
+	// plugin's own.
+	archiveReady bool
 	// runs are the releases being carried out, by slot ID (goRelease).
 	runs     map[string]*releaseRun
 	reported map[string]bool

@@ -199,6 +199,9 @@ type Plan struct {
 	// are reported and never touched, and make only their own slot
 	// unhealthy.
 	Unreadable []zfs.Dataset
+	// ArchiveReady: the archive container exists and is the plugin's, so
+	// a release may rename into it.
+	ArchiveReady bool
 }
 
 // ProbePrefix starts the names of the datasets that SetConfig creates, and
@@ -233,6 +236,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 	archive := cfg.ArchiveDataset()
 	ad, archiveExists := byName[archive]
 	archiveOK := archiveExists && ad.Err == nil && isManaged(ad, ManagedArchive)
+	p.ArchiveReady = archiveOK
 	if !archiveExists {
 		p.Actions = append(p.Actions, Action{Kind: CreateArchive, Dataset: archive, Index: -1,
 			Props: map[string]string{PropManaged: ManagedArchive, "canmount": "off"}})

@@ -10,6 +10,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -135,6 +136,9 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad) ([]*releaseRun
 	return runs, errors.Join(errs...)
 }
 
+// runTimeout bounds one release run.
+const runTimeout = 5 * time.Minute
+
 // releaseRun is the release of one slot, carried out by one goroutine.
 type releaseRun struct {
 	done chan struct{} // closed when the run ends; err is set before
@@ -158,15 +162,21 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 	r := &releaseRun{done: make(chan struct{})}
 	m.runs[s.ID] = r
 	m.mu.Unlock()
+	// The run outlives the caller that started it (a Reserve that gives
+	// up, say): others may have joined it, and a release cut short only
+	// costs a retry. Each command has its own deadline; runTimeout bounds
+	// the waits for the slot's lock.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	go func() {
 		defer func() {
+			cancel()
 			m.mu.Lock()
 			delete(m.runs, s.ID)
 			m.mu.Unlock()
 			close(r.done)
 		}()
-		r.err = m.release(ctx, s, start, asker)
-		if r.err != nil && ctx.Err() == nil {
+		r.err = m.release(rctx, s, start, asker)
+		if r.err != nil {
 			m.log.Error("release incomplete; retried at the next pass", "device", s.ID, "error", r.err)
 		}
 	}()
@@ -187,6 +197,9 @@ func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) 
 		if err != nil || known == nil {
 			unlock()
 			return err
+		}
+		if known.Name == "" {
+			known = nil // begun; decide from a read
 		}
 		cur, ok := m.slot(s.ID)
 		if !ok || (cur.State != StateReleasing && cur.State != StateDestroying) {
@@ -243,13 +256,13 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 }
 
 // startReleaseLocked records, under the slot's lock (held by the caller),
-// that the release of s has begun: the owner (when not recorded yet) and the dataset's fate (archived,
-// or destroying when the class says so), in one zfs command where only the
-// state is new. It does nothing, and returns nil, when the slot changed
+// that the release of s has begun: the owner (when not recorded yet) and
+// the dataset's fate (archived, or destroying when the class says so), in
+// one zfs command where only the state is new. It does nothing, and returns nil, when the slot changed
 // since s was read. Otherwise it returns the slot's dataset as ZFS now has
-// it (what was last read of it, and this change), for the release's first
-// steps. When ZFS refuses (a full pool), the slot is kept, unhealthy with
-// why.
+// it (knownRelease), for the release's first steps, or an empty Dataset
+// when the steps must be decided from a read. When ZFS refuses (a full
+// pool), the slot is kept, unhealthy with why.
 func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (*zfs.Dataset, error) {
 	cur, ok := m.slot(s.ID)
 	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID {
@@ -282,25 +295,55 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (*zfs.Dataset,
 		x.inRelease = true
 	})
 	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease)
-	known := releasingDataset(cur, fate, s.Owner)
-	return &known, nil
+	if known := m.knownRelease(cur, fate, s.Owner); known != nil {
+		return known, nil
+	}
+	return &zfs.Dataset{}, nil // begun; the steps are decided from a read
+}
+
+// knownRelease returns the slot's dataset as ZFS has it once its release has
+// begun (releasingDataset), or nil when the plugin is not sure enough to
+// decide the first steps without a read: the archive container was not
+// confirmed by the last full read, the class is no longer configured, or
+// the host's mount table does not say plainly whether the dataset is
+// mounted at the slot's mountpoint.
+func (m *Manager) knownRelease(s Slot, fate State, o Owner) *zfs.Dataset {
+	m.mu.Lock()
+	ready, configured := m.archiveReady, classByName(m.cfg, s.Class).Name == s.Class
+	m.mu.Unlock()
+	if !ready || !configured || s.Mountpoint == "" {
+		return nil
+	}
+	table, err := hostfs.ReadTable()
+	if err != nil {
+		return nil
+	}
+	mounted := false
+	if mnt, ok := table.At(s.Mountpoint); ok {
+		if mnt.Source != s.Dataset {
+			return nil
+		}
+		mounted = true
+	}
+	d := releasingDataset(s, fate, o, mounted)
+	return &d
 }
 
 // releasingDataset is the dataset of slot s as ZFS has it once its release
-// has begun: its state fate, its owner o, mounted where the slot is, and
-// canmount not yet changed. The release's first steps are decided from it
+// has begun: its state fate, its owner o, mounted or not, and canmount not
+// yet changed. The release's first steps are decided from it
 // without reading ZFS again; a step that finds ZFS otherwise fails, and
 // the next attempt reads.
-func releasingDataset(s Slot, fate State, o Owner) zfs.Dataset {
+func releasingDataset(s Slot, fate State, o Owner, mounted bool) zfs.Dataset {
 	local := func(v string) zfs.Prop { return zfs.Prop{Value: v, Source: "local"} }
-	mounted := "no"
-	if s.Mountpoint != "" {
-		mounted = "yes"
+	yes := "no"
+	if mounted {
+		yes = "yes"
 	}
 	props := map[string]zfs.Prop{
 		PropManaged: local(ManagedSlot),
 		PropState:   local(string(fate)),
-		"mounted":   {Value: mounted, Source: "-"},
+		"mounted":   {Value: yes, Source: "-"},
 		"canmount":  {Value: "on", Source: "default"},
 	}
 	if o.Known() {
@@ -334,17 +377,20 @@ func (m *Manager) setProps(ctx context.Context, name string, props map[string]st
 // the same few zfs commands whether the node has ten slots or a thousand.
 // Each step is decided from what ZFS has just said, exactly as Sync would
 // (converge), except the first steps of a release this run has just
-// started, which are decided from known (see releasingDataset). When anything it reads is missing, or reading fails, it leaves the slot
-// to a full Sync, which decides from the whole tree. On return the slot
-// reflects what ZFS said.
+// started, which are decided from known (see releasingDataset). When
+// anything it reads is missing, or reading fails, it leaves the slot to a
+// full Sync, which decides from the whole tree. On return the slot reflects
+// what ZFS said; the error is nil only when the release is done.
 func (m *Manager) releaseSlotLocked(ctx context.Context, s Slot, known *zfs.Dataset, asker Owner, unlock func()) error {
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
 	if reason := m.checkPoolRecent(ctx, cfg); reason != "" {
 		unlock()
-		m.setUnavailable(cfg, reason)
-		return nil
+		if reason != poolUnknown {
+			m.setUnavailable(cfg, reason)
+		}
+		return fmt.Errorf("releasing %s: %s; its data is kept", s.ID, reason)
 	}
 	names := map[string]bool{cfg.Parent: true, cfg.ArchiveDataset(): true, s.Dataset: true, cfg.ClassDataset(s.Class): true}
 	chains := map[string]bool{s.Dataset: true}
@@ -399,7 +445,13 @@ func (m *Manager) releaseSlotLocked(ctx context.Context, s Slot, known *zfs.Data
 		m.log.Log(level, "release: targeted read failed; falling back to a full sync", "device", s.ID, "error", err)
 		// The full sync decides again from the whole tree, steps that
 		// failed here included: its outcome is the release's.
-		return m.Sync(ctx)
+		if err := m.Sync(ctx); err != nil {
+			return err
+		}
+		if cur, ok := m.slot(s.ID); ok && (cur.State == StateReleasing || cur.State == StateDestroying) {
+			return fmt.Errorf("releasing %s: not finished (%s)", s.ID, orDash(cur.HealthDesc))
+		}
+		return nil
 	}
 	var fresh []Slot
 	for _, x := range buildSlots(cfg, datasets, "", failed) {

@@ -498,8 +498,44 @@ func TestReserve_WaitsForTheRelease(t *testing.T) {
 	// Made for the asker: its owner recorded by the command that created
 	// it, and readied on the host as a free slot is (owner, mode, flags).
 	must.Eq(t, next.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
+	checkReadied(t, e, res[0].Mountpoint)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, next.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
+}
+
+// A plugin stopped right after it made a fresh dataset for the next tenant
+// (`zfs create` with that tenant as owner, not yet readied on the host)
+// leaves the dataset's root as zfs made it. The tenant's Reserve, repeated
+// after the restart, gets it readied: the class owner and mode, and the
+// mount flags.
+func TestReserve_MadeForItsOwnerIsReadiedAfterARestart(t *testing.T) {
+	e, a := newReleaseEnv(t, 1)
+	next := owner(8)
+	s := slotByID(t, e, "scratch-0")
+	// What the stopped plugin left: reserved for next, root as zfs made it.
+	e.pool.ZFS(t, "set", slots.PropOwner+"="+next.Encode(), s.Dataset)
+	e.pool.ZFS(t, "set", slots.PropState+"=reserved", s.Dataset)
+	must.NoError(t, os.Chown(s.Mountpoint, 0, 0))
+	must.NoError(t, os.Chmod(s.Mountpoint, 0o755))
+
+	e.restart(t)
+	e.mgr.SetNomad(a)
+	must.NoError(t, e.mgr.Sync(context.Background()))
+	a.hold("scratch-0", next)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	checkReadied(t, e, res[0].Mountpoint)
+}
+
+// checkReadied checks that a slot's mount is readied for a tenant as a free
+// slot is: its root has the class owner and mode, and the mount carries
+// the class's flags.
+func checkReadied(t *testing.T, e *env, mountpoint string) {
+	t.Helper()
 	c := e.cfg.Classes[0]
-	fi, err := os.Stat(res[0].Mountpoint)
+	fi, err := os.Stat(mountpoint)
 	must.NoError(t, err)
 	st := fi.Sys().(*syscall.Stat_t)
 	must.Eq(t, uint32(c.UID), st.Uid)
@@ -507,11 +543,9 @@ func TestReserve_WaitsForTheRelease(t *testing.T) {
 	must.Eq(t, c.Mode, fi.Mode().Perm())
 	table, err := hostfs.ReadTable()
 	must.NoError(t, err)
-	mnt, ok := table.At(res[0].Mountpoint)
+	mnt, ok := table.At(mountpoint)
 	must.True(t, ok)
 	must.True(t, mnt.Satisfies(hostfs.FlagsFor(c.SlotProps())), must.Sprintf("%+v", mnt))
-	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
-	must.Eq(t, next.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
 }
 
 // The recorded owner asking again (the sole live holder) gets its own

@@ -41,7 +41,11 @@ func (m *Manager) Sync(ctx context.Context) error {
 	cfg := m.cfg
 	m.mu.Unlock()
 
-	if reason := m.checkPool(ctx, cfg); reason != "" {
+	switch reason := m.checkPool(ctx, cfg); reason {
+	case "":
+	case poolUnknown:
+		return fmt.Errorf("sync: %w", ctx.Err())
+	default:
 		m.setUnavailable(cfg, reason)
 		return nil
 	}
@@ -55,6 +59,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 		return m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
 	}
 	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
+		m.setArchiveReady(plan.ArchiveReady)
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
 		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
@@ -132,6 +137,14 @@ func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Co
 			return datasets, nil
 		}
 	}
+}
+
+// setArchiveReady records whether the last full read found the archive
+// container in place and the plugin's (see knownRelease).
+func (m *Manager) setArchiveReady(ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.archiveReady = ok
 }
 
 // settled drops the names of datasets whose slot is under slot work (its
@@ -329,9 +342,16 @@ func (m *Manager) checkPoolRecent(ctx context.Context, cfg Config) string {
 	return m.checkPool(ctx, cfg)
 }
 
+// poolUnknown is checkPool's answer when the check itself was cut short by
+// the caller's context: the pool's state is unknown, not bad.
+const poolUnknown = "the pool check was cut short"
+
 // checkPool returns why the pool cannot be used, or "" when it is ONLINE.
 func (m *Manager) checkPool(ctx context.Context, cfg Config) string {
 	reason := m.poolReason(ctx, cfg)
+	if ctx.Err() != nil {
+		return poolUnknown // says nothing of the pool: no slot is marked for it
+	}
 	m.mu.Lock()
 	m.poolOKAt = time.Time{}
 	if reason == "" {
