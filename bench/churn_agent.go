@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 )
 
 // The churn scenario runs a real Nomad agent. This file starts one outside
@@ -27,7 +27,6 @@ import (
 const (
 	agentStartTimeout = 2 * time.Minute
 	agentStopTimeout  = 30 * time.Second
-	nomadModule       = "github.com/hashicorp/nomad"
 )
 
 // NomadBinary returns the pinned Nomad binary: $NOMAD_BIN when set, else
@@ -35,58 +34,24 @@ const (
 // e2e/nomad/go.mod requires. It does not build Nomad; the error says how.
 func NomadBinary() (string, error) {
 	if bin := os.Getenv("NOMAD_BIN"); bin != "" {
-		return bin, executable(bin)
+		return bin, localagent.CheckExecutable(bin)
 	}
-	version, err := pinnedNomadVersion(filepath.Join("e2e", "nomad", "go.mod"))
+	root, err := localagent.RepoRoot()
 	if err != nil {
-		return "", fmt.Errorf("finding the pinned Nomad version (run from the repository root): %w", err)
+		return "", fmt.Errorf("finding the pinned Nomad version (run inside the repository): %w", err)
 	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		cache = filepath.Join(home, ".cache")
+	version, err := localagent.PinnedVersionOf(root)
+	if err != nil {
+		return "", fmt.Errorf("finding the pinned Nomad version: %w", err)
 	}
-	bin := filepath.Join(cache, "nomad-device-zfs", "nomad-"+version)
-	if err := executable(bin); err != nil {
+	bin, err := localagent.CachedBinaryPath(version)
+	if err != nil {
+		return "", err
+	}
+	if err := localagent.CheckExecutable(bin); err != nil {
 		return "", fmt.Errorf("no Nomad %s at %s (build it with scripts/build-nomad.sh): %w", version, bin, err)
 	}
 	return bin, nil
-}
-
-func pinnedNomadVersion(gomod string) (string, error) {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 0 && fields[0] == "require" {
-			fields = fields[1:]
-		}
-		if len(fields) >= 2 && fields[0] == nomadModule && strings.HasPrefix(fields[1], "v") {
-			return fields[1], nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("%s requires no %s", gomod, nomadModule)
-}
-
-func executable(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", path)
-	}
-	return nil
 }
 
 // agentSpec configures startAgent.
@@ -124,7 +89,7 @@ func startAgent(ctx context.Context, spec agentSpec) (*agent, error) {
 	if err := copyFile(spec.PluginBin, a.PluginBin, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := freeLoopbackPorts(3)
+	ports, err := localagent.FreeLoopbackPorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +204,7 @@ func (a *agent) Stop() error {
 		return nil
 	case <-time.After(agentStopTimeout):
 	}
-	children := descendantPIDs(a.PID)
+	children := localagent.Descendants(a.PID)
 	_ = a.cmd.Process.Kill()
 	for _, pid := range children {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -255,7 +220,7 @@ func (a *agent) pluginPID() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, pid := range descendantPIDs(a.PID) {
+	for _, pid := range localagent.Descendants(a.PID) {
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		if err == nil && exe == want {
 			return pid, nil
@@ -270,74 +235,6 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	return os.WriteFile(to, b, mode)
-}
-
-// freeLoopbackPorts returns n loopback ports free for TCP and UDP now.
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ports []int
-	var closers []func()
-	defer func() {
-		for _, c := range closers {
-			c()
-		}
-	}()
-	for tries := 0; len(ports) < n && tries < 50; tries++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			_ = l.Close()
-			continue
-		}
-		closers = append(closers, func() { _ = l.Close(); _ = u.Close() })
-		ports = append(ports, port)
-	}
-	if len(ports) < n {
-		return nil, fmt.Errorf("found only %d free ports", len(ports))
-	}
-	return ports, nil
-}
-
-// descendantPIDs lists the processes descended from pid, read from /proc.
-func descendantPIDs(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			children[ppid] = append(children[ppid], p)
-		}
-	}
-	var out []int
-	for queue := []int{pid}; len(queue) > 0; queue = queue[1:] {
-		for _, c := range children[queue[0]] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }
 
 // chrootEnv returns a client `chroot_env` block holding only the given

@@ -4,11 +4,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +15,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 )
 
 const (
@@ -122,7 +122,7 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(3)
+	ports, err := localagent.FreeLoopbackPorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +313,7 @@ func (a *Agent) Stop() error {
 			return
 		case <-time.After(stopTimeout):
 		}
-		children := descendants(a.PID)
+		children := localagent.Descendants(a.PID)
 		_ = a.cmd.Process.Kill()
 		for _, pid := range children {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -380,81 +380,4 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// freePorts returns n distinct loopback ports that are free for TCP and
-// UDP (serf uses both) at the time of the call.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var closers []func()
-	defer func() {
-		for _, c := range closers {
-			c()
-		}
-	}()
-	for tries := 0; len(ports) < n && tries < 50; tries++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			_ = l.Close()
-			continue
-		}
-		closers = append(closers, func() { _ = l.Close(); _ = u.Close() })
-		ports = append(ports, port)
-	}
-	if len(ports) < n {
-		return nil, fmt.Errorf("found only %d free ports", len(ports))
-	}
-	return ports, nil
-}
-
-// descendants lists the PIDs of the processes descended from pid, read from
-// /proc, children before grandchildren.
-func descendants(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The command name in parentheses may contain spaces: the fields
-		// after the last ')' are state, ppid, ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, err := strconv.Atoi(fields[1])
-		if err != nil {
-			continue
-		}
-		children[ppid] = append(children[ppid], p)
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }

@@ -9,26 +9,21 @@
 package nomadtest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 const (
-	// ModulePath is the product's module; RepoRoot looks for its go.mod.
-	ModulePath = "github.com/nomad-device-zfs/nomad-device-zfs"
-	// NomadModule is the module whose main package is the Nomad agent.
-	NomadModule = "github.com/hashicorp/nomad"
 	// PinnedVersion is the Nomad version required by e2e/nomad/go.mod. The
 	// go.mod is the source of truth; TestPinnedVersionMatchesGoMod keeps
 	// this constant in step with it. It names the cached binary when the
@@ -51,25 +46,25 @@ const (
 func Binary(t testing.TB) string {
 	t.Helper()
 	if bin := os.Getenv("NOMAD_BIN"); bin != "" {
-		if err := checkExecutable(bin); err != nil {
+		if err := localagent.CheckExecutable(bin); err != nil {
 			zfstest.Unavailable(t, fmt.Sprintf("NOMAD_BIN=%s: %v", bin, err))
 		}
 		return bin
 	}
-	root, rootErr := RepoRoot()
+	root, rootErr := localagent.RepoRoot()
 	version := PinnedVersion
 	if rootErr == nil {
-		v, err := PinnedVersionOf(root)
+		v, err := localagent.PinnedVersionOf(root)
 		if err != nil {
 			zfstest.Unavailable(t, err.Error())
 		}
 		version = v
 	}
-	bin, err := CachedBinaryPath(version)
+	bin, err := localagent.CachedBinaryPath(version)
 	if err != nil {
 		zfstest.Unavailable(t, err.Error())
 	}
-	if checkExecutable(bin) == nil {
+	if localagent.CheckExecutable(bin) == nil {
 		return bin
 	}
 	if rootErr != nil {
@@ -84,63 +79,6 @@ func Binary(t testing.TB) string {
 	return bin
 }
 
-// CachedBinaryPath is where the binary of a Nomad version is cached.
-func CachedBinaryPath(version string) (string, error) {
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no XDG_CACHE_HOME and no home directory: %w", err)
-		}
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "nomad-device-zfs", "nomad-"+version), nil
-}
-
-// RepoRoot walks up from the working directory to the directory whose
-// go.mod declares ModulePath.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if mod, err := modulePath(filepath.Join(dir, "go.mod")); err == nil && mod == ModulePath {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of module %s above the working directory", ModulePath)
-		}
-		dir = parent
-	}
-}
-
-// PinnedVersionOf reads the version of NomadModule that the repository's
-// e2e/nomad/go.mod requires.
-func PinnedVersionOf(root string) (string, error) {
-	path := filepath.Join(root, "e2e", "nomad", "go.mod")
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 0 && fields[0] == "require" {
-			fields = fields[1:]
-		}
-		if len(fields) >= 2 && fields[0] == NomadModule && strings.HasPrefix(fields[1], "v") {
-			return fields[1], nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("%s requires no %s", path, NomadModule)
-}
-
 // Build builds Nomad from root/e2e/nomad into bin, unless bin appears while
 // waiting for the lock. The lock is bin+".lock", taken with flock(2), which
 // scripts/build-nomad.sh takes too (flock(1)).
@@ -153,7 +91,7 @@ func Build(root, bin string) error {
 		return err
 	}
 	defer unlock()
-	if checkExecutable(bin) == nil {
+	if localagent.CheckExecutable(bin) == nil {
 		return nil // another process built it while we waited
 	}
 	if _, err := exec.LookPath("go"); err != nil {
@@ -165,10 +103,10 @@ func Build(root, bin string) error {
 	defer cancel()
 	// The default -mod=readonly: e2e/nomad/go.sum is complete and kept, so
 	// the build is reproducible and never edits the repository.
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, NomadModule)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, localagent.NomadModule)
 	cmd.Dir = filepath.Join(root, "e2e", "nomad")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s in %s: %w\n%s", NomadModule, cmd.Dir, err, out)
+		return fmt.Errorf("go build %s in %s: %w\n%s", localagent.NomadModule, cmd.Dir, err, out)
 	}
 	return os.Rename(tmp, bin)
 }
@@ -198,29 +136,4 @@ func lockFile(path string, timeout time.Duration) (unlock func(), err error) {
 		}
 		time.Sleep(time.Second)
 	}
-}
-
-func checkExecutable(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", path)
-	}
-	return nil
-}
-
-func modulePath(gomod string) (string, error) {
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) >= 2 && fields[0] == "module" {
-			return strings.Trim(fields[1], `"`), nil
-		}
-	}
-	return "", fmt.Errorf("%s has no module line", gomod)
 }

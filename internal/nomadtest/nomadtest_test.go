@@ -10,28 +10,16 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 )
 
 func TestPinnedVersionMatchesGoMod(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := localagent.RepoRoot()
 	must.NoError(t, err)
-	v, err := PinnedVersionOf(root)
+	v, err := localagent.PinnedVersionOf(root)
 	must.NoError(t, err)
 	must.EqOp(t, PinnedVersion, v, must.Sprint("PinnedVersion must follow e2e/nomad/go.mod"))
-}
-
-func TestCachedBinaryPath(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", "/x/cache")
-	p, err := CachedBinaryPath("v1.2.3")
-	must.NoError(t, err)
-	must.EqOp(t, "/x/cache/nomad-device-zfs/nomad-v1.2.3", p)
-
-	t.Setenv("XDG_CACHE_HOME", "")
-	t.Setenv("HOME", "/home/u")
-	p, err = CachedBinaryPath("v1.2.3")
-	must.NoError(t, err)
-	must.EqOp(t, "/home/u/.cache/nomad-device-zfs/nomad-v1.2.3", p)
 }
 
 func TestAgentEnv(t *testing.T) {
