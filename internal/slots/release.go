@@ -193,13 +193,10 @@ func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) 
 	}
 	var known *zfs.Dataset
 	if start {
-		known, err = m.startReleaseLocked(ctx, s)
-		if err != nil || known == nil {
+		begun, err := m.startReleaseLocked(ctx, s)
+		if err != nil || !begun {
 			unlock()
 			return err
-		}
-		if known.Name == "" {
-			known = nil // begun; decide from a read
 		}
 		cur, ok := m.slot(s.ID)
 		if !ok || (cur.State != StateReleasing && cur.State != StateDestroying) {
@@ -207,6 +204,7 @@ func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) 
 			return nil
 		}
 		s = cur
+		known = m.knownRelease(s) // nil: the first steps are decided from a read
 	}
 	return m.releaseSlotLocked(ctx, s, known, asker, unlock)
 }
@@ -258,32 +256,30 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 // startReleaseLocked records, under the slot's lock (held by the caller),
 // that the release of s has begun: the owner (when not recorded yet) and
 // the dataset's fate (archived, or destroying when the class says so), in
-// one zfs command where only the state is new. It does nothing, and returns nil, when the slot changed
-// since s was read. Otherwise it returns the slot's dataset as ZFS now has
-// it (knownRelease), for the release's first steps, or an empty Dataset
-// when the steps must be decided from a read. When ZFS refuses (a full
-// pool), the slot is kept, unhealthy with why.
-func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (*zfs.Dataset, error) {
+// one zfs command where only the state is new. It reports whether it did:
+// it does nothing when the slot changed since s was read. When ZFS refuses
+// (a full pool), the slot is kept, unhealthy with why.
+func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, err error) {
 	cur, ok := m.slot(s.ID)
 	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID {
 		// Changed since the decision (reserved again, owner recorded,
 		// released): decide again from a new read.
-		return nil, nil
+		return false, nil
 	}
 	m.mu.Lock()
 	c := classByName(m.cfg, s.Class)
 	m.mu.Unlock()
-	state, fate := StateReleasing, StateArchived
+	state := StateReleasing
 	if c.OnRelease == OnReleaseDestroy {
-		state, fate = StateDestroying, StateDestroying
+		state = StateDestroying
 	}
-	props := map[string]string{PropState: string(fate)}
+	props := map[string]string{PropState: string(fateOf(state))}
 	if s.Owner.Known() && !cur.stamped.Known() {
 		props[PropOwner] = s.Owner.Encode()
 	}
 	if err := m.setProps(ctx, s.Dataset, props); err != nil {
 		m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
-		return nil, fmt.Errorf("starting the release of %s: %w", s.ID, err)
+		return false, fmt.Errorf("starting the release of %s: %w", s.ID, err)
 	}
 	m.mu.Lock()
 	delete(m.owners, s.ID)
@@ -295,10 +291,7 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (*zfs.Dataset,
 		x.inRelease = true
 	})
 	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease)
-	if known := m.knownRelease(cur, fate, s.Owner); known != nil {
-		return known, nil
-	}
-	return &zfs.Dataset{}, nil // begun; the steps are decided from a read
+	return true, nil
 }
 
 // knownRelease returns the slot's dataset as ZFS has it once its release has
@@ -307,7 +300,7 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (*zfs.Dataset,
 // confirmed by the last full read, the class is no longer configured, or
 // the host's mount table does not say plainly whether the dataset is
 // mounted at the slot's mountpoint.
-func (m *Manager) knownRelease(s Slot, fate State, o Owner) *zfs.Dataset {
+func (m *Manager) knownRelease(s Slot) *zfs.Dataset {
 	m.mu.Lock()
 	ready, configured := m.archiveReady, classByName(m.cfg, s.Class).Name == s.Class
 	m.mu.Unlock()
@@ -325,16 +318,25 @@ func (m *Manager) knownRelease(s Slot, fate State, o Owner) *zfs.Dataset {
 		}
 		mounted = true
 	}
-	d := releasingDataset(s, fate, o, mounted)
+	d := releasingDataset(s, mounted)
 	return &d
 }
 
-// releasingDataset is the dataset of slot s as ZFS has it once its release
-// has begun: its state fate, its owner o, mounted or not, and canmount not
-// yet changed. The release's first steps are decided from it
-// without reading ZFS again; a step that finds ZFS otherwise fails, and
-// the next attempt reads.
-func releasingDataset(s Slot, fate State, o Owner, mounted bool) zfs.Dataset {
+// fateOf is what a slot being released records as its state on ZFS: the
+// dataset's fate (see StateReleasing).
+func fateOf(state State) State {
+	if state == StateReleasing {
+		return StateArchived
+	}
+	return state
+}
+
+// releasingDataset is the dataset of slot s (being released) as ZFS has it
+// once its release has begun: its fate as its state, its owner, mounted or
+// not, and canmount not yet changed. The release's first steps are decided
+// from it without reading ZFS again; a step that finds ZFS otherwise fails,
+// and the next attempt reads.
+func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 	local := func(v string) zfs.Prop { return zfs.Prop{Value: v, Source: "local"} }
 	yes := "no"
 	if mounted {
@@ -342,12 +344,12 @@ func releasingDataset(s Slot, fate State, o Owner, mounted bool) zfs.Dataset {
 	}
 	props := map[string]zfs.Prop{
 		PropManaged: local(ManagedSlot),
-		PropState:   local(string(fate)),
+		PropState:   local(string(fateOf(s.State))),
 		"mounted":   {Value: yes, Source: "-"},
 		"canmount":  {Value: "on", Source: "default"},
 	}
-	if o.Known() {
-		props[PropOwner] = local(o.Encode())
+	if s.Owner.Known() {
+		props[PropOwner] = local(s.Owner.Encode())
 	}
 	return zfs.Dataset{Name: s.Dataset, Props: props}
 }
@@ -385,11 +387,14 @@ func (m *Manager) releaseSlotLocked(ctx context.Context, s Slot, known *zfs.Data
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
-	if reason := m.checkPoolRecent(ctx, cfg); reason != "" {
+	reason, err := m.checkPoolRecent(ctx, cfg)
+	if err != nil {
 		unlock()
-		if reason != poolUnknown {
-			m.setUnavailable(cfg, reason)
-		}
+		return fmt.Errorf("releasing %s: %w; its data is kept", s.ID, err)
+	}
+	if reason != "" {
+		unlock()
+		m.setUnavailable(cfg, reason)
 		return fmt.Errorf("releasing %s: %s; its data is kept", s.ID, reason)
 	}
 	names := map[string]bool{cfg.Parent: true, cfg.ArchiveDataset(): true, s.Dataset: true, cfg.ClassDataset(s.Class): true}

@@ -41,11 +41,11 @@ func (m *Manager) Sync(ctx context.Context) error {
 	cfg := m.cfg
 	m.mu.Unlock()
 
-	switch reason := m.checkPool(ctx, cfg); reason {
-	case "":
-	case poolUnknown:
-		return fmt.Errorf("sync: %w", ctx.Err())
-	default:
+	reason, err := m.checkPool(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if reason != "" {
 		m.setUnavailable(cfg, reason)
 		return nil
 	}
@@ -332,25 +332,23 @@ const poolCheckAge = 5 * time.Second
 
 // checkPoolRecent is checkPool, skipped when a check found the pool ONLINE
 // less than poolCheckAge ago.
-func (m *Manager) checkPoolRecent(ctx context.Context, cfg Config) string {
+func (m *Manager) checkPoolRecent(ctx context.Context, cfg Config) (string, error) {
 	m.mu.Lock()
 	recent := !m.poolOKAt.IsZero() && time.Since(m.poolOKAt) < poolCheckAge
 	m.mu.Unlock()
 	if recent {
-		return ""
+		return "", nil
 	}
 	return m.checkPool(ctx, cfg)
 }
 
-// poolUnknown is checkPool's answer when the check itself was cut short by
-// the caller's context: the pool's state is unknown, not bad.
-const poolUnknown = "the pool check was cut short"
-
 // checkPool returns why the pool cannot be used, or "" when it is ONLINE.
-func (m *Manager) checkPool(ctx context.Context, cfg Config) string {
+// A check cut short by ctx says nothing of the pool: it returns ctx's
+// error instead, and no slot is to be marked for it.
+func (m *Manager) checkPool(ctx context.Context, cfg Config) (string, error) {
 	reason := m.poolReason(ctx, cfg)
-	if ctx.Err() != nil {
-		return poolUnknown // says nothing of the pool: no slot is marked for it
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("checking the pool: %w", err)
 	}
 	m.mu.Lock()
 	m.poolOKAt = time.Time{}
@@ -358,7 +356,7 @@ func (m *Manager) checkPool(ctx context.Context, cfg Config) string {
 		m.poolOKAt = time.Now()
 	}
 	m.mu.Unlock()
-	return reason
+	return reason, nil
 }
 
 func (m *Manager) poolReason(ctx context.Context, cfg Config) string {
