@@ -98,6 +98,11 @@ type AllocRecord struct {
 	// Fresh is true when the slot had no release in progress as the hook
 	// began.
 	Fresh bool `json:"fresh"`
+	// How the plugin handed the slot over, from its "slot reserved" line:
+	// "fresh" (a free dataset), "spare" (the spare of a slot whose tenant
+	// had ended), "owner" (made for it by a release it waited for, or its
+	// own again); "" when no line was found.
+	How string `json:"how,omitempty"`
 }
 
 // RunChurn runs the scenario on a pool made for it and returns its

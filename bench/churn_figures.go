@@ -13,7 +13,10 @@ type ReleaseRecord struct {
 	Device string    `json:"device"`
 	Job    string    `json:"job"`
 	Start  time.Time `json:"start"` // plugin: "release started"
-	Fresh  time.Time `json:"fresh"` // plugin: "slot changed" action "create slot"
+	Fresh  time.Time `json:"fresh"` // plugin: "slot changed" action "create slot", or Start with a spare
+	// Spare: the slot's spare served from Start, so the slot never went
+	// unhealthy (there is nothing for Nomad to show).
+	Spare bool `json:"spare"`
 	// AllocTerminal is the owner allocation's modify time once terminal.
 	AllocTerminal time.Time `json:"alloc_terminal"`
 	// RecycleMS runs from AllocTerminal to the first node API sample, at or
@@ -99,7 +102,8 @@ func (r *churnRun) figures() error {
 			allocs[a.Job] = a
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
 				a.ReserveMS = ms(h.Duration)
-				a.Fresh = freshAt(lg, a.Device, h.Start)
+				a.How = howReserved(lg, a.Device, h)
+				a.Fresh = a.How == "fresh" || a.How == "" && freshAt(lg, a.Device, h.Start)
 			}
 		}
 	}
@@ -109,7 +113,7 @@ func (r *churnRun) figures() error {
 	}
 
 	for i, rel := range lg.Releases {
-		rec := ReleaseRecord{Device: rel.Device, Job: rel.Job, Start: rel.At}
+		rec := ReleaseRecord{Device: rel.Device, Job: rel.Job, Start: rel.At, Spare: rel.Spare}
 		next := time.Now().Add(time.Hour)
 		for _, o := range lg.Releases[i+1:] {
 			if o.Device == rel.Device {
@@ -118,6 +122,10 @@ func (r *churnRun) figures() error {
 			}
 		}
 		for _, f := range lg.Fresh {
+			if rel.Spare {
+				rec.Fresh = rel.At
+				break
+			}
 			if f.Device == rel.Device && !f.At.Before(rel.At) && f.At.Before(next) {
 				rec.Fresh = f.At
 				break
@@ -168,6 +176,17 @@ func (r *churnRun) figures() error {
 	return nil
 }
 
+// howReserved returns how the plugin handed device over in the Reserve
+// that hook timed: the "how" of its "slot reserved" line within the hook.
+func howReserved(lg *churnLog, device string, h devicesHook) string {
+	for _, r := range lg.Reserved {
+		if r.Device == device && !r.At.Before(h.Start) && !r.At.After(h.Start.Add(h.Duration)) {
+			return r.Text
+		}
+	}
+	return ""
+}
+
 // freshAt reports whether a slot was fresh at t: the plugin logged a fresh
 // dataset for it ("create slot") after its last reservation before t. A
 // slot whose tenant has ended but whose release has not begun is not fresh.
@@ -214,7 +233,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Note: fmt.Sprintf("first registration to last allocation terminal; per pair %s; %s", strings.Join(pairs, ", "), strings.Join(conc, "; "))})
 	}
 	// Reserve on a fresh slot, during churn versus idle.
-	var idle, churn, busy []time.Duration
+	var idle, churn, spare, busy []time.Duration
 	for _, a := range res.Idle {
 		if a.ReserveMS > 0 {
 			idle = append(idle, msDur(a.ReserveMS))
@@ -226,6 +245,8 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			case a.ReserveMS == 0:
 			case a.Fresh:
 				churn = append(churn, msDur(a.ReserveMS))
+			case a.How == "spare":
+				spare = append(spare, msDur(a.ReserveMS))
 			default:
 				busy = append(busy, msDur(a.ReserveMS))
 			}
@@ -239,9 +260,16 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer; the plugin logs no Reserve duration); fresh = the plugin logged the slot's fresh dataset after its last reservation; %d fresh samples (max %s), %d idle; %d more Reserves were given a slot whose tenant had ended but that was not fresh yet, and waited for its release (p50 %s, max %s)",
 				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100)))})
 	}
+	if len(idle) > 0 && len(spare) > 0 {
+		q := float64(Median(spare)) / float64(Median(idle))
+		rows = append(rows, ChurnRow{Key: "reserve-spare", Figure: "Reserve handed the spare of a slot whose tenant ended, p50 during churn",
+			Measured: fmtMS(Median(spare)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
+			Note: fmt.Sprintf("the plugin's \"slot reserved\" line says how (how=spare): two zfs commands, the ended tenant's dataset archived behind it; %d samples (max %s)", len(spare), fmtMS(Percentile(spare, 100)))})
+	}
 	// Recycle and health shown during the release.
 	var recycle, recycleTask, shownDelay, again, toStart, work []time.Duration
-	shown, last, n := 0, 0, 0
+	shown, last, n, spared := 0, 0, 0, 0
 	for _, rel := range res.Releases {
 		if rel.RecycleMS > 0 {
 			recycle = append(recycle, msDur(rel.RecycleMS))
@@ -250,6 +278,10 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			work = append(work, rel.Fresh.Sub(rel.Start))
 		}
 		if rel.Fresh.IsZero() {
+			continue
+		}
+		if rel.Spare {
+			spared++
 			continue
 		}
 		n++
@@ -271,6 +303,11 @@ func churnRows(res *ChurnResults) []ChurnRow {
 					len(recycle), fmtMS(Median(recycleTask)), fmtMS(Percentile(recycleTask, 100)),
 					fmtMS(Median(toStart)), fmtMS(Percentile(toStart, 100)), fmtMS(Median(work)), fmtMS(Percentile(work, 100)))},
 			ChurnRow{Key: "recycle-max", Figure: "recycle, max", Measured: fmtMS(top), Value: top.Seconds(), Target: "≤ 3 s", Verdict: passIf(top <= 3*time.Second)})
+	}
+	if spared > 0 {
+		rows = append(rows, ChurnRow{Key: "spare-releases", Figure: "releases whose slot served its spare at once (never unhealthy)",
+			Measured: fmt.Sprintf("%d of %d releases", spared, spared+n), Value: float64(spared) / float64(spared+n), Target: "—", Verdict: "info",
+			Note: "the plugin's \"release started\" line names the spare: the slot was offered (or handed to its next tenant) from the release's start, so Nomad had nothing to show; the health rows below are judged on the other releases"})
 	}
 	if n > 0 {
 		v := "miss"
@@ -361,7 +398,7 @@ func sentRow(res *ChurnResults) ChurnRow {
 	var down, up []time.Duration
 	n, kept := 0, 0
 	for _, rel := range res.Releases {
-		if rel.Fresh.IsZero() {
+		if rel.Fresh.IsZero() || rel.Spare {
 			continue
 		}
 		n++

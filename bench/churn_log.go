@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
 // The churn scenario reads what happened inside the plugin and the Nomad
@@ -86,6 +88,8 @@ type logRelease struct {
 	At     time.Time
 	Device string
 	Job    string // the owner's job, from the owner description
+	// Spare: the slot's spare served from the release's start.
+	Spare bool
 }
 
 type logEvent struct {
@@ -124,17 +128,17 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 			if m := ownerJobRE.FindStringSubmatch(l.KV["owner"]); m != nil {
 				job = m[1]
 			}
-			out.Releases = append(out.Releases, logRelease{At: l.At, Device: l.KV["device"], Job: job})
+			out.Releases = append(out.Releases, logRelease{At: l.At, Device: l.KV["device"], Job: job, Spare: l.KV["spare"] != ""})
 		case plugin && strings.Contains(l.Text, "slot changed") && l.KV["action"] == "create slot":
 			if i, ok := strings.CutPrefix(l.KV["dataset"], slotPrefix); ok {
-				out.Fresh = append(out.Fresh, logEvent{At: l.At, Device: class + "-" + i})
+				out.Fresh = append(out.Fresh, logEvent{At: l.At, Device: class + "-" + strings.TrimSuffix(i, slots.AltSuffix)})
 			}
 		case plugin && strings.Contains(l.Text, "slot reserved"):
 			job := ""
 			if m := ownerJobRE.FindStringSubmatch(l.KV["owner"]); m != nil {
 				job = m[1]
 			}
-			out.Reserved = append(out.Reserved, logEvent{At: l.At, Device: l.KV["device"], Job: job})
+			out.Reserved = append(out.Reserved, logEvent{At: l.At, Device: l.KV["device"], Job: job, Text: l.KV["how"]})
 		case plugin && strings.Contains(l.Text, "reserve waiting"):
 			out.Waiting = append(out.Waiting, logEvent{At: l.At, Device: l.KV["devices"], Text: l.KV["reason"]})
 		case plugin && strings.Contains(l.Text, "fingerprint sent"):

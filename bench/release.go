@@ -19,16 +19,17 @@ type Tenants struct {
 	mu      sync.Mutex
 	holders map[string]slots.Owner // live holder, by device ID
 	ended   map[string]slots.Owner // by allocation ID
+	placed  map[string]bool        // allocation IDs placed whose task has not started
 	seq     int
 }
 
 // NewTenants returns a Tenants with no allocation.
 func NewTenants() *Tenants {
-	return &Tenants{holders: map[string]slots.Owner{}, ended: map[string]slots.Owner{}}
+	return &Tenants{holders: map[string]slots.Owner{}, ended: map[string]slots.Owner{}, placed: map[string]bool{}}
 }
 
 // View implements slots.Nomad: every live holder is running with its task
-// started, every ended allocation is complete, and the view sees every
+// started (unless placed by Next and not started yet), every ended allocation is complete, and the view sees every
 // namespace. It is read now, so it always began after since.
 func (t *Tenants) View(_ context.Context, _ time.Time) (*slots.View, error) {
 	t.mu.Lock()
@@ -37,7 +38,7 @@ func (t *Tenants) View(_ context.Context, _ time.Time) (*slots.View, error) {
 	for id, o := range t.holders {
 		v.Allocs[o.AllocID] = slots.Alloc{
 			Owner: untasked(o), ClientStatus: "running",
-			Devices: map[string]string{id: o.Task}, Started: map[string]bool{o.Task: true}, Dead: map[string]bool{},
+			Devices: map[string]string{id: o.Task}, Started: map[string]bool{o.Task: !t.placed[o.AllocID]}, Dead: map[string]bool{},
 		}
 	}
 	for _, o := range t.ended {
@@ -81,6 +82,17 @@ func (t *Tenants) Hold(id string) slots.Owner {
 	return o
 }
 
+// Next places a new allocation on device id whose task has not started,
+// as Nomad places the next tenant of a device whose holder has ended, and
+// returns it. Its Reserve gets the slot.
+func (t *Tenants) Next(id string) slots.Owner {
+	o := t.Hold(id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.placed[o.AllocID] = true
+	return o
+}
+
 // End ends allocation o.
 func (t *Tenants) End(o slots.Owner) {
 	t.mu.Lock()
@@ -104,6 +116,9 @@ func Tenancy(ctx context.Context, mgr *slots.Manager, t *Tenants, id string) (sl
 		return o, err
 	}
 	if err := mgr.ReleaseEnded(ctx); err != nil { // stamps the owner
+		return o, err
+	}
+	if err := mgr.Wait(ctx); err != nil { // the slot's spare, made in the background
 		return o, err
 	}
 	return o, os.WriteFile(filepath.Join(res[0].Mountpoint, "data"), []byte(o.AllocID), 0o644)

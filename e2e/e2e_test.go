@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,24 +267,27 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	must.StrContains(t, stdout, "released by the test\n")
 
 	// Once the allocation is over the plugin takes the slot back: the
-	// dataset moves to <parent>/.archive with its owner recorded, and a
-	// fresh, empty dataset takes its place.
-	var archived string
+	// dataset moves to <parent>/.archive with its owner recorded, and the
+	// slot serves a fresh, empty dataset (its spare, made while the task
+	// ran, or one made in its place).
+	var archived, freshDS string
+	idx, err := strconv.Atoi(index)
+	must.NoError(t, err)
 	agent.Wait(t, "the release of "+slotDS+" into the archive", releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, parent+"/.archive", alloc.ID)
+		freshDS = servingDataset(pool, parent, idx)
 		if archived == "" {
-			return false, "nothing in the archive for the allocation; state of the slot: " +
-				pollProp(pool, slotDS, "nomad-device-zfs:state")
+			return false, "nothing in the archive for the allocation; the slot serves " + freshDS
 		}
 		st := pollProp(pool, archived, "nomad-device-zfs:state")
-		fresh := pollProp(pool, slotDS, "nomad-device-zfs:state")
-		return st == "archived" && fresh == "free", fmt.Sprintf("%s is %s, %s is %s", archived, st, slotDS, fresh)
+		fresh := pollProp(pool, freshDS, "nomad-device-zfs:state")
+		return st == "archived" && fresh == "free", fmt.Sprintf("%s is %s, %s is %s", archived, st, freshDS, fresh)
 	})
-	step("released: %s archived as %s", slotDS, archived)
+	step("released: %s archived as %s; the slot serves %s", slotDS, archived, freshDS)
 	must.StrHasPrefix(t, parent+"/.archive/"+devID+".default.e2e-scratch.g.write."+alloc.ID[:8]+".", archived)
-	_, err = os.Stat(filepath.Join(slotMP, "hello.txt"))
-	must.True(t, os.IsNotExist(err), must.Sprintf("the fresh %s must be empty: %v", slotDS, err))
-	must.EqOp(t, "", pool.Prop(t, slotDS, slots.PropOwner))
+	_, err = os.Stat(filepath.Join(pool.Prop(t, freshDS, "mountpoint"), "hello.txt"))
+	must.True(t, os.IsNotExist(err), must.Sprintf("the fresh %s must be empty: %v", freshDS, err))
+	must.EqOp(t, "", pool.Prop(t, freshDS, slots.PropOwner))
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
 	// The archived data is intact: mount it, as an operator would.

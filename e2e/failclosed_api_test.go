@@ -36,7 +36,8 @@ type fcEnv struct {
 	started time.Time
 }
 
-func (e *fcEnv) slot(i int) string { return fmt.Sprintf("%s/scratch/%d", e.parent, i) }
+// slot returns the dataset slot i serves from now (servingDataset).
+func (e *fcEnv) slot(i int) string { return servingDataset(e.pool, e.parent, i) }
 func (e *fcEnv) archive() string   { return e.parent + "/.archive" }
 
 func (e *fcEnv) step(t *testing.T, format string, args ...any) {
@@ -222,10 +223,11 @@ func archivedSecret(t *testing.T, e *fcEnv, id, want string) string {
 // before) that Nomad is told is healthy with nothing to warn about.
 func waitFresh(t *testing.T, e *fcEnv, i int, oldGUID string) {
 	t.Helper()
-	e.agent.Wait(t, e.slot(i)+" fresh again", releaseTimeout, func() (bool, string) {
-		state := pollProp(e.pool, e.slot(i), slots.PropState)
-		guid := pollProp(e.pool, e.slot(i), "guid")
-		return state == "free" && guid != oldGUID, fmt.Sprintf("state=%s guid changed=%v", state, guid != oldGUID)
+	e.agent.Wait(t, fmt.Sprintf("scratch-%d fresh again", i), releaseTimeout, func() (bool, string) {
+		ds := e.slot(i)
+		state := pollProp(e.pool, ds, slots.PropState)
+		guid := pollProp(e.pool, ds, "guid")
+		return state == "free" && guid != oldGUID, fmt.Sprintf("%s: state=%s guid changed=%v", ds, state, guid != oldGUID)
 	})
 	waitInstance(t, e, fmt.Sprintf("scratch-%d", i), "healthy", deviceTimeout, func(h bool, d string) bool { return h && d == "" })
 }

@@ -286,8 +286,8 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	step("plugin %d killed; its zfs child %d died with it", plugin, child)
 
 	// 4. Nomad relaunches the plugin, which resumes the release from what
-	// ZFS says: its own unmount pauses too. The slot is not offered
-	// meanwhile and its data is still there.
+	// ZFS says: its own unmount pauses too. The dataset is not offered
+	// meanwhile (the slot's spare is) and its data is still there.
 	plugin2 := hostWaitPlugin(t, agent, pluginBin, plugin, deviceTimeout)
 	child2 := hostWaitPausedChild(t, agent, w, "unmount", plugin2, releaseTimeout)
 	step("plugin relaunched as %d; its release paused in zfs unmount (pid %d)", plugin2, child2)
@@ -303,8 +303,8 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	var archived string
 	agent.Wait(t, "the slot fresh again", releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)
-		done, status := hostReleased(t, pool, archive, alloc.ID, slot)
-		g, err := pool.TryProp(slot, "guid")
+		done, status := hostReleased(t, pool, archive, alloc.ID, parent, 0)
+		g, err := pool.TryProp(servingDataset(pool, parent, 0), "guid")
 		st := ""
 		if archived != "" {
 			st, _ = pool.TryProp(archived, "nomad-device-zfs:state")
@@ -313,13 +313,14 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	})
 	must.EqOp(t, "writer", recordedOwner(t, pool, archived).Job)
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
-	step("released to %s", archived)
+	slot = servingDataset(pool, parent, 0)
+	step("released to %s; the slot serves %s", archived, slot)
 	hostAssertMounted(t, agent, pool, slot)
 	checker := agent.RunJob(t, checkerJob, jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker.ClientStatus, must.Sprint("the second tenant finds the fresh slot empty"))
 	must.EqOp(t, "scratch-0", checker.AllocatedResources.Tasks["c"].Devices[0].DeviceIDs[0])
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
-		return hostReleased(t, pool, archive, checker.ID, slot)
+		return hostReleased(t, pool, archive, checker.ID, parent, 0)
 	})
 	pool.ZFS(t, "mount", archived)
 	b, err = os.ReadFile(filepath.Join(pool.Prop(t, archived, "mountpoint"), "owner.txt"))
@@ -331,6 +332,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	// 6. A free slot unmounted by hand is mounted again before it is
 	// offered, and the next tenant gets the mounted dataset.
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	slot = servingDataset(pool, parent, 0)
 	mp = pool.Prop(t, slot, "mountpoint")
 	pool.ZFS(t, "unmount", slot)
 	_, mounted := hostMount(t, mp)
@@ -341,16 +343,18 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	checker2 := agent.RunJob(t, hostRenameJob(checkerJob, "checker", "checker-2"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker2.ClientStatus)
 	agent.Wait(t, "the third tenant's file in the archive", releaseTimeout, func() (bool, string) {
-		return hostReleased(t, pool, archive, checker2.ID, slot)
+		return hostReleased(t, pool, archive, checker2.ID, parent, 0)
 	})
 	step("remounted; third tenant %s ran on it", checker2.ID[:8])
 }
 
 // hostReleased reports whether the allocation's dataset is in the archive
-// and a free dataset is back at slot, with the status for the wait.
-func hostReleased(t *testing.T, pool *zfstest.Pool, archive, allocID, slot string) (bool, string) {
+// and slot i under parent serves a free dataset again (its spare, or one
+// made in its place), with the status for the wait.
+func hostReleased(t *testing.T, pool *zfstest.Pool, archive, allocID, parent string, i int) (bool, string) {
 	t.Helper()
 	arch := archivedFor(t, pool, archive, allocID)
+	slot := servingDataset(pool, parent, i)
 	state, err := pool.TryProp(slot, "nomad-device-zfs:state")
 	return arch != "" && err == nil && state == "free", fmt.Sprintf("archive=%q, %s state=%q %v", arch, slot, state, err)
 }

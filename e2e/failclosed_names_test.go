@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -228,7 +229,9 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	devID := namesDeviceOf(t, alloc, task)
 	index := strings.TrimPrefix(devID, "scratch-")
 	otherID := map[string]string{"0": "scratch-1", "1": "scratch-0"}[index]
-	slot := parent + "/scratch/" + index
+	slot := parent + "/scratch/" + index // the first tenant's
+	slotIdx, err := strconv.Atoi(index)
+	must.NoError(t, err)
 	mp := pool.Prop(t, slot, "mountpoint")
 	step("alloc %s (%q) running on %s", alloc.ID[:8], alloc.Name, devID)
 
@@ -258,7 +261,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	var archived string
 	agent.Wait(t, "the release of "+slot, releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)
-		state := pollProp(pool, slot, slots.PropState)
+		state := pollProp(pool, servingDataset(pool, parent, slotIdx), slots.PropState)
 		return archived != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", archived, state)
 	})
 	step("released into %q", archived)
@@ -278,7 +281,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	var checkerArchived string
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		checkerArchived = archivedFor(t, pool, archive, checker.ID)
-		s0, s1 := pollProp(pool, parent+"/scratch/0", slots.PropState), pollProp(pool, parent+"/scratch/1", slots.PropState)
+		s0, s1 := pollProp(pool, servingDataset(pool, parent, 0), slots.PropState), pollProp(pool, servingDataset(pool, parent, 1), slots.PropState)
 		return checkerArchived != "" && s0 == "free" && s1 == "free", fmt.Sprintf("archive=%q states %s/%s", checkerArchived, s0, s1)
 	})
 	seen, polls := watch.stop()
@@ -299,7 +302,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	// slot 0's value is followed by a forged record claiming slot 1 is
 	// reserved: slot 1 must stay free and healthy.
 	watch = namesWatchHealth(t, agent)
-	slot0, slot1 := parent+"/scratch/0", parent+"/scratch/1"
+	slot0, slot1 := servingDataset(pool, parent, 0), servingDataset(pool, parent, 1)
 	type legacy struct{ ds, prop, value, want string }
 	cases := []legacy{
 		{archived, "nomad-device-zfs:job", "legacy\tjob\nname", "legacy?job?name"},
@@ -358,7 +361,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 	must.EqOp(t, maxParent, len(parent))
 	pool.ZFS(t, "create", "-p", parent)
 	archive := parent + "/.archive"
-	slot := parent + "/scratch/0"
+	slot, slotIdx := parent+"/scratch/0", 0
 	pluginBin := devicetest.BuildPlugin(t)
 	agent := nomadtest.StartAgent(t, nomadtest.Options{
 		PluginDir:    filepath.Dir(pluginBin),
@@ -382,7 +385,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 	var archived string
 	agent.Wait(t, "the release of "+slot, releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)
-		state := pollProp(pool, slot, slots.PropState)
+		state := pollProp(pool, servingDataset(pool, parent, slotIdx), slots.PropState)
 		return archived != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", archived, state)
 	})
 	step("released into %s (%d bytes)", archived, len(archived))
@@ -411,7 +414,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 	must.EqOp(t, "scratch-0", namesDeviceOf(t, checker, "c"))
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		a := archivedFor(t, pool, archive, checker.ID)
-		state := pollProp(pool, slot, slots.PropState)
+		state := pollProp(pool, servingDataset(pool, parent, slotIdx), slots.PropState)
 		return a != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", a, state)
 	})
 	step("checker found the fresh slot empty and was released too")

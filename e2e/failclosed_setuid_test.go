@@ -199,8 +199,9 @@ func hostTaskLine(t *testing.T, out, prefix string) string {
 	return ""
 }
 
-// hostSlotOf returns the slot dataset an allocation of task "t" holds.
-func hostSlotOf(t *testing.T, parent string, a *api.Allocation) string {
+// hostSlotOf returns the index of the slot an allocation of task "t" was
+// given.
+func hostSlotOf(t *testing.T, a *api.Allocation) int {
 	t.Helper()
 	must.NotNil(t, a.AllocatedResources)
 	tr := a.AllocatedResources.Tasks["t"]
@@ -209,7 +210,9 @@ func hostSlotOf(t *testing.T, parent string, a *api.Allocation) string {
 	must.SliceLen(t, 1, tr.Devices[0].DeviceIDs)
 	index, ok := strings.CutPrefix(tr.Devices[0].DeviceIDs[0], "scratch-")
 	must.True(t, ok, must.Sprintf("device %s", tr.Devices[0].DeviceIDs[0]))
-	return parent + "/scratch/" + index
+	i, err := strconv.Atoi(index)
+	must.NoError(t, err)
+	return i
 }
 
 // hostWaitFile waits until path exists.
@@ -286,7 +289,8 @@ func TestFailClosed_SetuidGrantsNothing(t *testing.T) {
 	viewAlloc := agent.WaitForAlloc(t, viewJob, "running", jobTimeout, func(a *api.Allocation) bool {
 		return a.ClientStatus == api.AllocClientStatusRunning
 	})
-	rootSlot, viewSlot := hostSlotOf(t, parent, rootAlloc), hostSlotOf(t, parent, viewAlloc)
+	// While they run, the slots serve the tenants' datasets.
+	rootSlot, viewSlot := servingDataset(pool, parent, hostSlotOf(t, rootAlloc)), servingDataset(pool, parent, hostSlotOf(t, viewAlloc))
 	must.NotEq(t, rootSlot, viewSlot)
 	rootMP, viewMP := pool.Prop(t, rootSlot, "mountpoint"), pool.Prop(t, viewSlot, "mountpoint")
 	hostWaitFile(t, agent, filepath.Join(rootMP, "ready"))
@@ -358,13 +362,16 @@ func TestFailClosed_SetuidGrantsNothing(t *testing.T) {
 	// 4. Both slots are released under their tenants' identities and come
 	// back fresh (without the binary) and safe.
 	for _, a := range []*api.Allocation{rootAlloc, viewAlloc} {
-		ds := hostSlotOf(t, parent, a)
-		agent.Wait(t, "the release of "+ds, releaseTimeout, func() (bool, string) {
-			return hostReleased(t, pool, archive, a.ID, ds)
+		i := hostSlotOf(t, a)
+		agent.Wait(t, "the release of "+a.ID[:8], releaseTimeout, func() (bool, string) {
+			return hostReleased(t, pool, archive, a.ID, parent, i)
 		})
 	}
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
-	for _, ds := range []string{rootSlot, viewSlot} {
+	for _, a := range []*api.Allocation{rootAlloc, viewAlloc} {
+		ds := servingDataset(pool, parent, hostSlotOf(t, a))
+		must.NotEq(t, rootSlot, ds)
+		must.NotEq(t, viewSlot, ds)
 		mp := pool.Prop(t, ds, "mountpoint")
 		entries, err := os.ReadDir(mp)
 		must.NoError(t, err)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,4 +46,27 @@ func pollProp(pool *zfstest.Pool, ds, prop string) string {
 		return "(error " + err.Error() + ")"
 	}
 	return v
+}
+
+// servingDataset returns the dataset slot i of class "scratch" under parent
+// serves from (see internal/slots/pair.go): the one in use, else the fresh
+// one, else the slot's first name. It polls: a dataset it cannot read
+// counts as neither.
+func servingDataset(pool *zfstest.Pool, parent string, i int) string {
+	first := fmt.Sprintf("%s/scratch/%d", parent, i)
+	fresh := ""
+	for _, n := range []string{first, first + slots.AltSuffix} {
+		switch pollProp(pool, n, slots.PropState) {
+		case string(slots.StateReserved):
+			return n
+		case string(slots.StateFree):
+			if fresh == "" {
+				fresh = n
+			}
+		}
+	}
+	if fresh != "" {
+		return fresh
+	}
+	return first
 }

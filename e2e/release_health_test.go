@@ -18,8 +18,9 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
-// TestReleaseHealthReachesNomad (issue 10): while a slot is released Nomad's
-// node API shows it unhealthy, and healthy again once it is fresh; and a
+// TestReleaseHealthReachesNomad (issue 10): while a slot without a spare is
+// released Nomad's node API shows it unhealthy, and healthy again once it
+// is fresh; and a
 // Reserve on the other, fresh slot is not held up by the release. A `zfs`
 // wrapper first on the agent's PATH pauses the release's `zfs rename`, so
 // the release stays under way as long as the test needs.
@@ -54,6 +55,10 @@ func TestReleaseHealthReachesNomad(t *testing.T) {
 	a := e.agent
 	a.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
+	// The slot's spare would serve at once while the release runs (see
+	// internal/slots TestSpare_*): the zfs create that makes it fails, so
+	// that this release is one Nomad must see.
+	w.Fail("create", "cannot create: made to fail by the test")
 	hold := a.RegisterJob(t, fcHoldJob("holder"))
 	t1 := a.WaitForAlloc(t, hold, "running", jobTimeout, func(x *api.Allocation) bool {
 		return x.ClientStatus == api.AllocClientStatusRunning
@@ -92,6 +97,7 @@ func TestReleaseHealthReachesNomad(t *testing.T) {
 	must.EqOp(t, string(slots.StateArchived), e.pool.Prop(t, e.slot(indexOf(dev)), slots.PropState)) // its fate, recorded first
 
 	// The release goes on: healthy again, and the data archived.
+	w.Unfail("create")
 	w.Resume("rename")
 	resumed := time.Now()
 	waitInstance(t, e, dev, "healthy again", releaseTimeout, func(h bool, d string) bool { return h })

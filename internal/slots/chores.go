@@ -16,8 +16,8 @@ import (
 // remountTimeout bounds one remount of a slot's mountpoint.
 const remountTimeout = 30 * time.Second
 
-// prepareFree readies the host side of every healthy free slot before it is
-// offered: the mount at its mountpoint carries nosuid and nodev unless the
+// prepareFree readies the host side of every healthy free slot, and every
+// spare, before it is offered: the mount at its mountpoint carries nosuid and nodev unless the
 // class asks otherwise (whatever the ZFS did with the setuid and devices
 // properties), and its root directory has the class owner and mode. A slot
 // where that fails is marked unhealthy with why. The mount table is read
@@ -29,6 +29,17 @@ func prepareFree(cfg Config, slots []Slot) []error {
 	read := false
 	for i := range slots {
 		s := &slots[i]
+		if s.Spare != "" {
+			if !read {
+				table, tableErr = hostfs.ReadTable()
+				read = true
+			}
+			if err := readyFree(cfg, table, tableErr, s.Class, s.spareMount); err != nil {
+				// No spare then: the slot is released the slow way.
+				errs = append(errs, fmt.Errorf("spare %s of slot %s: %w", s.Spare, s.ID, err))
+				s.Spare, s.spareMount = "", ""
+			}
+		}
 		if !s.ok || s.State != StateFree {
 			continue
 		}
@@ -48,6 +59,19 @@ func prepareFree(cfg Config, slots []Slot) []error {
 		}
 	}
 	return errs
+}
+
+// readyFree readies the host side of a fresh dataset of class at
+// mountpoint, as prepareFree does.
+func readyFree(cfg Config, table hostfs.Table, tableErr error, class, mountpoint string) error {
+	c := classByName(cfg, class)
+	if err := ensureMount(table, tableErr, mountpoint, hostfs.FlagsFor(c.SlotProps())); err != nil {
+		return fmt.Errorf("mount is not safe to offer: %w", err)
+	}
+	if err := ensureRoot(mountpoint, c.UID, c.GID, c.Mode); err != nil {
+		return fmt.Errorf("cannot set owner and mode of %s: %w", mountpoint, err)
+	}
+	return nil
 }
 
 // ensureMount makes sure something is mounted at path with the wanted

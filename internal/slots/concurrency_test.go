@@ -23,7 +23,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 2)
 	o1, o2 := owner(1), owner(2)
-	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	s0 := withoutSpare(t, e, w, a, "scratch-0", o1)
 	guid := e.guid(t, s0.Dataset)
 
 	a.end(o1)
@@ -90,7 +90,7 @@ func TestConcurrency_LastInstanceStaysSchedulable(t *testing.T) {
 	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 1)
 	o1, o2 := owner(1), owner(2)
-	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	s0 := withoutSpare(t, e, w, a, "scratch-0", o1)
 	guid := e.guid(t, s0.Dataset)
 
 	a.end(o1)
@@ -176,8 +176,8 @@ func TestConcurrency_ReleasesRunSideBySide(t *testing.T) {
 	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 2)
 	o1, o2 := owner(1), owner(2)
-	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
-	s1 := reserveAndWrite(t, e, a, "scratch-1", o2)
+	s0 := withoutSpare(t, e, w, a, "scratch-0", o1)
+	s1 := withoutSpare(t, e, w, a, "scratch-1", o2)
 	guid0, guid1 := e.guid(t, s0.Dataset), e.guid(t, s1.Dataset)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,7 +228,7 @@ func TestConcurrency_ReserveGivingUpLeavesOthersAlone(t *testing.T) {
 	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 2)
 	o1, o2, o3 := owner(1), owner(2), owner(3)
-	s0 := reserveAndWrite(t, e, a, "scratch-0", o1)
+	s0 := withoutSpare(t, e, w, a, "scratch-0", o1)
 	guid := e.guid(t, s0.Dataset)
 	a.end(o1)
 	a.hold("scratch-0", o2)

@@ -38,9 +38,12 @@ type Usage struct {
 
 // Slot is one device instance as last observed.
 type Slot struct {
-	ID         string // "<class>-<index>"
-	Class      string
-	Index      int
+	ID    string // "<class>-<index>"
+	Class string
+	Index int
+	// Dataset is the slot's dataset that serves (in use, or free and
+	// offered), or stands for it (being released, missing): one of the
+	// slot's two names (see pair.go).
 	Dataset    string
 	Mountpoint string // host path; empty when not mounted
 	State      State
@@ -51,6 +54,17 @@ type Slot struct {
 	// configured count: it is kept until released, and offered to no one.
 	Surplus bool
 	Usage   Usage
+	// Spare is the slot's fresh dataset beside the one in use, mounted
+	// and ready: the next tenant gets it with one zfs command
+	// (handOverSpare). "" when there is none.
+	Spare      string
+	spareMount string
+	// old is the slot's other dataset while it is on its way to the
+	// archive (or to be destroyed) and Dataset serves; nil when none.
+	old *Slot
+	// present: Dataset exists. sib is what the slot's other name holds.
+	present bool
+	sib     nameKind
 
 	// stamped is the owner as recorded on the dataset.
 	stamped Owner
@@ -94,7 +108,10 @@ type note struct {
 //   - slotLock(id) serialises the zfs work on one slot, so that work on
 //     different slots runs side by side; a wait for it ends with the
 //     waiter's context. Sync takes a slot's lock only when it is free and
-//     leaves a busy slot to its holder. No Nomad call is ever made while
+//     no run works on the slot (m.runs), and leaves a busy slot to its
+//     holder. The one zfs work on a slot done without its lock is a run's
+//     release of the slot's old dataset, up to its rename: nothing else
+//     touches that dataset (see tend.outside). No Nomad call is ever made while
 //     one is held, and each zfs command has the runner's timeout.
 //   - mu guards the shared view (the fields after it). It is never held
 //     while a zfs command or a Nomad call runs.
@@ -287,8 +304,10 @@ func (m *Manager) lockSlot(ctx context.Context, id string) (unlock func(), err e
 }
 
 // tryLockSlot is lockSlot for Sync: it takes the locks only when they are
-// free, and does not count as slot work.
-func (m *Manager) tryLockSlot(id string) (unlock func(), ok bool) {
+// free and no run works on the slot (a run may work on the slot's old
+// dataset without its lock: see tend.outside) other than mine, and does
+// not count as slot work.
+func (m *Manager) tryLockSlot(id, mine string) (unlock func(), ok bool) {
 	if !m.treeMu.TryRLock() {
 		return nil, false
 	}
@@ -296,6 +315,14 @@ func (m *Manager) tryLockSlot(id string) (unlock func(), ok bool) {
 	select {
 	case l <- struct{}{}:
 	default:
+		m.treeMu.RUnlock()
+		return nil, false
+	}
+	m.mu.Lock()
+	_, running := m.runs[id]
+	m.mu.Unlock()
+	if running && id != mine {
+		<-l
 		m.treeMu.RUnlock()
 		return nil, false
 	}
@@ -439,7 +466,8 @@ func (m *Manager) byDatasetLocked(name string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	i, ok := m.byID[DeviceID(class, parseIndex(idx))]
+	n, _ := slotIndex(idx)
+	i, ok := m.byID[DeviceID(class, n)]
 	return i, ok && m.slots[i].Dataset == name
 }
 
@@ -462,6 +490,28 @@ func (m *Manager) reportForeign(names []string) {
 		if !m.reported[n] {
 			m.reported[n] = true
 			m.log.Warn("dataset under the parent is not managed by this configuration; leaving it alone", "dataset", n)
+		}
+	}
+}
+
+// Wait returns once no work on a slot runs in the background (releases,
+// spares being made), or with ctx's error when ctx is done first.
+func (m *Manager) Wait(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		var r *releaseRun
+		for _, x := range m.runs {
+			r = x
+			break
+		}
+		m.mu.Unlock()
+		if r == nil {
+			return nil
+		}
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

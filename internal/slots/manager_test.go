@@ -111,6 +111,8 @@ func TestManager_ProvisionAndAdopt(t *testing.T) {
 }
 
 func TestManager_ReserveAndResize(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
 	e := newEnv(t, 3)
 	e.sync(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -132,16 +134,21 @@ func TestManager_ReserveAndResize(t *testing.T) {
 	e.mgr.SetNomad(a)
 	a.hold("scratch-2", owner(40))
 
-	runs := e.runner.Runs()
+	sets := w.Count("set")
 	res, err = e.mgr.Reserve(ctx, []string{"scratch-2"})
 	must.NoError(t, err)
-	must.Eq(t, int64(1), e.runner.Runs()-runs, must.Sprint("Reserve on a free slot runs one zfs command"))
+	must.Eq(t, 1, w.Count("set")-sets, must.Sprint("Reserve on a free slot runs one zfs command"))
+	// Its spare is made in the background: one zfs create.
+	creates := w.Count("create")
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.Eq(t, 1, w.Count("create")-creates)
+	must.Eq(t, e.pool.Dataset("nomad/scratch/2.alt"), slotByID(t, e, "scratch-2").Spare)
 	must.SliceLen(t, 1, res)
 	must.Eq(t, slots.StateReserved, res[0].State)
 	must.Eq(t, "reserved", e.pool.Prop(t, res[0].Dataset, slots.PropState))
 
 	// Idempotent for the owner: no command at all the second time.
-	runs = e.runner.Runs()
+	runs := e.runner.Runs()
 	_, err = e.mgr.Reserve(ctx, []string{"scratch-2"})
 	must.NoError(t, err)
 	must.Eq(t, runs, e.runner.Runs())

@@ -1,6 +1,6 @@
 // Package slots holds the slot state machine: for each configured class, the
-// datasets <parent>/<class>/<index> that the plugin offers as device
-// instances. It adopts what exists, creates what is missing, destroys free
+// datasets <parent>/<class>/<index> (and their spares, <index>.alt: see
+// pair.go) that the plugin offers as device instances. It adopts what exists, creates what is missing, destroys free
 // slots beyond the configured count, and records reservations. All durable
 // state lives in ZFS user properties on the datasets themselves, never in a
 // side file, so the plugin can be killed at any point and start again from
@@ -215,10 +215,12 @@ const ProbePrefix = ".probe-"
 // recorded. It is a pure function; the order of its actions is
 // deterministic.
 //
-// A slot whose state is archived, releasing or destroying gets the
-// remaining steps of its release, each decided from what ZFS says:
-// canmount=noauto, unmount, rename into <parent>/.archive, then a fresh
-// dataset in its place. A dataset in the archive marked destroying is
+// Each slot gets one fresh dataset, serving or as the spare beside the
+// one in use (see pair.go). A slot dataset whose state is archived,
+// releasing or destroying gets the remaining steps of its release, each
+// decided from what ZFS says: canmount=noauto, unmount, rename into
+// <parent>/.archive, then a fresh dataset under its name when the slot has
+// no other. A dataset in the archive marked destroying is
 // destroyed; one still marked releasing (an earlier version's release) is
 // marked archived. So a release interrupted at any point is finished by the
 // next plan.
@@ -243,6 +245,9 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		archiveOK = true
 	}
 	configured := make(map[string]bool, len(cfg.Classes))
+	// remake: whether a slot dataset being released is made again, fresh,
+	// once it is renamed away (pair.plan).
+	remake := map[string]bool{}
 	for _, c := range cfg.Classes {
 		configured[c.Name] = true
 		container := cfg.ClassDataset(c.Name)
@@ -257,24 +262,30 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			continue
 		}
 		for i := 0; i < c.Slots; i++ {
-			name := cfg.SlotDataset(c.Name, i)
-			d, ok := byName[name]
-			if !ok {
-				p.Actions = append(p.Actions, Action{Kind: CreateSlot, Dataset: name, Class: c.Name, Index: i, Props: c.SlotProps()})
-				continue
+			pr := pairOf(cfg, c.Name, i, byName)
+			create, destroy, again := pr.plan()
+			if create != "" {
+				p.Actions = append(p.Actions, Action{Kind: CreateSlot, Dataset: create, Class: c.Name, Index: i, Props: c.SlotProps()})
 			}
-			if d.Err != nil || !isManaged(d, ManagedSlot) || slotState(d) != StateFree {
-				continue
+			if destroy != "" {
+				p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: destroy, Class: c.Name, Index: i})
 			}
-			if q, _ := d.Value("refquota"); q != strconv.FormatUint(c.Quota, 10) {
-				p.Actions = append(p.Actions, Action{Kind: SetQuota, Dataset: name, Class: c.Name, Index: i,
-					Value: strconv.FormatUint(c.Quota, 10)})
-			}
-			// A free slot that is not mounted (an interrupted release,
-			// an operator, a crash) is mounted again before it is offered.
-			if mounted, _ := d.Value("mounted"); mounted == "no" {
-				if cm, _ := d.Value("canmount"); cm == "on" {
-					p.Actions = append(p.Actions, Action{Kind: MountSlot, Dataset: name, Class: c.Name, Index: i})
+			for k, name := range pr.names {
+				remake[name] = again[k]
+				if pr.kinds[k] != nameFresh || name == destroy {
+					continue
+				}
+				d := pr.ds[k]
+				if q, _ := d.Value("refquota"); q != strconv.FormatUint(c.Quota, 10) {
+					p.Actions = append(p.Actions, Action{Kind: SetQuota, Dataset: name, Class: c.Name, Index: i,
+						Value: strconv.FormatUint(c.Quota, 10)})
+				}
+				// A free slot that is not mounted (an interrupted release,
+				// an operator, a crash) is mounted again before it is offered.
+				if mounted, _ := d.Value("mounted"); mounted == "no" {
+					if cm, _ := d.Value("canmount"); cm == "on" {
+						p.Actions = append(p.Actions, Action{Kind: MountSlot, Dataset: name, Class: c.Name, Index: i})
+					}
 				}
 			}
 		}
@@ -305,7 +316,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		if cd := byName[cfg.ClassDataset(first)]; !configured[first] || cd.Err != nil || !isManaged(cd, ManagedClass) {
 			continue // reported with its container
 		}
-		index := parseIndex(rest)
+		index, _ := slotIndex(rest)
 		if index < 0 || !isManaged(d, ManagedSlot) {
 			p.Foreign = append(p.Foreign, d.Name)
 			continue
@@ -314,7 +325,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		switch st := slotState(d); {
 		case st == StateReleasing || st == StateDestroying || st == StateArchived:
 			if archiveOK {
-				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now)...)
+				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name])...)
 			}
 		case index >= c.Slots && st == StateFree:
 			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index})
@@ -324,8 +335,9 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 	return p
 }
 
-// releaseSteps returns what is left of the release of slot d.
-func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time) []Action {
+// releaseSteps returns what is left of the release of slot dataset d, and
+// when again is set, a fresh dataset under its name once it is renamed.
+func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, again bool) []Action {
 	var steps []Action
 	add := func(a Action) {
 		a.Dataset, a.Class, a.Index, a.Chain = d.Name, c.Name, index, d.Name
@@ -352,7 +364,7 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time) 
 	}
 	o, _ := ownerOf(d) // an owner that does not decode is archived as unknown
 	add(Action{Kind: RenameToArchive, Target: ArchivedName(cfg, c.Name, index, o, at)})
-	if index < c.Slots {
+	if again && index < c.Slots {
 		steps = append(steps, Action{Kind: CreateSlot, Dataset: d.Name, Class: c.Name, Index: index, Props: c.SlotProps(), Chain: d.Name})
 	}
 	return steps
@@ -445,14 +457,4 @@ func isManaged(d zfs.Dataset, kind string) bool {
 func slotState(d zfs.Dataset) State {
 	v, _ := d.Local(PropState)
 	return State(v)
-}
-
-// parseIndex returns the slot index that a dataset's last name component
-// spells ("0", "17"; not "007" or "-1"), or -1.
-func parseIndex(comp string) int {
-	n, err := strconv.Atoi(comp)
-	if err != nil || n < 0 || strconv.Itoa(n) != comp {
-		return -1
-	}
-	return n
 }

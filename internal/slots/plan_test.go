@@ -68,22 +68,50 @@ func TestMakePlan(t *testing.T) {
 			},
 		},
 		{
-			name:     "everything exists: nothing to do",
-			cfg:      testConfig(2),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
+			name: "everything exists: nothing to do",
+			cfg:  testConfig(2),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree)},
 		},
 		{
-			name:     "raise slots: create only the new one",
-			cfg:      testConfig(3),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), slotDS("tank/nomad/scratch/1", StateReserved)},
-			want:     []step{{CreateSlot, "tank/nomad/scratch/2"}},
+			name:     "a slot in use gets its spare under the name it does not use",
+			cfg:      testConfig(2),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0.alt", StateReserved), slotDS("tank/nomad/scratch/1", StateReserved)},
+			want:     []step{{CreateSlot, "tank/nomad/scratch/0"}, {CreateSlot, "tank/nomad/scratch/1.alt"}},
+		},
+		{
+			name: "two fresh datasets: the alternate goes",
+			cfg:  testConfig(1),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				slotDS("tank/nomad/scratch/0.alt", StateFree)},
+			want: []step{{DestroySlot, "tank/nomad/scratch/0.alt"}},
+		},
+		{
+			name: "a foreign alternate: no spare, and it is reported",
+			cfg:  testConfig(1),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved),
+				ds("tank/nomad/scratch/0.alt")},
+			foreign: []string{"tank/nomad/scratch/0.alt"},
+		},
+		{
+			name: "two datasets in use: nothing is made or touched",
+			cfg:  testConfig(1),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved),
+				slotDS("tank/nomad/scratch/0.alt", StateReserved)},
+		},
+		{
+			name: "raise slots: create only the new one",
+			cfg:  testConfig(3),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			want: []step{{CreateSlot, "tank/nomad/scratch/2"}},
 		},
 		{
 			name: "lower slots: destroy free surplus, keep the one in use",
 			cfg:  testConfig(1),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved),
-				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/2", StateFree)},
-			want: []step{{DestroySlot, "tank/nomad/scratch/2"}},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved), slotDS("tank/nomad/scratch/0.alt", StateFree),
+				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree), slotDS("tank/nomad/scratch/2", StateFree)},
+			want: []step{{DestroySlot, "tank/nomad/scratch/1.alt"}, {DestroySlot, "tank/nomad/scratch/2"}},
 		},
 		{
 			name: "unmanaged datasets are never touched",
@@ -113,8 +141,8 @@ func TestMakePlan(t *testing.T) {
 			name: "quota changed: only free slots follow",
 			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: 2, Quota: 2 << 20}}},
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				slotDS("tank/nomad/scratch/1", StateReserved)},
-			want: []step{{SetQuota, "tank/nomad/scratch/0"}},
+				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			want: []step{{SetQuota, "tank/nomad/scratch/0"}, {SetQuota, "tank/nomad/scratch/1.alt"}},
 		},
 		{
 			name:     "zero slots: destroy free, keep class",
@@ -178,9 +206,17 @@ func TestBuildSlots_Health(t *testing.T) {
 	}
 }
 
-func TestParseIndex(t *testing.T) {
-	for in, want := range map[string]int{"0": 0, "12": 12, "007": -1, "-1": -1, "x": -1, "": -1, "1a": -1} {
-		must.Eq(t, want, parseIndex(in), must.Sprintf("%q", in))
+func TestSlotIndex(t *testing.T) {
+	type got struct {
+		index int
+		alt   bool
+	}
+	for in, want := range map[string]got{
+		"0": {0, false}, "12": {12, false}, "007": {-1, false}, "-1": {-1, false}, "x": {-1, false}, "": {-1, false}, "1a": {-1, false},
+		"3.alt": {3, true}, "03.alt": {-1, true}, ".alt": {-1, true}, "3.alt.alt": {-1, true}, "3.ALT": {-1, false},
+	} {
+		i, alt := slotIndex(in)
+		must.Eq(t, want, got{i, alt}, must.Sprintf("%q", in))
 	}
 }
 
@@ -212,16 +248,16 @@ func TestMakePlan_Release(t *testing.T) {
 		want     []act
 	}{
 		{
-			name:  "release begun by an earlier version (releasing): its fate first, every step, a new slot",
+			name:  "release begun by an earlier version (releasing): a fresh dataset beside it at once, its fate first, every step",
 			slots: 2,
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
 				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "on")},
 			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 				{SetProp, "tank/nomad/scratch/1", PropState, "archived", ""},
 				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
 			},
 		},
 		{
@@ -230,10 +266,10 @@ func TestMakePlan_Release(t *testing.T) {
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
 				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on", "mounted", "yes")},
 			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
 			},
 		},
 		{
@@ -243,8 +279,8 @@ func TestMakePlan_Release(t *testing.T) {
 				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no",
 					PropReleasedAt, "2026-11-21T14:30:00Z")},
 			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
 			},
 		},
 		{
@@ -255,6 +291,25 @@ func TestMakePlan_Release(t *testing.T) {
 			want: []act{
 				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
 				{SetProp, leaf, PropState, "archived", ""},
+			},
+		},
+		{
+			name:  "released beside its spare: the name is not made again (the spare serves)",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z"),
+				slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			want: []act{{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf}},
+		},
+		{
+			name:  "released beside the dataset in use: the name is made again as the spare",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
+				slotDS("tank/nomad/scratch/1", StateReserved),
+				owned(slotDS("tank/nomad/scratch/1.alt", StateArchived), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z")},
+			want: []act{
+				{RenameToArchive, "tank/nomad/scratch/1.alt", "", "", leaf},
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 			},
 		},
 		{
@@ -276,10 +331,11 @@ func TestMakePlan_Release(t *testing.T) {
 			want: []act{{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf}},
 		},
 		{
-			name:  "someone else's .archive: no release step runs",
+			name:  "someone else's .archive: no release step runs; the slot serves a fresh dataset beside the kept one",
 			slots: 2,
 			observed: []zfs.Dataset{parent, ds("tank/nomad/.archive"), class, slotDS("tank/nomad/scratch/0", StateFree),
 				owned(slotDS("tank/nomad/scratch/1", StateReleasing))},
+			want: []act{{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""}},
 		},
 	}
 	for _, tc := range cases {
@@ -337,6 +393,49 @@ func TestArchivedName_FitsZFS(t *testing.T) {
 			other.AllocID = "ffffffff-aaaa"
 			must.NotEq(t, name, ArchivedName(cfg, class, tc.index, other, at))
 			must.NotEq(t, name, ArchivedName(cfg, class, tc.index, tc.owner, at.Add(time.Second)))
+		})
+	}
+}
+
+// TestBuildSlots_Pair: which of a slot's two datasets serves, which is its
+// spare and which is on its way out, from the states ZFS records.
+func TestBuildSlots_Pair(t *testing.T) {
+	base := []zfs.Dataset{ds("tank/nomad"), ds("tank/nomad/scratch", PropManaged, ManagedClass)}
+	const first, alt = "tank/nomad/scratch/0", "tank/nomad/scratch/0.alt"
+	cases := []struct {
+		name           string
+		observed       []zfs.Dataset
+		dataset, spare string
+		old            string
+		state          State
+		healthy        bool
+		desc           string
+	}{
+		{"one fresh dataset serves", []zfs.Dataset{slotDS(first, StateFree)}, first, "", "", StateFree, true, ""},
+		{"in use under the alternate name, spare under the first", []zfs.Dataset{slotDS(first, StateFree), slotDS(alt, StateReserved)}, alt, first, "", StateReserved, true, ""},
+		{"released beside its spare: the spare serves", []zfs.Dataset{slotDS(first, StateArchived), slotDS(alt, StateFree)}, alt, "", first, StateFree, true, ""},
+		{"released beside the one in use", []zfs.Dataset{slotDS(first, StateReserved), slotDS(alt, StateDestroying)}, first, "", alt, StateReserved, true, ""},
+		{"released, nothing beside it", []zfs.Dataset{slotDS(alt, StateArchived)}, alt, "", "", StateReleasing, false, "releasing"},
+		{"both in use: a conflict, both kept", []zfs.Dataset{slotDS(first, StateReserved), slotDS(alt, StateReserved)}, first, "", "", StateReserved, false, "both in use"},
+		{"someone else's first name: the slot is theirs", []zfs.Dataset{ds(first), slotDS(alt, StateFree)}, first, "", "", "", false, "not managed"},
+		{"a spare that is not mounted is no spare", []zfs.Dataset{slotDS(first, StateReserved),
+			ds(alt, PropManaged, ManagedSlot, PropState, "free", "mounted", "no", "mountpoint", "/x")}, first, "", "", StateReserved, true, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := buildSlots(testConfig(1), append(append([]zfs.Dataset(nil), base...), tc.observed...), "", nil)
+			must.SliceLen(t, 1, got)
+			s := got[0]
+			must.Eq(t, tc.dataset, s.Dataset)
+			must.Eq(t, tc.spare, s.Spare)
+			old := ""
+			if s.old != nil {
+				old = s.old.Dataset
+			}
+			must.Eq(t, tc.old, old)
+			must.Eq(t, tc.state, s.State)
+			must.Eq(t, tc.healthy, s.Healthy, must.Sprint(s.HealthDesc))
+			must.StrContains(t, s.HealthDesc, tc.desc)
 		})
 	}
 }

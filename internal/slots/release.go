@@ -7,11 +7,6 @@ import (
 	"maps"
 	"slices"
 	"time"
-
-	hclog "github.com/hashicorp/go-hclog"
-
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // Run records owners and starts the release of the slots of ended
@@ -38,8 +33,9 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 }
 
 // ReleaseEnded is one pass of Run that also waits for the releases it
-// started or found running: on return, every slot that could be released
-// has been (or its error is returned).
+// started or found running, then records the owners that those held up:
+// on return, every slot that could be released has been, and every owner
+// identified at Reserve is recorded (or its error is returned).
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	runs, err := m.releasePass(ctx)
 	errs := []error{err}
@@ -50,6 +46,9 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 		case <-ctx.Done():
 			return errors.Join(append(errs, ctx.Err())...)
 		}
+	}
+	if len(runs) > 0 {
+		errs = append(errs, m.recordOwners(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -72,16 +71,22 @@ func (m *Manager) releasePass(ctx context.Context) ([]*releaseRun, error) {
 	runs, err := m.startReleases(ctx, nomad)
 	// Then the owners identified at Reserve, after the releases have
 	// started: a release records its owner itself.
+	return runs, errors.Join(err, m.recordOwners(ctx))
+}
+
+// recordOwners records the owners identified at Reserve and not recorded
+// yet (recordOwner), leaving those of busy slots for later.
+func (m *Manager) recordOwners(ctx context.Context) error {
 	m.mu.Lock()
 	pending := maps.Clone(m.owners)
 	m.mu.Unlock()
-	errs := []error{err}
+	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(pending)) {
 		if err := m.recordOwner(ctx, id, pending[id]); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return runs, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // startReleases is the part of releasePass that reads the API and starts
@@ -99,9 +104,12 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad) ([]*releaseRun
 	for _, s := range slots {
 		switch {
 		case s.unreadable:
-		case s.State == StateReleasing || s.State == StateDestroying:
+			continue
+		case s.old != nil || s.State == StateReleasing || s.State == StateDestroying:
+			// Begun: the old dataset first, then the slot's own.
 			runs = append(runs, m.goRelease(ctx, s, false, Owner{}))
-		case s.State == StateReserved:
+		}
+		if s.State == StateReserved {
 			reserved = append(reserved, s)
 		}
 	}
@@ -139,47 +147,91 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad) ([]*releaseRun
 // runTimeout bounds one release run.
 const runTimeout = 5 * time.Minute
 
-// releaseRun is the release of one slot, carried out by one goroutine.
+// releaseRun is work on one slot carried out by a goroutine of its own: a
+// release, or the making of its spare (goTend). One runs per slot at a
+// time (m.runs).
 type releaseRun struct {
 	done chan struct{} // closed when the run ends; err is set before
 	err  error
+	// release: the run releases a dataset (not only makes a spare).
+	release bool
 }
 
-// goRelease carries out the release of s in a goroutine of its own,
-// starting it first (startReleaseLocked) when start is set, and returns the
-// run; when a run for the slot is already going, it returns that one
-// instead. A known asker (the allocation whose Reserve found s to release)
-// gets the fresh dataset made for it: created reserved, with it as owner.
-// The run ends when the release is done, fails (logged at error level, and
-// retried by a later pass) or ctx is done. Runs on different slots go side
-// by side; on one slot, the slot's lock orders a run against other work.
-func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner) *releaseRun {
+// newRun registers a run for slot id, or returns the one registered.
+func (m *Manager) newRun(id string, release bool) (r *releaseRun, created bool) {
 	m.mu.Lock()
-	if r, ok := m.runs[s.ID]; ok {
-		m.mu.Unlock()
-		return r
+	defer m.mu.Unlock()
+	if r, ok := m.runs[id]; ok {
+		return r, false
 	}
-	r := &releaseRun{done: make(chan struct{})}
-	m.runs[s.ID] = r
-	m.mu.Unlock()
-	// The run outlives the caller that started it (a Reserve that gives
-	// up, say): others may have joined it, and a release cut short only
-	// costs a retry. Each command has its own deadline; runTimeout bounds
-	// the waits for the slot's lock.
+	r = &releaseRun{done: make(chan struct{}), release: release}
+	m.runs[id] = r
+	return r, true
+}
+
+// carry runs fn as run r of slot id in a goroutine of its own. The run
+// outlives the caller that started it (a Reserve that gives up, say):
+// others may have joined it, and work cut short only costs a retry. Each
+// command has its own deadline; runTimeout bounds the waits for the
+// slot's lock.
+func (m *Manager) carry(ctx context.Context, id string, r *releaseRun, what string, fn func(context.Context) error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	go func() {
 		defer func() {
 			cancel()
 			m.mu.Lock()
-			delete(m.runs, s.ID)
+			if m.runs[id] == r {
+				delete(m.runs, id)
+			}
 			m.mu.Unlock()
 			close(r.done)
 		}()
-		r.err = m.release(rctx, s, start, asker)
+		r.err = fn(rctx)
 		if r.err != nil {
-			m.log.Error("release incomplete; retried at the next pass", "device", s.ID, "error", r.err)
+			m.log.Error(what+" incomplete; retried at the next pass", "device", id, "error", r.err)
 		}
 	}()
+}
+
+// goRelease carries out the release of s in a goroutine of its own,
+// starting it first (startReleaseLocked) when start is set, and returns the
+// run; when a run for the slot is already going, it returns that one
+// instead. Without start, the release carried out is that of the slot's
+// old dataset when it has one, else of its dataset. A known asker (the
+// allocation whose Reserve found s to release) gets the fresh dataset
+// made for it: created reserved, with it as owner. The run ends when the
+// release is done, fails (logged at error level, and retried by a later
+// pass) or ctx is done. Runs on different slots go side by side.
+func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner) *releaseRun {
+	m.mu.Lock()
+	prev, ok := m.runs[s.ID]
+	if ok && prev.release {
+		m.mu.Unlock()
+		return prev
+	}
+	// A spare being made (prev) goes first; the release takes its place
+	// in m.runs at once, so that it is joined rather than started twice.
+	r := &releaseRun{done: make(chan struct{}), release: true}
+	m.runs[s.ID] = r
+	m.mu.Unlock()
+	m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
+		if prev != nil {
+			select {
+			case <-prev.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := m.release(ctx, s, start, asker)
+		if err == nil && asker.Known() {
+			// The spare, off the asker's path, once this run is over.
+			go func() {
+				<-r.done
+				m.goTend(ctx, s.ID)
+			}()
+		}
+		return err
+	})
 	return r
 }
 
@@ -191,22 +243,45 @@ func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) 
 	if err != nil {
 		return fmt.Errorf("releasing %s: %w", s.ID, err)
 	}
-	var known *zfs.Dataset
+	name := s.Dataset
+	if !start && s.old != nil {
+		name = s.old.Dataset
+	}
 	if start {
 		begun, err := m.startReleaseLocked(ctx, s)
 		if err != nil || !begun {
 			unlock()
 			return err
 		}
-		cur, ok := m.slot(s.ID)
-		if !ok || (cur.State != StateReleasing && cur.State != StateDestroying) {
-			unlock()
-			return nil
-		}
-		s = cur
-		known = m.knownRelease(s) // nil: the first steps are decided from a read
 	}
-	return m.releaseSlotLocked(ctx, s, known, asker, unlock)
+	cur, ok := m.slot(s.ID)
+	if !ok {
+		unlock()
+		return nil
+	}
+	rs, ok := releasingOf(cur, name)
+	if !ok {
+		unlock()
+		return nil // released since s was read
+	}
+	var first []Action
+	if start {
+		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
+	}
+	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.old != nil && cur.old.Dataset == rs.Dataset}
+	return m.tendSlotLocked(ctx, cur, t, unlock)
+}
+
+// releasingOf returns the view of slot dataset name while it is released:
+// the slot itself, or its old dataset; false when name is not on its way.
+func releasingOf(cur Slot, name string) (Slot, bool) {
+	switch {
+	case cur.old != nil && cur.old.Dataset == name:
+		return *cur.old, true
+	case cur.Dataset == name && (cur.State == StateReleasing || cur.State == StateDestroying):
+		return cur, true
+	}
+	return Slot{}, false
 }
 
 // ownerLockWait bounds how long a release pass waits for a slot's lock to
@@ -285,41 +360,17 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 	delete(m.owners, s.ID)
 	delete(m.notes, s.ID)
 	m.mu.Unlock()
+	spare := ""
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.State, x.Owner, x.stamped = state, s.Owner, s.Owner
 		x.setHealth(false, releasingReason(*x))
 		x.inRelease = true
-	})
-	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease)
-	return true, nil
-}
-
-// knownRelease returns the slot's dataset as ZFS has it once its release has
-// begun (releasingDataset), or nil when the plugin is not sure enough to
-// decide the first steps without a read: the archive container was not
-// confirmed by the last full read, the class is no longer configured, or
-// the host's mount table does not say plainly whether the dataset is
-// mounted at the slot's mountpoint.
-func (m *Manager) knownRelease(s Slot) *zfs.Dataset {
-	m.mu.Lock()
-	ready, configured := m.archiveReady, classByName(m.cfg, s.Class).Name == s.Class
-	m.mu.Unlock()
-	if !ready || !configured || s.Mountpoint == "" {
-		return nil
-	}
-	table, err := hostfs.ReadTable()
-	if err != nil {
-		return nil
-	}
-	mounted := false
-	if mnt, ok := table.At(s.Mountpoint); ok {
-		if mnt.Source != s.Dataset {
-			return nil
+		if spare = x.Spare; spare != "" && !x.Surplus {
+			promoteSpare(x, StateFree) // it serves while the release runs
 		}
-		mounted = true
-	}
-	d := releasingDataset(s, mounted)
-	return &d
+	})
+	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease, "spare", spare)
+	return true, nil
 }
 
 // fateOf is what a slot being released records as its state on ZFS: the
@@ -329,183 +380,4 @@ func fateOf(state State) State {
 		return StateArchived
 	}
 	return state
-}
-
-// releasingDataset is the dataset of slot s (being released) as ZFS has it
-// once its release has begun: its fate as its state, its owner, mounted or
-// not, and canmount not yet changed. The release's first steps are decided
-// from it without reading ZFS again; a step that finds ZFS otherwise fails,
-// and the next attempt reads.
-func releasingDataset(s Slot, mounted bool) zfs.Dataset {
-	local := func(v string) zfs.Prop { return zfs.Prop{Value: v, Source: "local"} }
-	yes := "no"
-	if mounted {
-		yes = "yes"
-	}
-	props := map[string]zfs.Prop{
-		PropManaged: local(ManagedSlot),
-		PropState:   local(string(fateOf(s.State))),
-		"mounted":   {Value: yes, Source: "-"},
-		"canmount":  {Value: "on", Source: "default"},
-	}
-	if s.Owner.Known() {
-		props[PropOwner] = local(s.Owner.Encode())
-	}
-	return zfs.Dataset{Name: s.Dataset, Props: props}
-}
-
-// setProps writes props on a dataset; the state goes last, so that a
-// crash in between leaves the slot in its old state with the new facts.
-func (m *Manager) setProps(ctx context.Context, name string, props map[string]string) error {
-	state, hasState := props[PropState]
-	rest := maps.Clone(props)
-	delete(rest, PropState)
-	if len(rest) > 0 {
-		if err := m.zfs.SetMany(ctx, name, rest); err != nil {
-			return err
-		}
-	}
-	if hasState {
-		return m.zfs.Set(ctx, name, PropState, state)
-	}
-	return nil
-}
-
-// releaseSlotLocked carries out the started release of one slot, under
-// its lock (held by the caller, and given up through unlock before it
-// returns). It reads only what the release touches (the parent, the slot's dataset,
-// its class container, the archive container and, once renamed, the
-// archived dataset), by name and without recursion, so one release costs
-// the same few zfs commands whether the node has ten slots or a thousand.
-// Each step is decided from what ZFS has just said, exactly as Sync would
-// (converge), except the first steps of a release this run has just
-// started, which are decided from known (see releasingDataset). When
-// anything it reads is missing, or reading fails, it leaves the slot to a
-// full Sync, which decides from the whole tree. On return the slot reflects
-// what ZFS said; the error is nil only when the release is done.
-func (m *Manager) releaseSlotLocked(ctx context.Context, s Slot, known *zfs.Dataset, asker Owner, unlock func()) error {
-	m.mu.Lock()
-	cfg := m.cfg
-	m.mu.Unlock()
-	reason, err := m.checkPoolRecent(ctx, cfg)
-	if err != nil {
-		unlock()
-		return fmt.Errorf("releasing %s: %w; its data is kept", s.ID, err)
-	}
-	if reason != "" {
-		unlock()
-		m.setUnavailable(cfg, reason)
-		return fmt.Errorf("releasing %s: %s; its data is kept", s.ID, reason)
-	}
-	names := map[string]bool{cfg.Parent: true, cfg.ArchiveDataset(): true, s.Dataset: true, cfg.ClassDataset(s.Class): true}
-	chains := map[string]bool{s.Dataset: true}
-	var (
-		errs   []error
-		failed = make(map[string]string)
-	)
-	if known != nil {
-		// Just started by this run: the first steps follow from what the
-		// slot was and what startRelease wrote.
-		actions := releaseSteps(cfg, classByName(cfg, s.Class), s.Index, *known, time.Now())
-		if asker.Known() {
-			for i, a := range actions {
-				if a.Kind == CreateSlot && a.Dataset == s.Dataset {
-					// Made for the asker: reserved, its owner recorded,
-					// in the one command that creates it.
-					props := maps.Clone(a.Props)
-					props[PropState], props[PropOwner] = string(StateReserved), asker.Encode()
-					actions[i].Props = props
-				}
-			}
-		}
-		done, errs2 := m.applyAll(ctx, cfg, actions, failed)
-		errs = append(errs, errs2...)
-		follow(done, names, chains)
-	}
-	read := func(ctx context.Context) ([]zfs.Dataset, error) {
-		return m.zfs.GetNames(ctx, slices.Sorted(maps.Keys(names)), ObservedProps...)
-	}
-	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
-		var actions []Action
-		for _, a := range plan.Actions {
-			if chains[a.Chain] {
-				actions = append(actions, a)
-			}
-		}
-		actions = dropFailed(actions, failed)
-		if len(actions) == 0 {
-			return false
-		}
-		done, errs2 := m.applyAll(ctx, cfg, actions, failed)
-		errs = append(errs, errs2...)
-		follow(done, names, chains)
-		return true
-	})
-	if err != nil {
-		unlock()
-		level := hclog.Warn
-		if errors.Is(err, zfs.ErrNotExist) {
-			level = hclog.Debug // a dataset the release expected is not there: the full sync sorts it out
-		}
-		m.log.Log(level, "release: targeted read failed; falling back to a full sync", "device", s.ID, "error", err)
-		// The full sync decides again from the whole tree, steps that
-		// failed here included: its outcome is the release's.
-		if err := m.Sync(ctx); err != nil {
-			return err
-		}
-		if cur, ok := m.slot(s.ID); ok && (cur.State == StateReleasing || cur.State == StateDestroying) {
-			return fmt.Errorf("releasing %s: not finished (%s)", s.ID, orDash(cur.HealthDesc))
-		}
-		return nil
-	}
-	var fresh []Slot
-	for _, x := range buildSlots(cfg, datasets, "", failed) {
-		if x.ID == s.ID {
-			fresh = append(fresh, x)
-		}
-	}
-	// A dataset made for the asker is readied on the host as a free one
-	// would be, before Reserve hands it over.
-	made := make([]bool, len(fresh))
-	for i, x := range fresh {
-		if asker.Known() && x.State == StateReserved && x.stamped.AllocID == asker.AllocID {
-			made[i], fresh[i].State = true, StateFree
-		}
-	}
-	errs = append(errs, prepareFree(cfg, fresh)...)
-	for i := range fresh {
-		if made[i] {
-			fresh[i].State = StateReserved
-		}
-	}
-	m.mu.Lock()
-	merged := fresh
-	for _, x := range m.slots {
-		if x.ID != s.ID {
-			merged = append(merged, x)
-		}
-	}
-	sortSlots(merged)
-	m.vers[s.ID]++
-	m.setSlotsLocked(merged)
-	m.mu.Unlock()
-	unlock()
-	return errors.Join(errs...)
-}
-
-// follow updates what a release reads next from what it did: the archived
-// dataset under its new name, the fresh slot (none for a slot beyond the
-// configured count), nothing that was destroyed.
-func follow(done []Action, names, chains map[string]bool) {
-	for _, a := range done {
-		switch a.Kind {
-		case RenameToArchive:
-			delete(names, a.Dataset)
-			names[a.Target], chains[a.Target] = true, true
-		case CreateSlot:
-			names[a.Dataset] = true
-		case DestroyArchived:
-			delete(names, a.Dataset)
-		}
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // allocs stands in for the Nomad API at the slots.Nomad interface: which
@@ -161,6 +162,21 @@ func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) 
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
 	must.Eq(t, o.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
 	return res[0]
+}
+
+// withoutSpare is reserveAndWrite for a slot left without a spare: the
+// `zfs create` that would make it fails (w, a wrapper first on PATH), so
+// that the slot's next release is one that Reserve waits for.
+func withoutSpare(t *testing.T, e *env, w *zfstest.Wrapper, a *allocs, id string, o slots.Owner) slots.Slot {
+	t.Helper()
+	w.Fail("create", "cannot create: made to fail by the test")
+	s := reserveAndWrite(t, e, a, id, o)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, e.mgr.Wait(ctx))
+	w.Unfail("create")
+	must.Eq(t, "", slotByID(t, e, id).Spare)
+	return s
 }
 
 // recordedOwner decodes the owner recorded on a dataset.
@@ -329,20 +345,26 @@ func TestRelease_Destroy(t *testing.T) {
 }
 
 // A dataset that a process still has open is never forced: the release
-// waits, the data stays in place, and the slot reports why.
+// waits, the data stays in place, and the slot reports why while it serves
+// a fresh dataset beside it.
 func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 1)
 	o := owner(4)
-	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	s := withoutSpare(t, e, w, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
 	holder := startHolder(t, s.Mountpoint)
 	a.end(o)
 
 	err := e.mgr.ReleaseEnded(context.Background())
 	must.ErrorIs(t, err, zfs.ErrBusy)
+	// A fresh dataset is made beside it, and serves meanwhile.
 	got := e.mgr.Slots()[0]
-	must.False(t, got.Healthy)
+	must.True(t, got.Healthy)
 	must.StrContains(t, got.HealthDesc, "busy")
+	must.NotEq(t, s.Dataset, got.Dataset)
+	must.Eq(t, slots.StateFree, got.State)
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))
 	must.Eq(t, "archived", e.pool.Prop(t, s.Dataset, slots.PropState)) // its fate, recorded first
@@ -478,9 +500,11 @@ func TestRelease_CrashBetweenEverySteps(t *testing.T) {
 // is still there: Reserve releases it first and answers with a fresh one,
 // whose owner is the asker.
 func TestReserve_WaitsForTheRelease(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 1)
 	o, next := owner(6), owner(7)
-	s := reserveAndWrite(t, e, a, "scratch-0", o)
+	s := withoutSpare(t, e, w, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
 	a.end(o)
 	a.hold("scratch-0", next)

@@ -147,9 +147,23 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			if err != nil {
 				return nil, "", fmt.Errorf("device %s (dataset %s) cannot go back to its owner %s: %w", s.ID, s.Dataset, s.Owner, err)
 			}
-			m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "recorded_owner", true, "took", time.Since(arrived))
+			m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "how", "owner", "took", time.Since(arrived))
 			res = append(res, back)
 		case startRelease:
+			if d.asker.Known() && s.Spare != "" && s.ok {
+				// The asker gets the spare; the owner's dataset is
+				// archived behind it.
+				got, err := m.handOverSpare(ctx, s, d.asker)
+				if err == nil {
+					res = append(res, got)
+					continue
+				}
+				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
+				if !errors.Is(err, errChanged) {
+					wait, renew = fmt.Sprintf("%s; handing over its spare: %v", wait, err), true
+				}
+				continue
+			}
 			release = append(release, decidedRelease{s, d.asker})
 			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
 		case inUse:
@@ -272,9 +286,12 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 			m.setNote(s.ID, note{})
 			m.updateSlot(s.ID, func(x *Slot) { x.Owner = out[i].Owner })
 		}
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "took", time.Since(arrived))
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "how", "fresh", "took", time.Since(arrived))
 	}
 	m.Kick() // record owners in the background, off Reserve's path
+	for _, s := range out {
+		m.goTend(ctx, s.ID) // the spare, for the next tenant
+	}
 	return out, nil
 }
 

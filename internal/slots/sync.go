@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -35,6 +33,12 @@ const maxRounds = 3
 // slot is kept). The class and archive containers are created only when no
 // slot work runs. Syncs run one at a time (syncMu).
 func (m *Manager) Sync(ctx context.Context) error {
+	return m.sync(ctx, "")
+}
+
+// sync is Sync for the run of slot mine (none when ""), which falls back
+// to it: the run's own registration does not keep it off that slot.
+func (m *Manager) sync(ctx context.Context, mine string) error {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 	m.mu.Lock()
@@ -82,7 +86,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 			}
 		}
 		for _, id := range slices.Sorted(maps.Keys(bySlot)) {
-			unlock, ok := m.tryLockSlot(id)
+			unlock, ok := m.tryLockSlot(id, mine)
 			if !ok {
 				skipped[id] = true
 				continue
@@ -104,11 +108,11 @@ func (m *Manager) Sync(ctx context.Context) error {
 	}
 
 	slots := buildSlots(cfg, datasets, "", failed)
-	errs = append(errs, m.prepareFreeUnlocked(cfg, slots, skipped)...)
+	errs = append(errs, m.prepareFreeUnlocked(cfg, slots, skipped, mine, vers)...)
 	m.mu.Lock()
 	for i, s := range slots {
 		if skipped[s.ID] || m.busy[s.ID] > 0 || m.vers[s.ID] != vers[s.ID] {
-			if j, ok := m.byID[s.ID]; ok && m.slots[j].Dataset == s.Dataset {
+			if j, ok := m.byID[s.ID]; ok {
 				slots[i] = m.slots[j]
 			}
 		}
@@ -163,8 +167,8 @@ func (m *Manager) settled(cfg Config, names []string, vers map[string]uint64) []
 	return out
 }
 
-// slotOf returns the device ID a dataset under the parent belongs to: a
-// slot's own dataset, or one in the archive (its name starts with the
+// slotOf returns the device ID a dataset under the parent belongs to: one
+// of a slot's own datasets, or one in the archive (its name starts with the
 // device ID); "" for anything else.
 func slotOf(cfg Config, name string) string {
 	rel, ok := strings.CutPrefix(name, cfg.Parent+"/")
@@ -178,15 +182,16 @@ func slotOf(cfg Config, name string) string {
 	case first == ArchiveName:
 		id, _, _ := strings.Cut(rest, ".")
 		return id
-	case parseIndex(rest) >= 0:
-		return DeviceID(first, parseIndex(rest))
+	}
+	if i, _ := slotIndex(rest); i >= 0 {
+		return DeviceID(first, i)
 	}
 	return ""
 }
 
-// prepareFreeUnlocked runs prepareFree on the free slots whose locks are
-// free now (and not skipped), holding those locks meanwhile.
-func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[string]bool) []error {
+// prepareFreeUnlocked runs prepareFree on the free slots (and spares) whose
+// locks are free now and that did not change since vers (and not skipped), holding those locks meanwhile.
+func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[string]bool, mine string, vers map[string]uint64) []error {
 	var unlocks []func()
 	defer func() {
 		for _, u := range unlocks {
@@ -196,11 +201,18 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 	var free []Slot
 	var at []int
 	for i, s := range slots {
-		if s.State != StateFree || !s.ok || skipped[s.ID] {
+		if (s.State != StateFree || !s.ok) && s.Spare == "" || skipped[s.ID] {
 			continue
 		}
-		unlock, ok := m.tryLockSlot(s.ID)
+		unlock, ok := m.tryLockSlot(s.ID, mine)
 		if !ok {
+			skipped[s.ID] = true
+			continue
+		}
+		if m.version(s.ID) != vers[s.ID] {
+			// Changed since Sync read it (reserved, handed over): what
+			// was read is not what is there.
+			unlock()
 			skipped[s.ID] = true
 			continue
 		}
@@ -395,167 +407,4 @@ func (m *Manager) setUnavailable(cfg Config, reason string) {
 		slots[i].setHealth(false, reason)
 	}
 	m.setSlotsLocked(slots)
-}
-
-// buildSlots derives the slot list from the configuration and the observed
-// datasets. With a non-empty unavailable reason every slot is unhealthy with
-// it. failed maps datasets to the reason their last change failed.
-func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed map[string]string) []Slot {
-	byName := make(map[string]zfs.Dataset, len(datasets))
-	for _, d := range datasets {
-		byName[d.Name] = d
-	}
-	room := poolRoom(cfg, byName)
-	var slots []Slot
-	for _, c := range cfg.Classes {
-		container, containerOK := byName[cfg.ClassDataset(c.Name)]
-		max := c.Slots
-		// In-use slots beyond the count stay visible until released.
-		for _, d := range datasets {
-			if parent, idx, ok := cutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
-				if n := parseIndex(idx); n >= max && (d.Err != nil || isManaged(d, ManagedSlot) && slotState(d) != StateFree) {
-					max = n + 1
-				}
-			}
-		}
-		for i := 0; i < max; i++ {
-			s := Slot{ID: DeviceID(c.Name, i), Class: c.Name, Index: i, Dataset: cfg.SlotDataset(c.Name, i)}
-			d, exists := byName[s.Dataset]
-			if exists && d.Err == nil {
-				s.State = slotState(d)
-				if s.State == StateArchived {
-					s.State = StateReleasing // on its way to the archive
-				}
-				s.Owner, _ = ownerOf(d)
-				s.stamped = s.Owner
-				if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
-					if mounted, _ := d.Value("mounted"); mounted == "yes" {
-						s.Mountpoint = mp
-					}
-				}
-				s.Usage = usageOf(d)
-			}
-			if i >= c.Slots {
-				if !exists || d.Err == nil && (!isManaged(d, ManagedSlot) || s.State == StateFree) {
-					continue // a gap, someone else's, or destroyed
-				}
-				s.Surplus = true
-			}
-			s.unreadable = exists && d.Err != nil
-			s.setHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, room))
-			s.inRelease = !s.ok && s.why == releasingReason(s)
-			slots = append(slots, s)
-		}
-	}
-	sortSlots(slots)
-	return slots
-}
-
-// room is the space the pool can still give the parent's datasets.
-type room struct {
-	known bool
-	bytes uint64
-}
-
-// poolRoom reads the parent's "available": what the pool (and any quota on
-// the parent) still lets its datasets write.
-func poolRoom(cfg Config, byName map[string]zfs.Dataset) room {
-	d, ok := byName[cfg.Parent]
-	if !ok || d.Err != nil {
-		return room{}
-	}
-	n, err := d.Bytes("available")
-	return room{known: err == nil, bytes: n}
-}
-
-// sortSlots orders slots by class, then index.
-func sortSlots(slots []Slot) {
-	sort.SliceStable(slots, func(i, j int) bool {
-		if slots[i].Class != slots[j].Class {
-			return slots[i].Class < slots[j].Class
-		}
-		return slots[i].Index < slots[j].Index
-	})
-}
-
-func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container zfs.Dataset, containerOK bool, unavailable string, failed map[string]string, r room) (bool, string) {
-	switch {
-	case unavailable != "":
-		return false, unavailable
-	case exists && d.Err != nil:
-		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", s.Dataset, d.Err)
-	case failed[s.Dataset] != "":
-		return false, failed[s.Dataset]
-	case containerOK && container.Err != nil:
-		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", cfg.ClassDataset(c.Name), container.Err)
-	case containerOK && !isManaged(container, ManagedClass):
-		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", cfg.ClassDataset(c.Name))
-	case !exists:
-		return false, fmt.Sprintf("dataset %s is missing", s.Dataset)
-	case !isManaged(d, ManagedSlot):
-		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
-	case s.State == StateReleasing || s.State == StateDestroying:
-		return false, releasingReason(s)
-	case s.Surplus:
-		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
-	case s.Mountpoint == "":
-		mounted, _ := d.Value("mounted")
-		mp, _ := d.Value("mountpoint")
-		return false, fmt.Sprintf("dataset %s is not mounted (mounted=%s, mountpoint=%s)", s.Dataset, orDash(mounted), orDash(mp))
-	case s.State != StateFree && s.State != StateReserved:
-		return false, fmt.Sprintf("dataset %s has unknown state %q", s.Dataset, s.State)
-	case s.State == StateFree && r.known && r.bytes < c.Quota:
-		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.bytes), humanBytes(c.Quota))
-	}
-	return true, ""
-}
-
-// releasingReason is the health of a sound slot being released.
-func releasingReason(s Slot) string {
-	if s.State != StateReleasing && s.State != StateDestroying {
-		return ""
-	}
-	return fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
-}
-
-func usageOf(d zfs.Dataset) Usage {
-	var u Usage
-	u.Used, _ = d.Bytes("used")
-	u.Available, _ = d.Bytes("available")
-	u.Referenced, _ = d.Bytes("referenced")
-	u.Quota, _ = d.Bytes("refquota")
-	if v, ok := d.Value("compressratio"); ok {
-		u.CompressRatio, _ = zfs.ParseRatio(v)
-	}
-	return u
-}
-
-// humanBytes prints a byte count in binary units, as ZFS does ("55.0MiB").
-func humanBytes(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%dB", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
-
-func cutLast(name string) (parent, last string, ok bool) {
-	for i := len(name) - 1; i >= 0; i-- {
-		if name[i] == '/' {
-			return name[:i], name[i+1:], true
-		}
-	}
-	return "", "", false
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -1,0 +1,178 @@
+package slots
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// A slot has two dataset names, <class>/<index> and <class>/<index>.alt,
+// and at most one dataset under each. While one serves (it is in use, or
+// free and offered), the other is the slot's spare: a fresh dataset made
+// in the background, so that the next tenant gets it with one zfs command
+// while its predecessor's dataset is archived behind it. The roles swap at
+// every such handover; neither name means anything by itself. A dataset on
+// its way to the archive keeps its name until it is renamed; its name is
+// then made again as the spare when the slot has none.
+//
+// Which dataset serves, and which is the spare, follows from the states
+// ZFS records (pickPair): nothing about the pair is stored elsewhere.
+
+// AltSuffix ends the second dataset name of a slot.
+const AltSuffix = ".alt"
+
+// SlotNames returns the two dataset names of one slot: the first one, which
+// a new slot is created under, and the alternate.
+func (c Config) SlotNames(class string, index int) [2]string {
+	first := c.SlotDataset(class, index)
+	return [2]string{first, first + AltSuffix}
+}
+
+// slotIndex returns the slot index that a dataset's last name component
+// spells ("0", "17", "3.alt"; not "007" or "-1") and whether it is the
+// alternate name; -1 when it spells none.
+func slotIndex(comp string) (index int, alt bool) {
+	if base, ok := strings.CutSuffix(comp, AltSuffix); ok {
+		return parseIndex(base), true
+	}
+	return parseIndex(comp), false
+}
+
+// parseIndex returns the slot index that a name component spells ("0",
+// "17"; not "007" or "-1"), or -1.
+func parseIndex(comp string) int {
+	n, err := strconv.Atoi(comp)
+	if err != nil || n < 0 || strconv.Itoa(n) != comp {
+		return -1
+	}
+	return n
+}
+
+// nameKind is what sits under one of a slot's names.
+type nameKind int
+
+const (
+	nameAbsent    nameKind = iota
+	nameForeign            // unreadable, or not the plugin's: left alone
+	nameFresh              // free: never handed over
+	nameInUse              // reserved, or a state this build does not know
+	nameReleasing          // on its way to the archive, or to be destroyed
+)
+
+func kindOf(d zfs.Dataset, exists bool) nameKind {
+	switch {
+	case !exists:
+		return nameAbsent
+	case d.Err != nil || !isManaged(d, ManagedSlot):
+		return nameForeign
+	}
+	switch slotState(d) {
+	case StateFree:
+		return nameFresh
+	case StateReleasing, StateDestroying, StateArchived:
+		return nameReleasing
+	}
+	return nameInUse
+}
+
+// pair is what ZFS shows under the two names of one slot.
+type pair struct {
+	names [2]string
+	ds    [2]zfs.Dataset
+	kinds [2]nameKind
+}
+
+func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) pair {
+	p := pair{names: cfg.SlotNames(class, index)}
+	for k, n := range p.names {
+		d, ok := byName[n]
+		p.ds[k], p.kinds[k] = d, kindOf(d, ok)
+	}
+	return p
+}
+
+// first returns the position of the first name of kind k, or -1.
+func (p pair) first(k nameKind) int {
+	for i, x := range p.kinds {
+		if x == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// roles says which name serves (cur), which is the spare and which is on
+// its way out (old); -1 for none. The first name decides when both could:
+//   - a dataset in use serves; a fresh one beside it is the spare;
+//   - otherwise a fresh dataset serves;
+//   - otherwise a dataset being released stands for the slot;
+//   - otherwise the first name, foreign or absent, does.
+//
+// A foreign first name stands for the slot whatever the alternate holds:
+// the slot is someone else's, and left alone. Two datasets in use is a
+// conflict that pairConflict names; the first one serves.
+func (p pair) roles() (cur, spare, old int) {
+	spare, old = -1, -1
+	if p.kinds[0] == nameForeign {
+		return 0, -1, -1
+	}
+	other := func(i int) int {
+		if i < 0 {
+			return -1
+		}
+		return 1 - i
+	}
+	switch {
+	case p.first(nameInUse) >= 0:
+		cur = p.first(nameInUse)
+		if o := other(cur); p.kinds[o] == nameFresh {
+			spare = o
+		} else if p.kinds[o] == nameReleasing {
+			old = o
+		}
+	case p.first(nameFresh) >= 0:
+		cur = p.first(nameFresh)
+		if o := other(cur); p.kinds[o] == nameReleasing {
+			old = o
+		}
+	case p.first(nameReleasing) >= 0:
+		cur = p.first(nameReleasing)
+		if o := other(cur); p.kinds[o] == nameReleasing {
+			old = o
+		}
+	default:
+		cur = 0
+	}
+	return cur, spare, old
+}
+
+// conflict returns why the pair cannot be served from, or "".
+func (p pair) conflict() string {
+	if p.kinds[0] == nameInUse && p.kinds[1] == nameInUse {
+		return "datasets " + p.names[0] + " and " + p.names[1] + " are both in use: both are kept, and neither is handed over until one is released"
+	}
+	return ""
+}
+
+// plan returns what the pair needs so that the slot has one fresh dataset
+// (serving, or as the spare): the name to create, the name to destroy (a
+// second fresh dataset), and whether each name being released is made
+// again once it is renamed away. A foreign first name gets nothing.
+func (p pair) plan() (create, destroy string, remake [2]bool) {
+	if p.kinds[0] == nameForeign {
+		return "", "", remake
+	}
+	switch {
+	case p.kinds[0] == nameFresh && p.kinds[1] == nameFresh:
+		destroy = p.names[1]
+	case p.first(nameFresh) >= 0:
+	case p.first(nameAbsent) >= 0:
+		// At once, beside a dataset in use or one being released (which
+		// may take long: a process that keeps it open holds it up).
+		create = p.names[p.first(nameAbsent)]
+	case p.first(nameReleasing) >= 0:
+		remake[p.first(nameReleasing)] = true
+	}
+	return create, destroy, remake
+}

@@ -1,0 +1,205 @@
+package slots
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// This file derives what a slot looks like, health included, from what
+// ZFS says of its datasets: a pure function of the configuration and one
+// read, shared by Sync and the work on one slot.
+
+// buildSlots derives the slot list from the configuration and the observed
+// datasets. With a non-empty unavailable reason every slot is unhealthy with
+// it. failed maps datasets to the reason their last change failed.
+func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed map[string]string) []Slot {
+	byName := make(map[string]zfs.Dataset, len(datasets))
+	for _, d := range datasets {
+		byName[d.Name] = d
+	}
+	room := poolRoom(cfg, byName)
+	var slots []Slot
+	for _, c := range cfg.Classes {
+		container, containerOK := byName[cfg.ClassDataset(c.Name)]
+		max := c.Slots
+		// In-use slots beyond the count stay visible until released.
+		for _, d := range datasets {
+			if parent, idx, ok := cutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
+				if n, _ := slotIndex(idx); n >= max && (d.Err != nil || isManaged(d, ManagedSlot) && slotState(d) != StateFree) {
+					max = n + 1
+				}
+			}
+		}
+		for i := 0; i < max; i++ {
+			pr := pairOf(cfg, c.Name, i, byName)
+			cur, spare, old := pr.roles()
+			d, exists := pr.ds[cur], pr.kinds[cur] != nameAbsent
+			s := slotFrom(cfg, c, i, pr.names[cur], d, exists)
+			s.present, s.sib = exists, pr.kinds[1-cur]
+			if i >= c.Slots {
+				if !exists || d.Err == nil && (!isManaged(d, ManagedSlot) || s.State == StateFree) {
+					continue // a gap, someone else's, or destroyed
+				}
+				s.Surplus = true
+			}
+			s.unreadable = exists && d.Err != nil
+			s.setHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, room))
+			if why := pr.conflict(); why != "" && s.ok {
+				s.setHealth(false, "conflict: "+why)
+			}
+			s.inRelease = !s.ok && s.why == releasingReason(s)
+			if spare >= 0 {
+				sp := slotFrom(cfg, c, i, pr.names[spare], pr.ds[spare], true)
+				if ok, _ := health(cfg, c, sp, pr.ds[spare], true, container, containerOK, unavailable, failed, room); ok {
+					s.Spare, s.spareMount = sp.Dataset, sp.Mountpoint
+				}
+			}
+			if old >= 0 {
+				o := slotFrom(cfg, c, i, pr.names[old], pr.ds[old], true)
+				s.old = &o
+				if why := failed[o.Dataset]; why != "" && s.ok {
+					// Served from the other dataset meanwhile: healthy,
+					// and saying why the old one is still there.
+					s.setHealth(true, fmt.Sprintf("the previous dataset %s is kept: %s", o.Dataset, why))
+				}
+			}
+			slots = append(slots, s)
+		}
+	}
+	sortSlots(slots)
+	return slots
+}
+
+// slotFrom is slot index of class c as dataset d (under name) shows it,
+// health aside.
+func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists bool) Slot {
+	s := Slot{ID: DeviceID(c.Name, index), Class: c.Name, Index: index, Dataset: name}
+	if !exists || d.Err != nil {
+		return s
+	}
+	s.State = slotState(d)
+	if s.State == StateArchived {
+		s.State = StateReleasing // on its way to the archive
+	}
+	s.Owner, _ = ownerOf(d)
+	s.stamped = s.Owner
+	if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
+		if mounted, _ := d.Value("mounted"); mounted == "yes" {
+			s.Mountpoint = mp
+		}
+	}
+	s.Usage = usageOf(d)
+	return s
+}
+
+// room is the space the pool can still give the parent's datasets.
+type room struct {
+	known bool
+	bytes uint64
+}
+
+// poolRoom reads the parent's "available": what the pool (and any quota on
+// the parent) still lets its datasets write.
+func poolRoom(cfg Config, byName map[string]zfs.Dataset) room {
+	d, ok := byName[cfg.Parent]
+	if !ok || d.Err != nil {
+		return room{}
+	}
+	n, err := d.Bytes("available")
+	return room{known: err == nil, bytes: n}
+}
+
+// sortSlots orders slots by class, then index.
+func sortSlots(slots []Slot) {
+	sort.SliceStable(slots, func(i, j int) bool {
+		if slots[i].Class != slots[j].Class {
+			return slots[i].Class < slots[j].Class
+		}
+		return slots[i].Index < slots[j].Index
+	})
+}
+
+func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container zfs.Dataset, containerOK bool, unavailable string, failed map[string]string, r room) (bool, string) {
+	switch {
+	case unavailable != "":
+		return false, unavailable
+	case exists && d.Err != nil:
+		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", s.Dataset, d.Err)
+	case failed[s.Dataset] != "":
+		return false, failed[s.Dataset]
+	case containerOK && container.Err != nil:
+		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", cfg.ClassDataset(c.Name), container.Err)
+	case containerOK && !isManaged(container, ManagedClass):
+		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", cfg.ClassDataset(c.Name))
+	case !exists:
+		return false, fmt.Sprintf("dataset %s is missing", s.Dataset)
+	case !isManaged(d, ManagedSlot):
+		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
+	case s.State == StateReleasing || s.State == StateDestroying:
+		return false, releasingReason(s)
+	case s.Surplus:
+		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
+	case s.Mountpoint == "":
+		mounted, _ := d.Value("mounted")
+		mp, _ := d.Value("mountpoint")
+		return false, fmt.Sprintf("dataset %s is not mounted (mounted=%s, mountpoint=%s)", s.Dataset, orDash(mounted), orDash(mp))
+	case s.State != StateFree && s.State != StateReserved:
+		return false, fmt.Sprintf("dataset %s has unknown state %q", s.Dataset, s.State)
+	case s.State == StateFree && r.known && r.bytes < c.Quota:
+		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.bytes), humanBytes(c.Quota))
+	}
+	return true, ""
+}
+
+// releasingReason is the health of a sound slot being released.
+func releasingReason(s Slot) string {
+	if s.State != StateReleasing && s.State != StateDestroying {
+		return ""
+	}
+	return fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
+}
+
+func usageOf(d zfs.Dataset) Usage {
+	var u Usage
+	u.Used, _ = d.Bytes("used")
+	u.Available, _ = d.Bytes("available")
+	u.Referenced, _ = d.Bytes("referenced")
+	u.Quota, _ = d.Bytes("refquota")
+	if v, ok := d.Value("compressratio"); ok {
+		u.CompressRatio, _ = zfs.ParseRatio(v)
+	}
+	return u
+}
+
+// humanBytes prints a byte count in binary units, as ZFS does ("55.0MiB").
+func humanBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%dB", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+func cutLast(name string) (parent, last string, ok bool) {
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			return name[:i], name[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

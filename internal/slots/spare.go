@@ -1,0 +1,114 @@
+package slots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+)
+
+// errChanged: the slot changed since the caller decided; decide again.
+var errChanged = errors.New("the slot changed since it was read")
+
+// promoteSpare makes the spare of x serve, in state, and its dataset x's
+// old one (being released). x is the slot's view right after its release
+// began.
+func promoteSpare(x *Slot, state State) {
+	rs := *x
+	rs.Spare, rs.spareMount, rs.old = "", "", nil
+	x.Dataset, x.Mountpoint = x.Spare, x.spareMount
+	x.State, x.Owner, x.stamped = state, Owner{}, Owner{}
+	x.Spare, x.spareMount = "", ""
+	x.old, x.sib, x.present = &rs, nameReleasing, true
+	x.Usage = Usage{}
+	x.setHealth(true, "")
+}
+
+// handOverSpare gives the asker of a Reserve the spare of reserved slot s,
+// whose owner has ended (decide said so, from a read that began after the
+// Reserve arrived, and the asker is the one other holder of the device):
+// it records the fate of the owner's dataset, then the spare as reserved,
+// two zfs commands, and returns the slot as the asker gets it; the asker
+// is recorded as owner off its path, as for a fresh slot. The owner's
+// dataset is then archived (or destroyed) in the background, in a run
+// registered before the slot's lock is given up, and its name made again
+// as the slot's next spare. It returns errChanged when
+// the slot is no longer what s says, and an error when ZFS refuses; the
+// owner's data is kept either way.
+func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot, error) {
+	unlock, err := m.lockSlot(ctx, s.ID)
+	if err != nil {
+		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
+	}
+	cur, ok := m.slot(s.ID)
+	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID || cur.Spare == "" || cur.old != nil {
+		unlock()
+		return Slot{}, errChanged
+	}
+	m.mu.Lock()
+	c := classByName(m.cfg, cur.Class)
+	m.mu.Unlock()
+	if err := checkMounted(cur.spareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
+		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
+		unlock()
+		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
+		return Slot{}, errChanged
+	}
+	state := StateReleasing
+	if c.OnRelease == OnReleaseDestroy {
+		state = StateDestroying
+	}
+	props := map[string]string{PropState: string(fateOf(state))}
+	if !cur.stamped.Known() {
+		props[PropOwner] = cur.Owner.Encode()
+	}
+	if err := m.setProps(ctx, cur.Dataset, props); err != nil {
+		m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
+		unlock()
+		return Slot{}, fmt.Errorf("starting the release of %s: %w", s.ID, err)
+	}
+	m.mu.Lock()
+	delete(m.owners, s.ID)
+	delete(m.notes, s.ID)
+	m.mu.Unlock()
+	m.log.Info("release started", "device", s.ID, "dataset", cur.Dataset, "owner", cur.Owner.String(), "on_release", c.OnRelease, "spare", cur.Spare)
+	given := StateReserved
+	herr := m.zfs.Set(ctx, cur.Spare, PropState, string(StateReserved))
+	if herr != nil {
+		given = StateFree // the spare serves as a fresh slot: the next round takes it so
+	}
+	var out Slot
+	m.updateSlot(s.ID, func(x *Slot) {
+		x.State, x.Owner, x.stamped = state, cur.Owner, cur.Owner
+		promoteSpare(x, given)
+		if given == StateReserved {
+			x.Owner = asker
+		}
+		out = *x
+	})
+	if given == StateReserved {
+		m.mu.Lock()
+		m.owners[s.ID] = asker
+		m.mu.Unlock()
+	}
+	// The old dataset's release, under the lock held since its fate was
+	// written, so that its first steps follow from what was written.
+	r, created := m.newRun(s.ID, true)
+	if !created {
+		unlock() // a run waits for the lock: it, or the next pass, finishes the release
+	} else {
+		rs := *out.old
+		m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
+			// Outside the slot's lock up to the rename, so that the
+			// asker's owner is recorded meanwhile (recordOwner).
+			return m.tendSlotLocked(ctx, out, tend{focus: rs.Dataset, first: m.knownRelease(out, rs, Owner{}), outside: true}, unlock)
+		})
+	}
+	m.Kick() // record the asker as owner, off Reserve's path
+	if herr != nil {
+		return Slot{}, fmt.Errorf("reserving the spare %s of %s: %w", cur.Spare, s.ID, herr)
+	}
+	m.log.Info("slot reserved", "device", s.ID, "dataset", out.Dataset, "owner", asker.String(), "how", "spare")
+	return out, nil
+}

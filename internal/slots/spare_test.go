@@ -1,0 +1,166 @@
+package slots_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// withSpare reserves device id for o and writes into it (reserveAndWrite),
+// then waits for the slot's spare, made in the background, and returns
+// the slot as reserved and the spare's name.
+func withSpare(t *testing.T, e *env, a *allocs, id string, o slots.Owner) (slots.Slot, string) {
+	t.Helper()
+	s := reserveAndWrite(t, e, a, id, o)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, e.mgr.Wait(ctx))
+	spare := slotByID(t, e, id).Spare
+	must.NotEq(t, "", spare, must.Sprint("a slot in use has a spare"))
+	must.NotEq(t, s.Dataset, spare)
+	must.Eq(t, "free", e.pool.Prop(t, spare, slots.PropState))
+	return s, spare
+}
+
+// spareCase is a slot whose tenant o1 wrote into it and has ended, with a
+// spare made, and the `zfs rename` of o1's dataset paused by a wrapper
+// first on PATH.
+type spareCase struct {
+	w      *zfstest.Wrapper
+	e      *env
+	a      *allocs
+	o1, o2 slots.Owner
+	s0     slots.Slot // as o1 had it
+	spare  string
+	guid   string // of o1's dataset
+}
+
+func newSpareCase(t *testing.T) *spareCase {
+	t.Helper()
+	c := &spareCase{w: zfstest.NewWrapper(t), o1: owner(1), o2: owner(2)}
+	c.w.SetPATH(t)
+	c.e, c.a = newReleaseEnv(t, 1)
+	c.s0, c.spare = withSpare(t, c.e, c.a, "scratch-0", c.o1)
+	c.guid = c.e.guid(t, c.s0.Dataset)
+	c.a.end(c.o1)
+	c.w.PauseFor("rename", c.s0.Dataset)
+	return c
+}
+
+// TestSpare_HandOverWhileTheReleaseIsPaused (issue 10): the next tenant of
+// a slot whose owner has ended gets the slot's spare with two zfs
+// commands (the owner's dataset's fate, the spare reserved) and waits for
+// nothing else: the owner's dataset is archived behind it, here with its
+// `zfs rename` paused by a wrapper first on PATH. Once the rename goes
+// on, the archive holds the owner's data and the slot has a new spare.
+func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
+	a.hold("scratch-0", o2)
+	sets, creates := w.Count("set"), w.Count("create")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	took := time.Since(start)
+	must.NoError(t, err)
+	t.Logf("Reserve took %s with the owner's release paused", took.Round(time.Millisecond))
+	must.Less(t, 3*time.Second, took, must.Sprint("the handover waits for two zfs commands only"))
+	must.Eq(t, spare, res[0].Dataset)
+	must.Eq(t, 2, w.Count("set")-sets, must.Sprint("the owner's dataset's fate, then the spare reserved"))
+	must.Eq(t, creates, w.Count("create"))
+	must.Eq(t, "reserved", e.pool.Prop(t, spare, slots.PropState))
+	entries, err := os.ReadDir(res[0].Mountpoint)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries)
+	checkReadied(t, e, res[0].Mountpoint)
+
+	// Behind it, the owner's dataset is on its way to the archive.
+	w.WaitPaused(t, "rename", 30*time.Second)
+	must.Eq(t, "archived", e.pool.Prop(t, s0.Dataset, slots.PropState))
+	must.Eq(t, guid, e.guid(t, s0.Dataset))
+
+	w.Resume("rename")
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	must.NoError(t, e.mgr.Wait(wctx))
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]))
+	data, err := os.ReadFile(filepath.Join(archivedMount(t, e, names[0]), "data.txt"))
+	must.NoError(t, err)
+	must.Eq(t, "tenant "+o1.AllocID, string(data))
+
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, spare, got.Dataset)
+	must.Eq(t, s0.Dataset, got.Spare, must.Sprint("the released name is made again as the next spare"))
+	must.NotEq(t, guid, e.guid(t, got.Spare))
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
+}
+
+// TestSpare_ReleasedSlotServesAtOnce (issue 10): when the release loop
+// finds the owner ended before the next tenant is placed, the slot's
+// spare is offered at once, healthy, while the owner's dataset is
+// archived behind it (its `zfs rename` paused). A Reserve on it and a Sync
+// meanwhile wait for neither.
+func TestSpare_ReleasedSlotServesAtOnce(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o2, s0, spare, guid := c.w, c.e, c.a, c.o2, c.s0, c.spare, c.guid
+	released := make(chan error, 1)
+	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
+	w.WaitPaused(t, "rename", 30*time.Second)
+	got := slotByID(t, e, "scratch-0")
+	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+	must.Eq(t, slots.StateFree, got.State)
+	must.Eq(t, spare, got.Dataset)
+
+	a.hold("scratch-0", o2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	t.Logf("Reserve took %s with the release of the slot's old dataset paused", time.Since(start).Round(time.Millisecond))
+	must.Less(t, 3*time.Second, time.Since(start))
+	must.Eq(t, spare, res[0].Dataset)
+	synced := make(chan error, 1)
+	go func() { synced <- e.mgr.Sync(context.Background()) }()
+	select {
+	case err := <-synced:
+		must.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Sync waited for the release")
+	}
+
+	w.Resume("rename")
+	must.NoError(t, <-released)
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	must.NoError(t, e.mgr.Wait(wctx))
+	got = slotByID(t, e, "scratch-0")
+	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, spare, got.Dataset)
+	must.Eq(t, s0.Dataset, got.Spare)
+	must.NotEq(t, guid, e.guid(t, got.Spare))
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]))
+}
+
+// archivedMount mounts an archived dataset (canmount=noauto) for the test
+// to look inside, and unmounts it at cleanup.
+func archivedMount(t *testing.T, e *env, name string) string {
+	t.Helper()
+	e.pool.ZFS(t, "mount", name)
+	t.Cleanup(func() { e.pool.ZFS(t, "unmount", name) })
+	return e.pool.Prop(t, name, "mountpoint")
+}
