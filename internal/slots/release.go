@@ -97,7 +97,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad) ([]*releaseRun
 	// namespace, whether or not a slot is in use.
 	m.setIncomplete(nomad.Incomplete(ctx))
 	// Decisions are made from this copy; a release starts only while the
-	// slot is still the version decided from (startReleaseLocked).
+	// slot still shows the tenancy decided from (startReleaseLocked).
 	slots := m.Slots()
 	var reserved []Slot
 	var runs []*releaseRun
@@ -332,13 +332,14 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 // that the release of s has begun: the owner (when not recorded yet) and
 // the dataset's fate (archived, or destroying when the class says so), in
 // one zfs command where only the state is new. It reports whether it did:
-// it does nothing when the slot changed since s was read. When ZFS refuses
+// it does nothing when the slot no longer shows the tenancy s shows
+// (sameTenancy). When ZFS refuses
 // (a full pool), the slot is kept, unhealthy with why.
 func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, err error) {
 	cur, ok := m.slot(s.ID)
-	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID {
-		// Changed since the decision (reserved again, owner recorded,
-		// released): decide again from a new read.
+	if !ok || !sameTenancy(cur, s) {
+		// Changed since the decision (released, reserved again, another
+		// owner): decide again from a new read.
 		return false, nil
 	}
 	m.mu.Lock()

@@ -11,6 +11,14 @@ import (
 // errChanged: the slot changed since the caller decided; decide again.
 var errChanged = errors.New("the slot changed since it was read")
 
+// sameTenancy reports whether slot view cur still shows the tenancy that a
+// decision was made from (s): the same dataset, reserved, by the same
+// owner. What else may have changed since (the owner recorded, a spare
+// made, a remount) does not bear on the decision.
+func sameTenancy(cur, s Slot) bool {
+	return cur.Dataset == s.Dataset && cur.State == StateReserved && s.State == StateReserved && cur.Owner.AllocID == s.Owner.AllocID
+}
+
 // promoteSpare makes the spare of x serve, in state, and its dataset x's
 // old one (being released). x is the slot's view right after its release
 // began.
@@ -42,7 +50,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
 	}
 	cur, ok := m.slot(s.ID)
-	if !ok || cur.ver != s.ver || cur.State != StateReserved || cur.Owner.AllocID != s.Owner.AllocID || cur.Spare == "" || cur.old != nil {
+	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil {
 		unlock()
 		return Slot{}, errChanged
 	}

@@ -164,3 +164,39 @@ func archivedMount(t *testing.T, e *env, name string) string {
 	t.Cleanup(func() { e.pool.ZFS(t, "unmount", name) })
 	return e.pool.Prop(t, name, "mountpoint")
 }
+
+// TestSpare_ReleaseWithTheOwnerStillPending: while the spare of a fresh
+// reservation is made (its `zfs create` paused), the slot's lock is taken
+// and the owner cannot be recorded; it stays pending. When that owner
+// ends, one release pass releases the slot all the same, recording the
+// owner on the archive, whichever of the release and the recording of the
+// owner takes the slot's lock first.
+func TestSpare_ReleaseWithTheOwnerStillPending(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 1)
+	o := owner(1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w.Pause("create")
+	a.hold("scratch-0", o)
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	w.WaitPaused(t, "create", 30*time.Second)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.Eq(t, "", e.pool.Prop(t, res[0].Dataset, slots.PropOwner), must.Sprint("pending while the spare is made"))
+	w.Resume("create")
+	must.NoError(t, e.mgr.Wait(ctx))
+	spare := slotByID(t, e, "scratch-0").Spare
+	must.NotEq(t, "", spare)
+
+	a.start(o)
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, slots.StateFree, got.State, must.Sprint(got.HealthDesc))
+	must.Eq(t, spare, got.Dataset)
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, o.AllocID, recordedOwner(t, e, names[0]).AllocID)
+}
