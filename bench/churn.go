@@ -132,8 +132,9 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 			return nil, err
 		}
 	}
-	res = &ChurnResults{Machine: machine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
-	defer func() { res.Seconds = time.Since(res.Started).Seconds() }()
+	out := &ChurnResults{Machine: machine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
+	res = out
+	defer func() { out.Seconds = time.Since(out.Started).Seconds() }() // res may be nil on an early return
 
 	pool, destroy, err := newPool(ctx, 1<<30)
 	if err != nil {

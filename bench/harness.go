@@ -67,9 +67,12 @@ type Machine struct {
 
 // SizeResult holds the rows measured with one number of slots.
 type SizeResult struct {
-	Slots            int     `json:"slots"`
-	Skipped          string  `json:"skipped,omitempty"`
-	Error            string  `json:"error,omitempty"`
+	Slots   int    `json:"slots"`
+	Skipped string `json:"skipped,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// Cleanup is why the size's pool could not be destroyed afterwards
+	// (it is left, and named): the figures stand, and the run goes on.
+	Cleanup          string  `json:"cleanup,omitempty"`
 	ProvisionSeconds float64 `json:"provision_seconds,omitempty"`
 	Rows             []Row   `json:"rows,omitempty"`
 }
@@ -181,7 +184,8 @@ func (h *sizeRun) run(ctx context.Context) (out SizeResult) {
 	defer func() {
 		h.logf("destroying pool %s", h.pool.Name)
 		if err := destroy(); err != nil {
-			out.Error = strings.TrimPrefix(out.Error+"; ", "; ") + err.Error()
+			out.Cleanup = err.Error()
+			h.logf("warning: %v", err)
 		}
 	}()
 	h.parent = h.pool.Dataset("nomad")

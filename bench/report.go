@@ -31,6 +31,9 @@ func WriteMarkdown(w io.Writer, r *Results) {
 					ptrValue(row.Floor, row.Unit), ratio(row.Ratio), orDash(row.Target), verdict(row.Verdict))
 			}
 		}
+		if s.Cleanup != "" {
+			fmt.Fprintf(w, "\nWarning: %s\n", s.Cleanup)
+		}
 		if s.Error != "" {
 			fmt.Fprintf(w, "\nError: %s\n", s.Error)
 		}

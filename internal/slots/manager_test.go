@@ -52,8 +52,18 @@ func newEnvSized(t *testing.T, nslots int, size int64) *env {
 func (e *env) restart(t *testing.T) {
 	t.Helper()
 	e.runner = &zfs.Runner{BusyBackoff: 100 * time.Millisecond}
-	e.mgr = slots.NewManager(zfs.NewClient(e.runner), hclog.NewNullLogger())
+	mgr := slots.NewManager(zfs.NewClient(e.runner), hclog.NewNullLogger())
+	e.mgr = mgr
 	e.mgr.SetConfig(e.cfg)
+	// Before the pool goes: work the manager runs in the background (a
+	// spare being made, a release) ends first.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := mgr.Wait(ctx); err != nil {
+			t.Errorf("background slot work did not end: %v", err)
+		}
+	})
 }
 
 func (e *env) sync(t *testing.T) []slots.Slot {
