@@ -19,7 +19,7 @@
 #
 # and its task finds the dataset bind-mounted at mount_path, with these
 # environment variables (NAME is the class name in upper case, '-' as '_'):
-#     ZFS_NAME_DATASET    the dataset, such as tank/nomad/scratch/0
+#     ZFS_NAME_DATASET    the dataset, such as tank/nomad/scratch/0 (or 0.alt)
 #     ZFS_NAME_PATH       where the task sees it (mount_path)
 #     ZFS_NAME_HOST_PATH  its mountpoint on the host
 #

@@ -76,9 +76,6 @@ type Slot struct {
 	unreadable bool
 	// inRelease: unhealthy only because it is being released (sound).
 	inRelease bool
-	// ver is the slot's version (vers) when this copy was made: work that
-	// decided from a copy acts only while the version is unchanged.
-	ver uint64
 }
 
 // setHealth sets the slot's health as ZFS shows it.
@@ -404,7 +401,6 @@ func (m *Manager) setIncomplete(reason string) {
 func (m *Manager) setSlotsLocked(slots []Slot) {
 	for i := range slots {
 		m.deriveLocked(&slots[i])
-		slots[i].ver = m.vers[slots[i].ID]
 	}
 	keepSchedulable(slots)
 	m.slots = slots

@@ -345,33 +345,52 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 	m.mu.Lock()
 	c := classByName(m.cfg, s.Class)
 	m.mu.Unlock()
+	spare := ""
+	if !cur.Surplus {
+		spare = cur.Spare // it serves while the release runs
+	}
+	state, err := m.writeFate(ctx, c, cur, s.Owner, spare)
+	if err != nil {
+		return false, err
+	}
+	m.updateSlot(s.ID, func(x *Slot) {
+		x.State, x.Owner, x.stamped = state, s.Owner, s.Owner
+		x.setHealth(false, releasingReason(*x))
+		x.inRelease = true
+		if spare != "" && x.Spare == spare {
+			promoteSpare(x, StateFree)
+		}
+	})
+	return true, nil
+}
+
+// writeFate records, under the slot's lock (held by the caller), that the
+// release of the dataset of cur (of class c, owned by o) has begun: the
+// owner when it is not recorded yet, then the dataset's fate (archived,
+// or destroying when the class says so), the state last. The slot's
+// pending owner and note go. It returns the slot's state from now on.
+// When ZFS refuses (a full pool), the data is kept and the slot is
+// unhealthy with why. spare names the dataset that serves meanwhile, for
+// the log ("" when none).
+func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spare string) (State, error) {
 	state := StateReleasing
 	if c.OnRelease == OnReleaseDestroy {
 		state = StateDestroying
 	}
 	props := map[string]string{PropState: string(fateOf(state))}
-	if s.Owner.Known() && !cur.stamped.Known() {
-		props[PropOwner] = s.Owner.Encode()
+	if o.Known() && !cur.stamped.Known() {
+		props[PropOwner] = o.Encode()
 	}
-	if err := m.setProps(ctx, s.Dataset, props); err != nil {
-		m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
-		return false, fmt.Errorf("starting the release of %s: %w", s.ID, err)
+	if err := m.setProps(ctx, cur.Dataset, props); err != nil {
+		m.setNote(cur.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
+		return "", fmt.Errorf("starting the release of %s: %w", cur.ID, err)
 	}
 	m.mu.Lock()
-	delete(m.owners, s.ID)
-	delete(m.notes, s.ID)
+	delete(m.owners, cur.ID)
+	delete(m.notes, cur.ID)
 	m.mu.Unlock()
-	spare := ""
-	m.updateSlot(s.ID, func(x *Slot) {
-		x.State, x.Owner, x.stamped = state, s.Owner, s.Owner
-		x.setHealth(false, releasingReason(*x))
-		x.inRelease = true
-		if spare = x.Spare; spare != "" && !x.Surplus {
-			promoteSpare(x, StateFree) // it serves while the release runs
-		}
-	})
-	m.log.Info("release started", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "on_release", c.OnRelease, "spare", spare)
-	return true, nil
+	m.log.Info("release started", "device", cur.ID, "dataset", cur.Dataset, "owner", o.String(), "on_release", c.OnRelease, "spare", spare)
+	return state, nil
 }
 
 // fateOf is what a slot being released records as its state on ZFS: the

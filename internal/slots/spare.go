@@ -63,24 +63,11 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
 		return Slot{}, errChanged
 	}
-	state := StateReleasing
-	if c.OnRelease == OnReleaseDestroy {
-		state = StateDestroying
-	}
-	props := map[string]string{PropState: string(fateOf(state))}
-	if !cur.stamped.Known() {
-		props[PropOwner] = cur.Owner.Encode()
-	}
-	if err := m.setProps(ctx, cur.Dataset, props); err != nil {
-		m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
+	state, err := m.writeFate(ctx, c, cur, cur.Owner, cur.Spare)
+	if err != nil {
 		unlock()
-		return Slot{}, fmt.Errorf("starting the release of %s: %w", s.ID, err)
+		return Slot{}, err
 	}
-	m.mu.Lock()
-	delete(m.owners, s.ID)
-	delete(m.notes, s.ID)
-	m.mu.Unlock()
-	m.log.Info("release started", "device", s.ID, "dataset", cur.Dataset, "owner", cur.Owner.String(), "on_release", c.OnRelease, "spare", cur.Spare)
 	given := StateReserved
 	herr := m.zfs.Set(ctx, cur.Spare, PropState, string(StateReserved))
 	if herr != nil {
