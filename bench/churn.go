@@ -80,6 +80,7 @@ type BatchResult struct {
 	Failed        int           `json:"failed"`
 	ZFSProcesses  int           `json:"zfs_processes"` // from Start until the slots settled
 	WindowSeconds float64       `json:"window_seconds"`
+	CPU           *CPUUse       `json:"cpu"` // over the same window
 	Allocs        []AllocRecord `json:"allocs"`
 }
 
@@ -216,6 +217,7 @@ type churnRun struct {
 	res     *ChurnResults
 	logf    func(string, ...any)
 	seq     int
+	plugin  int // the plugin's PID, for its CPU time
 }
 
 func (r *churnRun) run(ctx context.Context) error {
@@ -239,6 +241,7 @@ func (r *churnRun) run(ctx context.Context) error {
 	if r.res.RSSStart, err = procStatusBytes(pid, "VmRSS"); err != nil {
 		return err
 	}
+	r.plugin = pid
 	r.logf("agent up at %s, node %s (%d MHz), plugin pid %d, RSS %.1f MiB", r.a.Addr, r.a.NodeID, r.res.NodeCPU, pid, mib(r.res.RSSStart))
 
 	for i := range r.o.IdleJobs {
@@ -256,7 +259,7 @@ func (r *churnRun) run(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%s batch %d: %w", kind, p+1, err)
 			}
-			r.logf("pair %d: %s: %.1f s, %.2f jobs/s, at most %d at once, %d zfs processes", p+1, kind, b.Seconds, b.JobsPerSecond, b.MaxConcurrent, b.ZFSProcesses)
+			r.logf("pair %d: %s: %.1f s, %.2f jobs/s, at most %d at once, %d zfs processes, %.2f CPU-s per job", p+1, kind, b.Seconds, b.JobsPerSecond, b.MaxConcurrent, b.ZFSProcesses, b.CPU.Machine/float64(len(b.Allocs)))
 			r.res.Batches = append(r.res.Batches, *b)
 		}
 	}
@@ -283,6 +286,10 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	jobs := make([]string, 0, n)
 	for i := range n {
 		jobs = append(jobs, fmt.Sprintf("%s%02d", prefix, i))
+	}
+	cpu0, err := sampleCPU(r.plugin, r.a.PID)
+	if err != nil {
+		return nil, err
 	}
 	b := &BatchResult{Kind: kind, Start: time.Now()}
 	for i := range n {
@@ -325,6 +332,11 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	}
 	b.ZFSProcesses = c.Total()
 	b.WindowSeconds = time.Since(b.Start).Seconds()
+	cpu1, err := sampleCPU(r.plugin, r.a.PID)
+	if err != nil {
+		return nil, err
+	}
+	b.CPU = cpu1.since(cpu0)
 	if b.Failed > 0 {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %d of %d allocations did not complete", kind, prefix, b.Failed, n))
 	}

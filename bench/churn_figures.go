@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -56,28 +58,31 @@ type ChurnRow struct {
 	Note      string  `json:"note,omitempty"`
 }
 
-// openReleases returns the devices whose latest release logged at or before
-// t has no fresh dataset logged at or before t.
+// openReleases returns, sorted, the devices whose latest release logged at
+// or before t has not ended by t (see the comment inside).
 func openReleases(lg *churnLog, t time.Time) []string {
-	last := map[string]time.Time{}
+	last := map[string]logRelease{}
 	for _, r := range lg.Releases {
 		if !r.At.After(t) {
-			last[r.Device] = r.At
+			last[r.Device] = r
 		}
 	}
 	var open []string
-	for dev, at := range last {
-		done := false
-		for _, f := range lg.Fresh {
-			if f.Device == dev && !f.At.Before(at) && !f.At.After(t) {
-				done = true
-				break
-			}
+	for dev, r := range last {
+		// A release without a spare ends with the slot's fresh dataset; one
+		// whose spare served at once ends when the old dataset is archived
+		// or destroyed (no spare is made again while the slot is free).
+		ends := lg.Fresh
+		if r.Spare {
+			ends = lg.Retired
 		}
-		if !done {
+		if !slices.ContainsFunc(ends, func(e logEvent) bool {
+			return e.Device == dev && !e.At.Before(r.At) && !e.At.After(t)
+		}) {
 			open = append(open, dev)
 		}
 	}
+	sort.Strings(open)
 	return open
 }
 
@@ -344,6 +349,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Reference: fmt.Sprintf("%.1f gross", float64(devProcs)/float64(devJobs)), Value: net, Target: "≤ 8", Verdict: passIf(net <= 8),
 			Note: fmt.Sprintf("counting wrapper first on the agent's PATH; %d processes over %d device jobs in %.0f s, less the periodic refreshes at the rate of the baseline batches (%.2f/s)", devProcs, devJobs, devSecs, rate)})
 	}
+	if row, ok := cpuRow(res.Batches); ok {
+		rows = append(rows, row)
+	}
 	if res.RSSStart > 0 {
 		q := float64(res.RSSEnd) / float64(res.RSSStart)
 		rows = append(rows, ChurnRow{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),
@@ -416,4 +424,43 @@ func sentRow(res *ChurnResults) ChurnRow {
 		Measured: fmt.Sprintf("%s (%s) / %s (%s)", fmtMS(Median(down)), fmtMS(Percentile(down, 100)), fmtMS(Median(up)), fmtMS(Percentile(up, 100))),
 		Value:    worst.Seconds(), Target: "≤ 1 s", Verdict: passIf(len(up) > 0 && worst <= time.Second),
 		Note: fmt.Sprintf("from the plugin's \"fingerprint sent\" lines; %d of %d releases sent unhealthy, the other %d kept the slot offered as the class's last healthy instance (\"fresh soon\")", len(down), n, kept)}
+}
+
+// cpuRow is the CPU time a device job costs against a baseline job, and
+// where the difference goes: on a 2-core machine that the churn keeps busy,
+// it is the time the jobs beside it wait.
+func cpuRow(batches []BatchResult) (ChurnRow, bool) {
+	var base, dev CPUUse
+	var baseJobs, devJobs int
+	add := func(to *CPUUse, u *CPUUse) {
+		to.Machine += u.Machine
+		to.Plugin += u.Plugin
+		to.ZFSCommands += u.ZFSCommands
+		to.ZFSDaemon += u.ZFSDaemon
+		to.Agent += u.Agent
+		to.AgentChildren += u.AgentChildren
+	}
+	for _, b := range batches {
+		if b.CPU == nil {
+			continue
+		}
+		if b.Kind == "baseline" {
+			add(&base, b.CPU)
+			baseJobs += len(b.Allocs)
+		} else {
+			add(&dev, b.CPU)
+			devJobs += len(b.Allocs)
+		}
+	}
+	if baseJobs == 0 || devJobs == 0 {
+		return ChurnRow{}, false
+	}
+	per := func(v float64, n int) float64 { return v / float64(n) }
+	extra := func(d, b float64) string { return fmt.Sprintf("%+.0f ms", 1000*(per(d, devJobs)-per(b, baseJobs))) }
+	q := per(dev.Machine, devJobs) / per(base.Machine, baseJobs)
+	return ChurnRow{Key: "cpu-per-job", Figure: "machine CPU time per job, device / baseline",
+		Measured:  fmt.Sprintf("%.2f s", per(dev.Machine, devJobs)),
+		Reference: fmt.Sprintf("%.2f s", per(base.Machine, baseJobs)), Ratio: fmt.Sprintf("%.2f×", q), Value: q, Target: "—", Verdict: "info",
+		Note: fmt.Sprintf("busy CPU time of the whole machine from a batch's start until its slots settled, per job; a device job's extra, by part: zfs commands %s, zfs-fuse daemon %s, plugin %s, Nomad agent %s, executors and tasks %s; the rest is the kernel and the benchmark's own polling",
+			extra(dev.ZFSCommands, base.ZFSCommands), extra(dev.ZFSDaemon, base.ZFSDaemon), extra(dev.Plugin, base.Plugin), extra(dev.Agent, base.Agent), extra(dev.AgentChildren, base.AgentChildren))}, true
 }

@@ -70,6 +70,7 @@ func parseLogLine(s string) (l logLine, ok bool) {
 type churnLog struct {
 	Releases  []logRelease           // "release started", in log order
 	Fresh     []logEvent             // "slot changed" action "create slot"
+	Retired   []logEvent             // "slot changed": a released dataset moved to the archive or destroyed
 	Reserved  []logEvent             // "slot reserved"
 	Waiting   []logEvent             // "reserve waiting"
 	Hooks     map[string]devicesHook // by allocation ID
@@ -132,6 +133,10 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 		case plugin && strings.Contains(l.Text, "slot changed") && l.KV["action"] == "create slot":
 			if i, ok := strings.CutPrefix(l.KV["dataset"], slotPrefix); ok {
 				out.Fresh = append(out.Fresh, logEvent{At: l.At, Device: class + "-" + strings.TrimSuffix(i, slots.AltSuffix)})
+			}
+		case plugin && strings.Contains(l.Text, "slot changed") && (l.KV["action"] == "move released slot to the archive" || l.KV["action"] == "destroy released dataset"):
+			if i, ok := strings.CutPrefix(l.KV["dataset"], slotPrefix); ok {
+				out.Retired = append(out.Retired, logEvent{At: l.At, Device: class + "-" + strings.TrimSuffix(i, slots.AltSuffix)})
 			}
 		case plugin && strings.Contains(l.Text, "slot reserved"):
 			job := ""

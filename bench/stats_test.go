@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -35,4 +36,21 @@ func TestMedianAndPercentile(t *testing.T) {
 			must.Eq(t, c.p99, Percentile(c.samples, 99))
 		})
 	}
+}
+
+// The machine's and this process's CPU times read from /proc are
+// cumulative: a later sample is never below an earlier one, and burning CPU
+// shows in both.
+func TestSampleCPU(t *testing.T) {
+	self := os.Getpid()
+	a, err := sampleCPU(self, os.Getppid())
+	must.NoError(t, err)
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+	}
+	b, err := sampleCPU(self, os.Getppid())
+	must.NoError(t, err)
+	u := b.since(a)
+	must.Greater(t, 0.1, u.Plugin)
+	must.GreaterEq(t, u.Plugin-0.05, u.Machine) // ticks are 10 ms; the two files are read apart
+	must.GreaterEq(t, 0, u.AgentChildren)
 }

@@ -170,10 +170,12 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 	ac.HttpClient.Timeout = blockingDeadline
 	if tr, ok := ac.HttpClient.Transport.(*http.Transport); ok {
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		tr.DisableCompression = true // see plainAnswers
 	}
 	if err := api.ConfigureTLS(ac.HttpClient, ac.TLSConfig); err != nil {
 		return nil, fmt.Errorf("nomad API TLS for %s: %w", ac.Address, err)
 	}
+	ac.HttpClient.Transport = plainAnswers{ac.HttpClient.Transport}
 	client, err := api.NewClient(ac)
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
@@ -189,6 +191,31 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 		}
 	}
 	return w, nil
+}
+
+// plainAnswers asks Nomad for uncompressed answers. The api package asks
+// for gzip on every request; the plugin talks to its own node's agent, and
+// the node's allocation list, read at every change of any allocation on
+// the node, is mostly the jobs of finished allocations: compressing it on
+// the agent and inflating it here cost both more CPU, under churn, than
+// every zfs command of the releases (measured in bench/README.md).
+type plainAnswers struct{ next http.RoundTripper }
+
+// RoundTrip sends a copy of req without the api package's Accept-Encoding.
+func (p plainAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("Accept-Encoding") != "" {
+		req = req.Clone(req.Context())
+		req.Header.Del("Accept-Encoding")
+	}
+	return p.next.RoundTrip(req)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// transport.
+func (p plainAnswers) CloseIdleConnections() {
+	if c, ok := p.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // Address is the API address in use.

@@ -37,6 +37,7 @@ type fakeNomad struct {
 	selfCode int             // status for /v1/agent/self (0: 200)
 	tokens   []string        // X-Nomad-Token of each request
 	requests []string        // path and query of each request
+	accepts  []string        // Accept-Encoding of each request
 	// gate, when set, holds every read of the node's allocations until it
 	// is closed.
 	gate chan struct{}
@@ -65,6 +66,7 @@ func (f *fakeNomad) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.tokens = append(f.tokens, r.Header.Get("X-Nomad-Token"))
 	f.requests = append(f.requests, r.URL.RequestURI())
+	f.accepts = append(f.accepts, r.Header.Get("Accept-Encoding"))
 	if f.down > 0 {
 		f.down--
 		f.mu.Unlock()
@@ -435,6 +437,24 @@ func TestWatcher_StaleAndDuplicateAnswers(t *testing.T) {
 	// ran out with nothing new) has been handled, without an update.
 	waitReads(t, f, 2)
 	must.Eq(t, 0, len(updates))
+}
+
+// The api package asks for gzip on every request; the watcher's reads go
+// out without it (plainAnswers), so the agent does not compress the node's
+// allocation list at every change.
+func TestWatcher_AsksForPlainAnswers(t *testing.T) {
+	f, srv := newFake(t)
+	f.set(alloc("a1", "default", "running", "scratch-0"))
+	w, updates := start(t, srv, Config{})
+	must.Eq(t, "running", next(t, updates).Allocs["a1"].ClientStatus)
+	_, err := w.Fresh(t.Context(), time.Now())
+	must.NoError(t, err)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	must.SliceNotEmpty(t, f.accepts)
+	for i, enc := range f.accepts {
+		must.Eq(t, "", enc, must.Sprint("request ", f.requests[i]))
+	}
 }
 
 func TestWatcher_NodeIDFallsBackToHostname(t *testing.T) {
