@@ -3,7 +3,8 @@ SHELL        := /bin/bash
 GO           ?= go
 MODULE       := github.com/nomad-device-zfs/nomad-device-zfs
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS      := -X $(MODULE)/internal/device.Version=$(VERSION)
+COMMIT       ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS      := -X $(MODULE)/internal/device.Version=$(VERSION) -X $(MODULE)/internal/device.Commit=$(COMMIT)
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TOOLS        := $(CURDIR)/bin/tools
 

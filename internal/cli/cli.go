@@ -35,7 +35,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case len(args) == 1 && (args[0] == "version" || args[0] == "-version" || args[0] == "--version"):
-		fmt.Fprintf(stdout, "%s %s\n", device.PluginName, device.Version)
+		fmt.Fprintln(stdout, device.VersionString())
 		return 0
 	case len(args) == 1 && (args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
 		fmt.Fprint(stdout, usage)

@@ -34,9 +34,22 @@ const (
 	DeviceType = "dataset"
 )
 
-// Version is the plugin version, set at build time with
-// -ldflags "-X .../internal/device.Version=...".
-var Version = "0.1.0-dev"
+// Version and Commit identify the build. `make build` and `make dist` set
+// them from the git tag and commit with
+// -ldflags "-X .../internal/device.Version=... -X .../internal/device.Commit=...".
+var (
+	Version = "0.1.0-dev"
+	Commit  = ""
+)
+
+// VersionString is what `nomad-device-zfs version` prints:
+// "nomad-device-zfs 0.2.0 (commit 1a2b3c4)".
+func VersionString() string {
+	if Commit == "" {
+		return PluginName + " " + Version
+	}
+	return fmt.Sprintf("%s %s (commit %s)", PluginName, Version, Commit)
+}
 
 // Plugin implements device.DevicePlugin.
 type Plugin struct {
