@@ -78,6 +78,27 @@ func fcStart(t *testing.T, n int, acl bool, nomadBlock, extra string) *fcEnv {
 	return e
 }
 
+// defaultOnlyToken makes a namespace "other" and a client token named name
+// that may read the node and the jobs of namespace "default" only: the
+// token Nomad silently shows only part of the node's allocations.
+func defaultOnlyToken(t *testing.T, a *nomadtest.Agent, name string) *api.ACLToken {
+	t.Helper()
+	_, err := a.API.Namespaces().Register(&api.Namespace{Name: "other"}, nil)
+	must.NoError(t, err)
+	_, err = a.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: "default-only", Rules: `
+node {
+  policy = "read"
+}
+namespace "default" {
+  capabilities = ["read-job"]
+}
+`}, nil)
+	must.NoError(t, err)
+	tok, _, err := a.API.ACLTokens().Create(&api.ACLToken{Name: name, Type: "client", Policies: []string{"default-only"}}, nil)
+	must.NoError(t, err)
+	return tok
+}
+
 // fcSecretJob writes secret.txt (its allocation ID) into its dataset and
 // exits.
 func fcSecretJob(id, namespace string) string {
@@ -262,19 +283,7 @@ func TestFailClosed_LimitedToken(t *testing.T) {
 	e := fcStart(t, 2, true, fmt.Sprintf("nomad {\n      token_file = %q\n    }", tokenFile), "")
 	a := e.agent
 
-	_, err := a.API.Namespaces().Register(&api.Namespace{Name: "other"}, nil)
-	must.NoError(t, err)
-	_, err = a.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: "default-only", Rules: `
-node {
-  policy = "read"
-}
-namespace "default" {
-  capabilities = ["read-job"]
-}
-`}, nil)
-	must.NoError(t, err)
-	tok, _, err := a.API.ACLTokens().Create(&api.ACLToken{Name: "nomad-device-zfs", Type: "client", Policies: []string{"default-only"}}, nil)
-	must.NoError(t, err)
+	tok := defaultOnlyToken(t, a, "nomad-device-zfs")
 	must.NoError(t, os.WriteFile(tokenFile, []byte(tok.SecretID+"\n"), 0o600))
 	e.step(t, "plugin token limited to namespace default")
 

@@ -30,7 +30,7 @@
 #
 # State lives in ZFS user properties on the datasets
 # (nomad-device-zfs:managed, nomad-device-zfs:state, and the owner in
-# nomad-device-zfs:owner: alloc=…&group=…&job=…&ns=…&task=…, URL-query
+# nomad-device-zfs:owner: alloc=…&group=…&job=…&name=…&node=…&ns=…&task=…, URL-query
 # encoded); the plugin touches only datasets it marked as its own.
 
 plugin "nomad-device-zfs" {
@@ -72,6 +72,14 @@ plugin "nomad-device-zfs" {
     #   key_file        = "/etc/nomad.d/tls/client-key.pem"
     #   tls_server_name = "client.global.nomad"
     #   node_id         = ""  # learned from the local agent when empty
+    # }
+
+    # Optional: serve Prometheus metrics (slots by state, Reserve and
+    # release durations and outcomes, zfs commands, Nomad API read
+    # failures, pool free bytes, per-slot used bytes) at
+    # http://<address>/metrics. Off when absent. See docs/operations.md.
+    # telemetry {
+    #   prometheus_address = "127.0.0.1:9715"
     # }
 
     # One block per class of dataset; the label is the class name (lower

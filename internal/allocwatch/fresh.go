@@ -83,7 +83,9 @@ func (w *Watcher) Gone(ctx context.Context, namespace, allocID string) (bool, er
 	q := (&api.QueryOptions{Namespace: namespace, Prefix: allocID}).WithContext(ctx)
 	stubs, _, err := w.client.Allocations().List(q)
 	if err != nil {
-		return false, fmt.Errorf("looking up allocation %s in namespace %q: %w", short(allocID), namespace, classify(err))
+		err = fmt.Errorf("looking up allocation %s in namespace %q: %w", short(allocID), namespace, classify(err))
+		w.readFailed(CallAllocation, err)
+		return false, err
 	}
 	for _, s := range stubs {
 		if s.ID == allocID {
@@ -120,6 +122,7 @@ func (w *Watcher) Visibility(ctx context.Context) Visibility {
 		w.mu.Lock()
 		w.vis, w.visErr, w.visAt, w.visStale = v, verr, time.Now(), false
 		w.mu.Unlock()
+		w.readFailed(CallVisibility, verr)
 		switch {
 		case verr != nil:
 			w.log.Warn("cannot tell whether the Nomad token sees every namespace", "error", verr)

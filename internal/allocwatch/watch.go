@@ -63,6 +63,9 @@ type Config struct {
 	TLSServerName string
 	// NodeID overrides the node ID learned from the local agent.
 	NodeID string
+	// Token, when set, is the ACL token (the operator CLI's -token); a
+	// TokenFile still wins.
+	Token string
 	// FullPeriod is how often the allocations are read in full besides the
 	// blocking queries (DefaultFullPeriod when zero).
 	FullPeriod time.Duration
@@ -135,6 +138,8 @@ type Watcher struct {
 	visErr   error
 	visAt    time.Time
 	visStale bool
+	// obs is told of failed reads (SetObserver); nil for none.
+	obs Observer
 }
 
 // flight is one non-blocking read that callers of Fresh share.
@@ -184,6 +189,9 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 		minBackoff: minBackoff, maxBackoff: maxBackoff, updated: make(chan struct{})}
 	if w.fullPeriod == 0 {
 		w.fullPeriod = DefaultFullPeriod
+	}
+	if cfg.Token != "" {
+		client.SetSecretID(cfg.Token)
 	}
 	if cfg.TokenFile != "" {
 		if err := w.refreshToken(); err != nil {
@@ -280,7 +288,9 @@ func (w *Watcher) NodeID(ctx context.Context) (string, error) {
 		}
 		nodes, _, lerr := w.client.Nodes().List(q)
 		if lerr != nil {
-			return "", fmt.Errorf("learning the node ID: agent self: %v; listing nodes: %w", err, classify(lerr))
+			lerr = fmt.Errorf("learning the node ID: agent self: %v; listing nodes: %w", err, classify(lerr))
+			w.readFailed(CallNodeID, lerr)
+			return "", lerr
 		}
 		var matches []string
 		for _, n := range nodes {
@@ -381,7 +391,9 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 	var allocs []*leanAlloc
 	meta, err := w.client.Raw().Query("/v1/node/"+url.PathEscape(nodeID)+"/allocations", &allocs, q)
 	if err != nil {
-		return nil, fmt.Errorf("GET /v1/node/%s/allocations: %w", nodeID, classify(err))
+		err = fmt.Errorf("GET /v1/node/%s/allocations: %w", nodeID, classify(err))
+		w.readFailed(CallNodeAllocations, err)
+		return nil, err
 	}
 	snap := &Snapshot{Allocs: make(map[string]*Alloc, len(allocs)), Began: began, At: time.Now()}
 	if meta != nil {

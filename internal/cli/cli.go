@@ -1,11 +1,17 @@
-// Package cli is the command line of nomad-device-zfs: serve the plugin when
-// Nomad launches it, print help and version when a person runs it.
+// Package cli is the command line of nomad-device-zfs: it serves the plugin
+// when Nomad launches it (go-plugin's handshake cookie is in the
+// environment) and is the operator's tool when a person runs it: status,
+// doctor, version.
 package cli
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins"
@@ -18,30 +24,127 @@ import (
 // of every plugin it launches.
 const magicCookieKey = "NOMAD_PLUGIN_MAGIC_COOKIE"
 
-const usage = `Usage: nomad-device-zfs [version | help]
+// Exit statuses, for scripts.
+const (
+	exitOK     = 0
+	exitFailed = 1 // doctor found a failure, or the command could not do its work
+	exitUsage  = 2 // the command line is wrong
+)
 
-nomad-device-zfs is a Nomad device plugin: put it in the client's plugin_dir
-and configure it in a plugin "nomad-device-zfs" block of the agent config.
-Nomad starts it; it does nothing useful when run by hand.
+const usage = `Usage: nomad-device-zfs <command> [options]
+
+nomad-device-zfs is a Nomad device plugin that gives each task its own ZFS
+dataset. Nomad starts it from the client's plugin_dir; run by a person, it
+is the operator's tool:
+
+    status     One row per slot: state, holder, space; works while Nomad is down
+    doctor     Check ZFS, the pool, the parent dataset, the Nomad API, the token
+               and the agent configuration; exits 1 when a check fails
+    version    Print the version and commit
+
+Run "nomad-device-zfs <command> -help" for a command's options.
 `
 
-// Main runs the command and returns its exit code.
+// Main runs the command and returns its exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 && os.Getenv(magicCookieKey) != "" {
 		plugins.Serve(func(log hclog.Logger) interface{} {
 			return device.New(log, &zfs.Runner{})
 		})
-		return 0
+		return exitOK
 	}
-	switch {
-	case len(args) == 1 && (args[0] == "version" || args[0] == "-version" || args[0] == "--version"):
-		fmt.Fprintln(stdout, device.VersionString())
-		return 0
-	case len(args) == 1 && (args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
+	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
 	}
+	switch args[0] {
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, device.VersionString())
+		return exitOK
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "status":
+		return runCommand("status", statusHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
+			if err := c.load(ctx, z); err != nil {
+				fmt.Fprintf(stderr, "status: %v\n", err)
+				return exitFailed
+			}
+			if err := runStatus(ctx, c, z, stdout, log); err != nil {
+				fmt.Fprintf(stderr, "status: %v\n", err)
+				return exitFailed
+			}
+			return exitOK
+		})
+	case "doctor":
+		return runCommand("doctor", doctorHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
+			d := &doctor{c: c, z: z, log: log}
+			d.loadErr = c.load(ctx, z)
+			checks := d.run(ctx)
+			var err error
+			if c.jsonOut {
+				err = writeJSON(stdout, checks)
+			} else {
+				err = renderDoctor(stdout, checks)
+			}
+			if err != nil || failed(checks) {
+				return exitFailed
+			}
+			return exitOK
+		})
+	}
+	fmt.Fprintf(stderr, "nomad-device-zfs: unknown command %q\n\n%s", args[0], usage)
+	return exitUsage
+}
+
+const statusHelp = `Usage: nomad-device-zfs status [options]
+
+  Shows every slot of the plugin on this node: its class, device ID,
+  dataset, state (free, in use, releasing, unhealthy, with the reason), the
+  allocation that holds it and its space; then a line per class, the pool's
+  health and free space, and the archive. It reads ZFS and changes nothing.
+  It also asks Nomad (for at most 5 s) for the node's allocations; when
+  Nomad does not answer it still lists every slot and says so.
+` + commonHelp
+
+const doctorHelp = `Usage: nomad-device-zfs doctor [options]
+
+  Checks, one line each (ok, warn, fail, skip), what the plugin needs:
+  the agent configuration (exactly one plugin block, valid), its plugin_dir
+  holding this binary, zfs and zpool, the pool and the space for the
+  classes' quotas, the parent dataset and what is under it, the slots, the
+  Nomad API at the configured address with the configured TLS, the node ID,
+  a token that sees every namespace, and a read of the node's allocations.
+  For anything not ok it says what to do. Exits 1 when any check fails.
+` + commonHelp
+
+// runCommand parses a command's flags and runs fn with a deadline.
+func runCommand(name, help string, args []string, stdout, stderr io.Writer,
+	fn func(context.Context, *common, *zfs.Client, hclog.Logger) int) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := &common{}
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, help)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "%s: %v\n\n%s", name, err, help)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n\n%s", name, fs.Arg(0), help)
+		return exitUsage
+	}
+	timeout, err := time.ParseDuration(c.timeout)
+	if err != nil || timeout <= 0 {
+		fmt.Fprintf(stderr, "%s: -timeout=%s: want a positive duration such as 30s\n", name, c.timeout)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	log := hclog.New(&hclog.LoggerOptions{Name: device.PluginName, Output: stderr, Level: hclog.Error})
+	z := zfs.NewClient(&zfs.Runner{Timeout: timeout, BusyRetries: 1})
+	return fn(ctx, c, z, log)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -61,6 +62,9 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		"tls_server_name": hclspec.NewAttr("tls_server_name", "string", false),
 		"node_id":         hclspec.NewAttr("node_id", "string", false),
 	})),
+	"telemetry": hclspec.NewBlock("telemetry", false, hclspec.NewObject(map[string]*hclspec.Spec{
+		"prometheus_address": hclspec.NewAttr("prometheus_address", "string", false),
+	})),
 	"class": hclspec.NewBlockMap("class", []string{"name"}, hclspec.NewObject(map[string]*hclspec.Spec{
 		"slots":      hclspec.NewAttr("slots", "number", true),
 		"quota":      hclspec.NewAttr("quota", "string", true),
@@ -87,11 +91,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the plugin block as Nomad sends it (msgpack-encoded).
 type Config struct {
-	ParentDataset     string       `codec:"parent_dataset"`
-	FingerprintPeriod string       `codec:"fingerprint_period"`
-	StatsPeriod       string       `codec:"stats_period"`
-	ReserveTimeout    string       `codec:"reserve_timeout"`
-	Nomad             *NomadConfig `codec:"nomad"`
+	ParentDataset     string           `codec:"parent_dataset"`
+	FingerprintPeriod string           `codec:"fingerprint_period"`
+	StatsPeriod       string           `codec:"stats_period"`
+	ReserveTimeout    string           `codec:"reserve_timeout"`
+	Nomad             *NomadConfig     `codec:"nomad"`
+	Telemetry         *TelemetryConfig `codec:"telemetry"`
 	// Classes holds pointers: the msgpack decoder reuses one value for
 	// every entry of a map of structs, which made classes share one
 	// Properties map.
@@ -110,6 +115,14 @@ type NomadConfig struct {
 	KeyFile       string `codec:"key_file"`
 	TLSServerName string `codec:"tls_server_name"`
 	NodeID        string `codec:"node_id"`
+}
+
+// TelemetryConfig is the `telemetry { ... }` block. Without it, or with an
+// empty prometheus_address, no metrics are served.
+type TelemetryConfig struct {
+	// PrometheusAddress is the host:port where Prometheus metrics are
+	// served, at /metrics.
+	PrometheusAddress string `codec:"prometheus_address"`
 }
 
 // ClassConfig is one `class "name" { ... }` block.
@@ -131,6 +144,8 @@ type settings struct {
 	statsPeriod       time.Duration
 	reserveTimeout    time.Duration
 	nomad             allocwatch.Config
+	// metricsAddress is where Prometheus metrics are served; "" for not.
+	metricsAddress string
 }
 
 var classNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
@@ -186,6 +201,9 @@ func (c *Config) validate() (settings, error) {
 		return s, err
 	}
 	if s.nomad, err = c.Nomad.validate(); err != nil {
+		return s, err
+	}
+	if s.metricsAddress, err = c.Telemetry.validate(); err != nil {
 		return s, err
 	}
 	if len(c.Classes) == 0 {
@@ -312,6 +330,18 @@ func (n *NomadConfig) validate() (allocwatch.Config, error) {
 		Address: n.Address, TokenFile: n.TokenFile, CAFile: n.CAFile, CertFile: n.CertFile,
 		KeyFile: n.KeyFile, TLSServerName: n.TLSServerName, NodeID: n.NodeID,
 	}, nil
+}
+
+// validate checks the telemetry block and returns the metrics address; a
+// missing block or address means no metrics.
+func (t *TelemetryConfig) validate() (string, error) {
+	if t == nil || t.PrometheusAddress == "" {
+		return "", nil
+	}
+	if err := metrics.ValidateAddress(t.PrometheusAddress); err != nil {
+		return "", fmt.Errorf("telemetry.prometheus_address = %q: %w", t.PrometheusAddress, err)
+	}
+	return t.PrometheusAddress, nil
 }
 
 // parseOwner reads "uid:gid", where each side is a number or a name on the host.

@@ -329,3 +329,47 @@ func TestConfig_ClassesKeepTheirOwnProperties(t *testing.T) {
 	must.Eq(t, map[string]string{"atime": "off"}, s.slots.Classes[2].Properties)
 	must.Eq(t, map[string]string{"recordsize": "64K"}, s.slots.Classes[3].Properties)
 }
+
+func TestConfig_Telemetry(t *testing.T) {
+	block := func(telemetry string) string {
+		return `config {
+  parent_dataset = "tank/nomad"
+  ` + telemetry + `
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`
+	}
+	cases := []struct {
+		name, telemetry, want, wantErr string
+	}{
+		{name: "absent: off"},
+		{name: "empty block: off", telemetry: `telemetry {}`},
+		{name: "empty address: off", telemetry: `telemetry { prometheus_address = "" }`},
+		{name: "loopback", telemetry: `telemetry { prometheus_address = "127.0.0.1:9715" }`, want: "127.0.0.1:9715"},
+		{name: "every interface", telemetry: `telemetry { prometheus_address = ":9715" }`, want: ":9715"},
+		{name: "ipv6", telemetry: `telemetry { prometheus_address = "[::1]:9715" }`, want: "[::1]:9715"},
+		{name: "no port", telemetry: `telemetry { prometheus_address = "127.0.0.1" }`,
+			wantErr: `telemetry.prometheus_address = "127.0.0.1": want host:port`},
+		{name: "port zero", telemetry: `telemetry { prometheus_address = "127.0.0.1:0" }`,
+			wantErr: `telemetry.prometheus_address = "127.0.0.1:0": port "0": want a number from 1 to 65535`},
+		{name: "port too big", telemetry: `telemetry { prometheus_address = "127.0.0.1:65536" }`,
+			wantErr: `telemetry.prometheus_address = "127.0.0.1:65536": port "65536"`},
+		{name: "named port", telemetry: `telemetry { prometheus_address = "localhost:http" }`,
+			wantErr: `telemetry.prometheus_address = "localhost:http": port "http"`},
+		{name: "url", telemetry: `telemetry { prometheus_address = "http://127.0.0.1:9715" }`,
+			wantErr: `telemetry.prometheus_address = "http://127.0.0.1:9715"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := decode(t, block(tc.telemetry))
+			if tc.wantErr != "" {
+				must.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, tc.want, s.metricsAddress)
+		})
+	}
+}

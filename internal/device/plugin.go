@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -56,6 +57,9 @@ type Plugin struct {
 	log   hclog.Logger
 	zfs   *zfs.Client
 	slots *slots.Manager
+	// metrics counts what the plugin does, always; it serves the counts
+	// only when the configuration has a telemetry address.
+	metrics *metrics.Metrics
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -71,8 +75,38 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 		runner.Logger = log.Named("zfs")
 	}
 	client := zfs.NewClient(runner)
-	return &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots"))}
+	p := &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots"))}
+	p.metrics = metrics.New(metricsSource{p})
+	if runner.Observer == nil {
+		runner.Observer = p.metrics
+	}
+	p.slots.SetObserver(p.metrics)
+	return p
 }
+
+// metricsSource is what the metrics read at scrape time: the slot
+// manager's last view, never a zfs command.
+type metricsSource struct{ p *Plugin }
+
+// Slots returns every slot as last observed.
+func (m metricsSource) Slots() []slots.Slot { return m.p.slots.Slots() }
+
+// ParentAvailable returns the parent dataset's available space as last read.
+func (m metricsSource) ParentAvailable() (uint64, bool) { return m.p.slots.ParentAvailable() }
+
+// Pool names the configured pool ("" before SetConfig).
+func (m metricsSource) Pool() string {
+	s, err := m.p.current()
+	if err != nil {
+		return ""
+	}
+	return s.slots.Pool()
+}
+
+// Close stops serving metrics and returns once the server's goroutine has
+// ended. Nomad never calls it (it stops the plugin's process); tests do.
+// The fingerprint stream's end stops the server as well.
+func (p *Plugin) Close() { p.metrics.Close(p.log.Named("metrics")) }
 
 var _ device.DevicePlugin = (*Plugin)(nil)
 
@@ -111,12 +145,17 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err := probeProperties(ctx, p.zfs, p.log, s.slots.Parent, s.slots.Classes); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
+	// Last, as it is the one check that changes something when it passes
+	// (the server at the old address, if another, stops).
+	if err := p.metrics.Serve(s.metricsAddress, p.log.Named("metrics")); err != nil {
+		return fmt.Errorf("nomad-device-zfs config: telemetry.prometheus_address = %q: %w", s.metricsAddress, err)
+	}
 	p.mu.Lock()
 	p.settings, p.set = s, true
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes),
-		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod)
+		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
 	return nil
 }
 
@@ -158,12 +197,19 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	p.watching = true
 	p.mu.Unlock()
 
+	// The metrics server lives as long as the plugin does.
+	go func() {
+		<-ctx.Done()
+		p.Close()
+	}()
+
 	w, err := allocwatch.New(s.nomad, p.log.Named("allocwatch"))
 	if err != nil {
 		p.log.Error("cannot watch allocations; no dataset will be released", "error", err)
 		return
 	}
 	p.log.Info("watching allocations", "address", w.Address())
+	w.SetObserver(p.metrics)
 	p.slots.SetNomad(nomadAllocs{w})
 	go w.Run(ctx, func(*allocwatch.Snapshot) { p.slots.Kick() })
 	go p.slots.Run(ctx, s.fingerprintPeriod)

@@ -136,6 +136,9 @@ type Manager struct {
 	// archiveReady: the last full read found the archive container, the
 	// plugin's own.
 	archiveReady bool
+	// parentRoom is the parent's available space as last read with the
+	// usage figures (ParentAvailable).
+	parentRoom room
 	// runs are the releases being carried out, by slot ID (goRelease).
 	runs     map[string]*releaseRun
 	reported map[string]bool
@@ -154,6 +157,8 @@ type Manager struct {
 	// read ZFS, rather than install what it read.
 	vers map[string]uint64
 	busy map[string]int
+	// obs is told of Reserve calls and releases (SetObserver); nil for none.
+	obs Observer
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -247,6 +252,7 @@ func (m *Manager) Refresh(ctx context.Context) error {
 		}
 	}
 	m.usageAt = time.Now()
+	m.parentRoom = parentRoomOf(parent, datasets)
 	return nil
 }
 

@@ -222,7 +222,11 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 				return ctx.Err()
 			}
 		}
-		err := m.release(ctx, s, start, asker)
+		began := time.Now()
+		worked, err := m.release(ctx, s, start, asker)
+		if worked || err != nil {
+			m.observeRelease(s.Class, err, began)
+		}
 		if err == nil && asker.Known() {
 			// The spare, off the asker's path, once this run is over.
 			go func() {
@@ -237,11 +241,13 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 
 // release starts (when start is set) and carries out the release of s,
 // holding the slot's lock from start to end: what startRelease wrote is
-// still what ZFS has when the first steps are decided from it.
-func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) error {
+// still what ZFS has when the first steps are decided from it. worked is
+// false when there was nothing to release (the slot changed since s was
+// read).
+func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) (worked bool, err error) {
 	unlock, err := m.lockSlot(ctx, s.ID)
 	if err != nil {
-		return fmt.Errorf("releasing %s: %w", s.ID, err)
+		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
 	}
 	name := s.Dataset
 	if !start && s.old != nil {
@@ -251,25 +257,25 @@ func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) 
 		begun, err := m.startReleaseLocked(ctx, s)
 		if err != nil || !begun {
 			unlock()
-			return err
+			return false, err
 		}
 	}
 	cur, ok := m.slot(s.ID)
 	if !ok {
 		unlock()
-		return nil
+		return false, nil
 	}
 	rs, ok := releasingOf(cur, name)
 	if !ok {
 		unlock()
-		return nil // released since s was read
+		return false, nil // released since s was read
 	}
 	var first []Action
 	if start {
 		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
 	}
 	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.old != nil && cur.old.Dataset == rs.Dataset}
-	return m.tendSlotLocked(ctx, cur, t, unlock)
+	return true, m.tendSlotLocked(ctx, cur, t, unlock)
 }
 
 // releasingOf returns the view of slot dataset name while it is released:
@@ -390,6 +396,9 @@ func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spa
 	delete(m.notes, cur.ID)
 	m.mu.Unlock()
 	m.log.Info("release started", "device", cur.ID, "dataset", cur.Dataset, "owner", o.String(), "on_release", c.OnRelease, "spare", spare)
+	if obs := m.observer(); obs != nil {
+		obs.ReleaseStarted(cur.Class)
+	}
 	return state, nil
 }
 

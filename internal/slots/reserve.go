@@ -37,6 +37,23 @@ const identifyGrace = 2 * time.Second
 // No lock is held while Reserve waits or reads the API.
 func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	arrived := time.Now()
+	waited := false
+	res, err := m.reserve(ctx, ids, arrived, &waited)
+	if o := m.observer(); o != nil {
+		outcome := ReserveFresh
+		switch {
+		case err != nil:
+			outcome = ReserveFailed
+		case waited:
+			outcome = ReserveWaited
+		}
+		o.ReserveDone(outcome, time.Since(arrived))
+	}
+	return res, err
+}
+
+// reserve is Reserve; it sets *waited when it had to wait.
+func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool) ([]Slot, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("no device IDs to reserve")
 	}
@@ -50,6 +67,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 		if err != nil || wait == "" {
 			return res, err
 		}
+		*waited = true
 		m.log.Debug("reserve waiting", "devices", ids, "reason", wait)
 		m.Kick()
 		retry := time.NewTimer(time.Second)

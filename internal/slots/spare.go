@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 )
@@ -97,7 +98,10 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
-			return m.tendSlotLocked(ctx, out, tend{focus: rs.Dataset, first: m.knownRelease(out, rs, Owner{}), outside: true}, unlock)
+			began := time.Now()
+			err := m.tendSlotLocked(ctx, out, tend{focus: rs.Dataset, first: m.knownRelease(out, rs, Owner{}), outside: true}, unlock)
+			m.observeRelease(out.Class, err, began)
+			return err
 		})
 	}
 	m.Kick() // record the asker as owner, off Reserve's path

@@ -119,6 +119,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	}
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
+	m.parentRoom = parentRoomOf(cfg.Parent, datasets)
 	m.mu.Unlock()
 	return errors.Join(errs...)
 }

@@ -45,6 +45,9 @@ type Runner struct {
 	BusyBackoff time.Duration
 	// Logger receives one debug line per command; nil means no logging.
 	Logger hclog.Logger
+	// Observer, when set, is told of every process the runner ran (each
+	// busy retry is one). Set it before the runner is first used.
+	Observer Observer
 
 	runs atomic.Int64
 }
@@ -152,10 +155,12 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte
 	if t := groupKill.Load(); t != nil && syscall.Kill(-cmd.Process.Pid, 0) != nil {
 		t.Stop()
 	}
+	took := time.Since(start)
 	if r.Logger != nil {
-		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", time.Since(start), "error", err)
+		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "error", err)
 	}
 	if err == nil {
+		r.observe(bin, args, nil, took)
 		return stdout.Bytes(), nil
 	}
 
@@ -174,6 +179,7 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte
 	default:
 		zerr.Err = err
 	}
+	r.observe(bin, args, zerr, took)
 	return stdout.Bytes(), zerr
 }
 

@@ -1,0 +1,3 @@
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset = 

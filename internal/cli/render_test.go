@@ -1,0 +1,186 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		must.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	must.NoError(t, err)
+	must.EqOp(t, string(want), string(got), must.Sprint("go test ./internal/cli -update rewrites "+path))
+}
+
+func u64(n uint64) *uint64 { return &n }
+
+// sampleStatus has a slot in every state, a holder known only to Nomad, a
+// job name with a TAB, and sizes from bytes to GiB.
+func sampleStatus() statusReport {
+	return statusReport{
+		Parent: "tank/nomad",
+		Pool:   poolStatus{Name: "tank", Health: "ONLINE", AvailableBytes: u64(13<<30 + 512<<20)},
+		Nomad:  nomadStatus{Address: "http://127.0.0.1:4646", Read: true, NodeID: "5e1c0a3d-8f2b-4c41-9a55-2b7f6c0f9e11"},
+		Classes: []classSummary{
+			{Name: "fast", Slots: 1, QuotaBytes: 1 << 30, InUse: 1},
+			{Name: "scratch", Slots: 4, QuotaBytes: 64 << 20, Free: 1, InUse: 1, Releasing: 1, Unhealthy: 1},
+		},
+		Slots: []slotRow{
+			{Class: "fast", Device: "fast-0", Dataset: "tank/nomad/fast/0", State: stateInUse, UsedBytes: 700 << 20, QuotaBytes: 1 << 30,
+				Holder:      &holder{Namespace: "default", Job: "etl", Group: "g", Task: "load", AllocID: "0b9d6c1e-4cde-4f07-8a1e-3c9b0f3e5d21"},
+				AllocStatus: "pending"},
+			{Class: "scratch", Device: "scratch-0", Dataset: "tank/nomad/scratch/0", State: stateFree, UsedBytes: 96 << 10, QuotaBytes: 64 << 20},
+			{Class: "scratch", Device: "scratch-1", Dataset: "tank/nomad/scratch/1.alt", State: stateInUse, UsedBytes: 2 << 20, QuotaBytes: 64 << 20,
+				Holder:      &holder{Namespace: "web", Job: "build\tnightly", Group: "ci", Task: "make", AllocID: "7f3e2a10-1b2c-4d5e-8f90-a1b2c3d4e5f6", Recorded: true},
+				AllocStatus: "running", Spare: "tank/nomad/scratch/1",
+				Reason: "previous dataset tank/nomad/scratch/1 on its way to the archive"},
+			{Class: "scratch", Device: "scratch-2", Dataset: "tank/nomad/scratch/2", State: stateReleasing, UsedBytes: 10 << 20, QuotaBytes: 64 << 20,
+				Holder:      &holder{Namespace: "default", Job: "batch", Group: "g", Task: "t", AllocID: "c4a1f9d2-0000-4000-8000-000000000000", Recorded: true},
+				AllocStatus: "complete",
+				Reason:      `releasing: allocation c4a1f9d2 ("default"/"batch", group "g", task "t") has ended; its dataset is being archived`},
+			{Class: "scratch", Device: "scratch-3", Dataset: "tank/nomad/scratch/3", State: stateUnhealthy, UsedBytes: 512, QuotaBytes: 64 << 20,
+				Reason: "dataset tank/nomad/scratch/3 is not mounted (mounted=no, mountpoint=/tank/nomad/scratch/3)"},
+		},
+		Foreign: []string{"tank/nomad/mine"},
+		Archive: archive{Datasets: 3, UsedBytes: 123 << 20},
+	}
+}
+
+func TestRenderStatus_Golden(t *testing.T) {
+	cases := []struct {
+		name   string
+		golden string
+		edit   func(*statusReport)
+	}{
+		{name: "every state", golden: "status.golden", edit: func(*statusReport) {}},
+		{name: "nomad down", golden: "status-nomad-down.golden", edit: func(r *statusReport) {
+			r.Nomad = nomadStatus{Address: "http://127.0.0.1:4646", Error: `GET /v1/node/5e1c0a3d/allocations: dial tcp 127.0.0.1:4646: connect: connection refused`}
+			for i := range r.Slots {
+				r.Slots[i].AllocStatus = ""
+			}
+			r.Slots[0].Holder = nil
+		}},
+		{name: "pool not imported", golden: "status-pool-gone.golden", edit: func(r *statusReport) {
+			r.Pool = poolStatus{Name: "tank", Error: "pool tank is not imported: zpool list -H -o name,health tank: cannot open 'tank': no such pool"}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := sampleStatus()
+			tc.edit(&r)
+			var b bytes.Buffer
+			must.NoError(t, renderStatus(&b, r))
+			golden(t, tc.golden, b.Bytes())
+		})
+	}
+}
+
+func TestStatusJSON_RoundTrip(t *testing.T) {
+	var b bytes.Buffer
+	must.NoError(t, writeJSON(&b, sampleStatus()))
+	var back statusReport
+	must.NoError(t, json.Unmarshal(b.Bytes(), &back))
+	must.Eq(t, sampleStatus(), back)
+	// Field names scripts rely on.
+	var raw map[string]any
+	must.NoError(t, json.Unmarshal(b.Bytes(), &raw))
+	slot := raw["slots"].([]any)[2].(map[string]any)
+	must.EqOp(t, "in use", slot["state"].(string))
+	must.EqOp(t, "build\tnightly", slot["holder"].(map[string]any)["job"].(string))
+	must.EqOp(t, float64(2<<20), slot["used_bytes"].(float64))
+}
+
+func sampleChecks() []check {
+	return []check{
+		{Name: "config", Status: checkOK, Message: `/etc/nomad.d/client.hcl: one plugin block; parent tank/nomad; classes scratch: 4 × 64.0 MiB`},
+		{Name: "plugin_dir", Status: checkOK, Message: "/opt/nomad/data/plugins/nomad-device-zfs is nomad-device-zfs 0.2.0 (commit 1a2b3c4)"},
+		{Name: "zfs", Status: checkOK, Message: "OpenZFS zfs-2.3.2-2~bpo12+2 answers (zfs and zpool on PATH)"},
+		{Name: "pool", Status: checkWarn, Message: "pool tank is ONLINE; 100.0 MiB available to tank/nomad; the classes' quotas add up to 256.0 MiB: over-committed, tenants together could fill the pool before reaching their quotas",
+			Fix: "add space, or lower slots or quota, unless the over-commitment is deliberate"},
+		{Name: "parent", Status: checkOK, Message: "tank/nomad exists; everything under it is the plugin's"},
+		{Name: "slots", Status: checkOK, Message: "4 slots: 3 free, 1 in use, 0 releasing"},
+		{Name: "nomad-api", Status: checkOK, Message: "https://127.0.0.1:4646 answers (leader 127.0.0.1:4647)"},
+		{Name: "node", Status: checkOK, Message: "node 5e1c0a3d-8f2b-4c41-9a55-2b7f6c0f9e11 (learned from the agent)"},
+		{Name: "token", Status: checkFail, Message: `the Nomad token "zfs" cannot read jobs in namespace "other"`,
+			Fix: `apply examples/acl/zfs-plugin.policy.hcl (node read, read-job on namespace "*") to the plugin's token; until then every slot a job uses is kept, unhealthy`},
+		{Name: "allocations", Status: checkSkip, Message: "needs the node ID"},
+	}
+}
+
+func TestRenderDoctor_Golden(t *testing.T) {
+	var b bytes.Buffer
+	must.NoError(t, renderDoctor(&b, sampleChecks()))
+	golden(t, "doctor.golden", b.Bytes())
+	must.True(t, failed(sampleChecks()))
+	must.False(t, failed(sampleChecks()[:8]))
+
+	b.Reset()
+	must.NoError(t, writeJSON(&b, sampleChecks()))
+	var back []map[string]string
+	must.NoError(t, json.Unmarshal(b.Bytes(), &back))
+	must.SliceLen(t, 10, back)
+	must.EqOp(t, "token", back[8]["check"])
+	must.EqOp(t, "fail", back[8]["status"])
+	must.StrContains(t, back[8]["fix"], "zfs-plugin.policy.hcl")
+	_, hasFix := back[0]["fix"]
+	must.False(t, hasFix)
+}
+
+func TestBytesIEC(t *testing.T) {
+	cases := []struct {
+		n    uint64
+		want string
+	}{
+		{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {64 << 20, "64.0 MiB"},
+		{3<<30 + 512<<20, "3.5 GiB"}, {5 << 40, "5.0 TiB"}, {1 << 62, "4.0 EiB"},
+	}
+	for _, tc := range cases {
+		must.EqOp(t, tc.want, bytesIEC(tc.n))
+	}
+}
+
+func TestMain_Usage(t *testing.T) {
+	cases := []struct {
+		args    []string
+		code    int
+		outHas  string
+		errHas  string
+		noStdio bool
+	}{
+		{args: []string{"version"}, code: 0, outHas: "nomad-device-zfs "},
+		{args: []string{"help"}, code: 0, outHas: "status"},
+		{args: []string{"status", "-help"}, code: 0, outHas: "-config=<path>"},
+		{args: []string{"doctor", "-help"}, code: 0, outHas: "Exits 1 when any check fails"},
+		{args: []string{"nonsense"}, code: 2, errHas: `unknown command "nonsense"`},
+		{args: []string{"status", "-bogus"}, code: 2, errHas: "flag provided but not defined: -bogus"},
+		{args: []string{"status", "extra"}, code: 2, errHas: `unexpected argument "extra"`},
+		{args: []string{"status", "-timeout", "soon"}, code: 2, errHas: "-timeout=soon"},
+		{args: []string{"status"}, code: 1, errHas: "give -config=<agent configuration>"},
+		{args: []string{"status", "-config", "testdata/nope.hcl"}, code: 1, errHas: "testdata/nope.hcl"},
+		{args: []string{"status", "-parent", "-x"}, code: 1, errHas: "-parent=-x"},
+	}
+	for _, tc := range cases {
+		var out, errb bytes.Buffer
+		code := Main(tc.args, &out, &errb)
+		must.EqOp(t, tc.code, code, must.Sprintf("%v: stdout %q stderr %q", tc.args, out.String(), errb.String()))
+		if tc.outHas != "" {
+			must.StrContains(t, out.String(), tc.outHas)
+		}
+		if tc.errHas != "" {
+			must.StrContains(t, errb.String(), tc.errHas)
+		}
+	}
+}

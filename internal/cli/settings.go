@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// common are the flags every operator command takes.
+type common struct {
+	configs  stringList
+	parent   string
+	address  string
+	token    string
+	nodeID   string
+	jsonOut  bool
+	timeout  string
+	settings device.Settings
+	agent    *agentconfig.Agent // nil without -config
+	fromZFS  bool               // the classes were read from ZFS (-parent without -config)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+const commonHelp = `
+Where the settings come from:
+
+  -config=<path>
+    A Nomad agent configuration file or directory, as given to
+    "nomad agent -config"; may be repeated. The plugin "nomad-device-zfs"
+    block in it gives the parent dataset, the classes and the nomad block.
+
+  -parent=<dataset>
+    Without -config: the plugin's parent dataset. The classes are then read
+    from the datasets the plugin made under it.
+
+  -address=<addr>, -token=<secret>, -node-id=<id>
+    Override the nomad block's address, token and node_id (which otherwise
+    fall back to NOMAD_ADDR, NOMAD_TOKEN and the local agent, as the plugin
+    does).
+
+  -json
+    Print the result as JSON.
+
+  -timeout=<duration>
+    Give up on ZFS and Nomad after this long. Default: 30s.
+`
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.Var(&c.configs, "config", "agent configuration file or directory (repeatable)")
+	fs.StringVar(&c.parent, "parent", "", "the parent dataset, without -config")
+	fs.StringVar(&c.address, "address", "", "Nomad API address (overrides the nomad block)")
+	fs.StringVar(&c.token, "token", "", "Nomad ACL token (overrides the nomad block)")
+	fs.StringVar(&c.nodeID, "node-id", "", "Nomad node ID (overrides the nomad block)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print JSON")
+	fs.StringVar(&c.timeout, "timeout", "30s", "deadline for ZFS and Nomad")
+}
+
+// load resolves the settings: from -config, else from -parent and what
+// ZFS holds under it. Flags override the nomad block.
+func (c *common) load(ctx context.Context, z *zfs.Client) error {
+	switch {
+	case len(c.configs) > 0:
+		a, err := agentconfig.Load(c.configs)
+		if err != nil {
+			return err
+		}
+		c.agent = a
+		p, ok := a.Plugin(device.PluginName)
+		if !ok {
+			return fmt.Errorf("no plugin %q block in %s", device.PluginName, strings.Join(a.Files, ", "))
+		}
+		if c.settings, err = device.SettingsFromAgentConfig(p.Config); err != nil {
+			return fmt.Errorf("%s: %w", p.File, err)
+		}
+		if c.parent != "" && c.parent != c.settings.Slots.Parent {
+			return fmt.Errorf("-parent=%s differs from parent_dataset %q in %s", c.parent, c.settings.Slots.Parent, p.File)
+		}
+	case c.parent != "":
+		if err := zfs.ValidateDatasetName(c.parent); err != nil {
+			return fmt.Errorf("-parent=%s: %w", c.parent, err)
+		}
+		cfg, err := classesFromZFS(ctx, z, c.parent)
+		if err != nil {
+			return err
+		}
+		c.settings.Slots, c.fromZFS = cfg, true
+	default:
+		return errors.New("give -config=<agent configuration> (or -parent=<dataset>)")
+	}
+	if c.address != "" {
+		c.settings.Nomad.Address = c.address
+	}
+	if c.nodeID != "" {
+		c.settings.Nomad.NodeID = c.nodeID
+	}
+	if c.token != "" {
+		c.settings.Nomad.Token, c.settings.Nomad.TokenFile = c.token, ""
+	}
+	return nil
+}
+
+// classesFromZFS rebuilds the classes from what the plugin made under
+// parent: each class container, with as many slots as its highest slot
+// index and the quota its slots carry. Enough to show the slots when the
+// agent's configuration is not at hand.
+func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Config, error) {
+	cfg := slots.Config{Parent: parent}
+	ds, err := z.Get(ctx, parent, 2, "refquota", slots.PropManaged)
+	if err != nil {
+		return cfg, fmt.Errorf("reading %s: %w", parent, err)
+	}
+	classes := map[string]*slots.Class{}
+	for _, d := range ds {
+		rel, ok := strings.CutPrefix(d.Name, parent+"/")
+		if !ok || d.Err != nil {
+			continue
+		}
+		first, rest, nested := strings.Cut(rel, "/")
+		managed, _ := d.Local(slots.PropManaged)
+		switch {
+		case !nested && managed == slots.ManagedClass:
+			if classes[first] == nil {
+				classes[first] = &slots.Class{Name: first}
+			}
+		case nested && managed == slots.ManagedSlot && !strings.HasPrefix(first, "."):
+			idx := slotIndexOf(rest)
+			if idx < 0 {
+				continue
+			}
+			c := classes[first]
+			if c == nil {
+				c = &slots.Class{Name: first}
+				classes[first] = c
+			}
+			c.Slots = max(c.Slots, idx+1)
+			if q, err := d.Bytes("refquota"); err == nil && q > 0 {
+				c.Quota = q
+			}
+		}
+	}
+	names := make([]string, 0, len(classes))
+	for n := range classes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		cfg.Classes = append(cfg.Classes, *classes[n])
+	}
+	if len(cfg.Classes) == 0 {
+		return cfg, fmt.Errorf("no class of nomad-device-zfs under %s: is it the plugin's parent_dataset?", parent)
+	}
+	return cfg, nil
+}
+
+// slotIndexOf reads "3" or "3.alt"; -1 for anything else.
+func slotIndexOf(s string) int {
+	s = strings.TrimSuffix(s, ".alt")
+	if s == "" || len(s) > 4 || (len(s) > 1 && s[0] == '0') {
+		return -1
+	}
+	n := 0
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return -1
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n
+}

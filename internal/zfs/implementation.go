@@ -1,0 +1,35 @@
+package zfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+)
+
+// Implementation names the ZFS this machine runs, for the operator's
+// `doctor`: "OpenZFS zfs-2.3.2-2~bpo12+2" from `zfs version` where it
+// exists, else the kernel module's version from sysfs, else "zfs-fuse"
+// when there is no /dev/zfs (zfs-fuse 0.7 has no version command). It
+// returns an error only when ZFS does not answer at all (`zpool list`).
+func (c *Client) Implementation(ctx context.Context) (string, error) {
+	if _, err := c.Runner.ZpoolCmd(ctx, "list", "-H", "-o", "name"); err != nil {
+		return "", err
+	}
+	out, err := c.Runner.ZFSCmd(ctx, "version")
+	if err == nil {
+		if line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n"); line != "" {
+			return "OpenZFS " + line, nil
+		}
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return "", ctxErr
+	}
+	if b, err := os.ReadFile("/sys/module/zfs/version"); err == nil {
+		return "OpenZFS " + strings.TrimSpace(string(b)), nil
+	}
+	if _, err := os.Stat("/dev/zfs"); errors.Is(err, os.ErrNotExist) {
+		return "zfs-fuse", nil
+	}
+	return "ZFS (version unknown)", nil
+}
