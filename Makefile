@@ -2,19 +2,28 @@
 SHELL        := /bin/bash
 GO           ?= go
 MODULE       := github.com/nomad-device-zfs/nomad-device-zfs
-VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT       ?= $(shell git rev-parse --short HEAD 2>/dev/null)
-LDFLAGS      := -X $(MODULE)/internal/device.Version=$(VERSION) -X $(MODULE)/internal/device.Commit=$(COMMIT)
+# VERSION and COMMIT come from the git tag (dist/version, one place for
+# `build` and `dist`): tag v0.3.0 gives 0.3.0, 3 commits later 0.3.0+3.g1a2b3c4,
+# no tag 0.0.0-dev+g1a2b3c4. Worked out once, and only by targets that use them.
+VCS           = $(eval VCS := $$(shell $$(GO) -C dist run ./cmd/version))$(VCS)
+VERSION      ?= $(word 1,$(VCS))
+COMMIT       ?= $(word 2,$(VCS))
+DIST_OUT     ?= $(CURDIR)/dist/out
+LDFLAGS       = -X $(MODULE)/internal/device.Version=$(VERSION) -X $(MODULE)/internal/device.Commit=$(COMMIT)
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: help build test deps bench lint demo nomad clean
+.PHONY: help build dist test deps bench lint demo nomad clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/nomad-device-zfs (drop it into a Nomad client's plugin_dir)
+	$(if $(VERSION),,$(error cannot work out the version: see the error above))
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nomad-device-zfs ./cmd/nomad-device-zfs
+
+dist: ## release files in dist/out (DIST_OUT=dir): linux/amd64 and arm64 zip, .deb, .rpm, SHA256SUMS
+	$(GO) -C dist run ./cmd/dist -repo $(CURDIR) -out $(DIST_OUT)
 
 deps: ## as root: install zfs-fuse when no ZFS is present, and build the pinned Nomad (cached)
 	bash scripts/ensure-zfs.sh
@@ -22,14 +31,16 @@ deps: ## as root: install zfs-fuse when no ZFS is present, and build the pinned 
 
 test: deps ## run every test: unit, real pool, real gRPC, real Nomad agent (as root)
 	$(GO) test -p 1 -count=1 -timeout 45m ./...
+	$(GO) -C dist test -count=1 ./...
 
 bench: deps ## as root: the plugin against zfs floors on real pools (10/100/900 slots), then the churn of short jobs on a real Nomad agent against the same jobs without a device; prints tables, writes bench/results.json and bench/churn-results.json
 	$(GO) run ./bench/cmd/zfsbench -out bench/results.json
 	$(GO) run ./bench/cmd/zfsbench -churn -churn-out bench/churn-results.json
 
 lint: ## gofmt, go vet, staticcheck
-	@out=$$(gofmt -l cmd internal e2e bench); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd internal e2e bench dist); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C dist vet ./...
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
 	$(TOOLS)/staticcheck ./...
 
@@ -40,4 +51,4 @@ nomad: ## build the pinned Nomad agent and print its path
 	@bash scripts/build-nomad.sh
 
 clean: ## remove build output
-	rm -rf bin
+	rm -rf bin dist/out
