@@ -73,8 +73,9 @@ type statusJSON struct {
 	Parent string
 	Pool   struct{ Name, Health, Error string }
 	Nomad  struct {
-		Read  bool
-		Error string
+		Read       bool
+		Error      string
+		Incomplete string
 	}
 	Classes []struct {
 		Name      string
@@ -208,6 +209,11 @@ func TestOperator_DoctorAndStatus(t *testing.T) {
 		must.EqOp(t, "fail", c["token"].Status)
 		must.StrContains(t, c["token"].Message, `the Nomad token "limited" cannot read jobs in namespace`)
 		must.EqOp(t, "ok", c["nomad-api"].Status)
+
+		// status with that token says its read may miss allocations.
+		st := statusOf(t, runCLI(t, bin, []string{"NOMAD_ADDR=" + a.Addr, "NOMAD_TOKEN=" + tok.SecretID}, "status", "-json", "-config", agentCfg))
+		must.True(t, st.Nomad.Read)
+		must.StrContains(t, st.Nomad.Incomplete, `the Nomad token "limited" cannot read jobs in namespace`)
 	})
 
 	// The tenant ends; then the agent goes down.

@@ -59,6 +59,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "version", "-version", "--version":
+		switch {
+		case len(args) == 2 && (args[1] == "-help" || args[1] == "-h" || args[1] == "--help"):
+			fmt.Fprint(stdout, versionHelp)
+			return exitOK
+		case len(args) > 1:
+			fmt.Fprintf(stderr, "version: unexpected argument %q\n\n%s", args[1], versionHelp)
+			return exitUsage
+		}
 		fmt.Fprintln(stdout, device.VersionString())
 		return exitOK
 	case "help", "-h", "-help", "--help":
@@ -96,6 +104,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "nomad-device-zfs: unknown command %q\n\n%s", args[0], usage)
 	return exitUsage
 }
+
+const versionHelp = `Usage: nomad-device-zfs version
+
+  Prints the plugin's version and the commit it was built from, as Nomad
+  shows the plugin's version in its fingerprint.
+`
 
 const statusHelp = `Usage: nomad-device-zfs status [options]
 
@@ -142,6 +156,7 @@ func runCommand(name, help string, args []string, stdout, stderr io.Writer,
 		fmt.Fprintf(stderr, "%s: -timeout=%s: want a positive duration such as 30s\n", name, c.timeout)
 		return exitUsage
 	}
+	c.deadline = timeout
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	log := hclog.New(&hclog.LoggerOptions{Name: device.PluginName, Output: stderr, Level: hclog.Error})

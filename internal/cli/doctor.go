@@ -54,11 +54,22 @@ func (d *doctor) add(name, status, msg, fix string) {
 
 func (d *doctor) skip(name, why string) { d.add(name, checkSkip, why, "") }
 
+// phase gives a group of checks (ZFS, then Nomad) its own -timeout, so a
+// slow ZFS does not make Nomad look down, nor the reverse.
+func (d *doctor) phase(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.c.deadline <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d.c.deadline)
+}
+
 // run performs every check and returns them.
 func (d *doctor) run(ctx context.Context) []check {
 	d.checkConfig()
 	d.checkPluginDir(ctx)
-	zfsOK := d.checkZFS(ctx)
+	zctx, cancel := d.phase(ctx)
+	defer cancel()
+	zfsOK := d.checkZFS(zctx)
 	switch {
 	case !zfsOK:
 		for _, n := range []string{"pool", "parent", "slots"} {
@@ -69,7 +80,14 @@ func (d *doctor) run(ctx context.Context) []check {
 			d.skip(n, "needs the plugin's configuration")
 		}
 	default:
-		d.checkTree(ctx)
+		obs, err := slots.Observe(zctx, d.z, d.c.settings.Slots)
+		if err != nil {
+			for _, n := range []string{"pool", "parent", "slots"} {
+				d.add(n, checkFail, err.Error(), "ZFS did not answer in time: check zpool status, or give a longer -timeout")
+			}
+		} else {
+			d.checks = append(d.checks, treeChecks(d.c.settings.Slots, obs)...)
+		}
 	}
 	if d.loadErr != nil {
 		for _, n := range []string{"nomad-api", "node", "token", "allocations"} {
@@ -77,7 +95,9 @@ func (d *doctor) run(ctx context.Context) []check {
 		}
 		return d.checks
 	}
-	d.checkNomad(ctx)
+	nctx, cancel2 := d.phase(ctx)
+	defer cancel2()
+	d.checkNomad(nctx)
 	return d.checks
 }
 
@@ -86,6 +106,10 @@ func (d *doctor) checkConfig() {
 	c := d.c
 	if c.agent == nil {
 		switch {
+		case errors.Is(d.loadErr, errClassesFromZFS):
+			d.add(name, checkFail, d.loadErr.Error(), "see the zfs line; or give -config=<agent configuration> instead of -parent")
+		case errors.Is(d.loadErr, errFlag), errors.Is(d.loadErr, errParentFlag):
+			d.add(name, checkFail, d.loadErr.Error(), "correct the flag")
 		case d.loadErr != nil:
 			d.add(name, checkFail, d.loadErr.Error(), "point -config at the agent's configuration file or directory (as given to nomad agent -config)")
 		default:
@@ -108,6 +132,9 @@ func (d *doctor) checkConfig() {
 		}
 		d.add(name, checkFail, fmt.Sprintf("%d plugin %q blocks (in %s): Nomad keeps only the last one's config", len(blocks), device.PluginName, strings.Join(where, ", ")),
 			"keep exactly one plugin block for nomad-device-zfs")
+		return
+	case errors.Is(d.loadErr, errFlag), errors.Is(d.loadErr, errParentFlag):
+		d.add(name, checkFail, d.loadErr.Error(), "correct the flag, or leave it out to use the configuration's value")
 		return
 	case d.loadErr != nil:
 		d.add(name, checkFail, d.loadErr.Error(), "correct the field named; the agent would refuse to start the plugin with the same error")
@@ -201,37 +228,34 @@ func (d *doctor) checkZFS(ctx context.Context) bool {
 	return true
 }
 
-// checkTree checks the pool, the parent dataset and the slots, from one
-// read-only observation.
-func (d *doctor) checkTree(ctx context.Context) {
-	cfg := d.c.settings.Slots
-	obs, err := slots.Observe(ctx, d.z, cfg)
-	if err != nil {
-		for _, n := range []string{"pool", "parent", "slots"} {
-			d.add(n, checkFail, err.Error(), "ZFS did not answer in time: check zpool status")
-		}
-		return
+// treeChecks judges the pool, the parent dataset and the slots from one
+// read-only observation. It is a pure function of the configuration and
+// what ZFS said.
+func treeChecks(cfg slots.Config, obs slots.Observation) []check {
+	var out []check
+	add := func(name, status, msg, fix string) {
+		out = append(out, check{Name: name, Status: status, Message: oneLine(msg), Fix: fix})
 	}
 	// pool
 	switch {
 	case obs.PoolErr != nil:
-		d.add("pool", checkFail, obs.PoolErr.Error(), fmt.Sprintf("import the pool (zpool import %s)", obs.Pool))
+		add("pool", checkFail, obs.PoolErr.Error(), fmt.Sprintf("import the pool (zpool import %s)", obs.Pool))
 	case obs.PoolHealth != "ONLINE":
-		d.add("pool", checkFail, fmt.Sprintf("pool %s is %s", obs.Pool, obs.PoolHealth),
+		add("pool", checkFail, fmt.Sprintf("pool %s is %s", obs.Pool, obs.PoolHealth),
 			fmt.Sprintf("repair the pool (zpool status -x %s); no slot is offered meanwhile", obs.Pool))
 	case !obs.AvailableKnown:
-		d.add("pool", checkWarn, fmt.Sprintf("pool %s is ONLINE; the space available to %s is not known", obs.Pool, cfg.Parent), "")
+		add("pool", checkWarn, fmt.Sprintf("pool %s is ONLINE; the space available to %s is not known", obs.Pool, cfg.Parent), "check zfs get available "+cfg.Parent)
 	default:
-		d.checkRoom(cfg, obs)
+		out = append(out, roomCheck(cfg, obs))
 	}
 	// parent
 	switch {
 	case obs.PoolErr != nil:
-		d.skip("parent", "needs the pool")
+		add("parent", checkSkip, "needs the pool", "")
 	case errors.Is(obs.ParentErr, zfs.ErrNotExist):
-		d.add("parent", checkFail, fmt.Sprintf("parent dataset %s does not exist", cfg.Parent), fmt.Sprintf("zfs create %s (the plugin never creates it)", cfg.Parent))
+		add("parent", checkFail, fmt.Sprintf("parent dataset %s does not exist", cfg.Parent), fmt.Sprintf("zfs create %s (the plugin never creates it)", cfg.Parent))
 	case obs.ParentErr != nil:
-		d.add("parent", checkFail, fmt.Sprintf("parent dataset %s cannot be read: %v", cfg.Parent, obs.ParentErr), "check zfs get all "+cfg.Parent)
+		add("parent", checkFail, fmt.Sprintf("parent dataset %s cannot be read: %v", cfg.Parent, obs.ParentErr), "check zfs get all "+cfg.Parent)
 	case len(obs.Foreign) > 0 || len(obs.Unreadable) > 0:
 		var parts []string
 		if len(obs.Foreign) > 0 {
@@ -240,71 +264,81 @@ func (d *doctor) checkTree(ctx context.Context) {
 		if len(obs.Unreadable) > 0 {
 			parts = append(parts, fmt.Sprintf("%d datasets whose properties do not parse: %s", len(obs.Unreadable), strings.Join(obs.Unreadable, ", ")))
 		}
-		d.add("parent", checkWarn, fmt.Sprintf("%s exists; %s", cfg.Parent, strings.Join(parts, "; ")),
+		add("parent", checkWarn, fmt.Sprintf("%s exists; %s", cfg.Parent, strings.Join(parts, "; ")),
 			"move datasets you made yourself out of the plugin's parent; the plugin never touches them, and a foreign dataset where a slot belongs keeps that slot out of service")
 	default:
-		d.add("parent", checkOK, fmt.Sprintf("%s exists; everything under it is the plugin's", cfg.Parent), "")
+		add("parent", checkOK, fmt.Sprintf("%s exists; everything under it is the plugin's", cfg.Parent), "")
 	}
 	// slots
 	if obs.ParentErr != nil {
-		d.skip("slots", "needs the parent dataset")
-		return
+		add("slots", checkSkip, "needs the parent dataset", "")
+		return out
 	}
-	var free, inUse, releasing, missing int
+	n := map[string]int{}
+	var missing int
 	var bad []string
 	for _, s := range obs.Slots {
 		state, reason := stateOf(s)
-		switch state {
-		case stateFree:
-			free++
-		case stateInUse:
-			inUse++
-		case stateReleasing:
-			releasing++
-		default:
-			if strings.HasSuffix(reason, "is missing") {
-				missing++
-				continue
-			}
+		switch {
+		case !s.Present():
+			missing++
+		case state == stateUnhealthy, state == stateInUse && !s.Healthy:
 			bad = append(bad, s.ID+": "+reason)
 		}
-	}
-	summary := fmt.Sprintf("%d slots: %d free, %d in use, %d releasing", len(obs.Slots), free, inUse, releasing)
-	switch {
-	case len(bad) > 0:
-		d.add("slots", checkWarn, fmt.Sprintf("%s, %d unhealthy: %s", summary, len(bad), strings.Join(bad, "; ")),
-			"see `nomad-device-zfs status` and docs/troubleshooting.md for each reason")
-	case missing > 0:
-		d.add("slots", checkWarn, fmt.Sprintf("%s, %d not created yet", summary, missing),
-			"the plugin creates missing slots at its next fingerprint: is the agent running with this configuration?")
-	default:
-		d.add("slots", checkOK, summary, "")
-	}
-}
-
-// checkRoom compares the space the parent may still use with the classes'
-// quotas.
-func (d *doctor) checkRoom(cfg slots.Config, obs slots.Observation) {
-	var total, largest uint64
-	var largestClass string
-	for _, cl := range cfg.Classes {
-		total += uint64(cl.Slots) * cl.Quota
-		if cl.Quota > largest {
-			largest, largestClass = cl.Quota, cl.Name
+		if s.Present() {
+			n[state]++
 		}
 	}
-	avail := obs.Available
-	msg := fmt.Sprintf("pool %s is ONLINE; %s available to %s; the classes' quotas add up to %s", obs.Pool, bytesIEC(avail), cfg.Parent, bytesIEC(total))
+	summary := fmt.Sprintf("%s: %d free, %d in use, %d releasing", plural(len(obs.Slots), "slot"), n[stateFree], n[stateInUse], n[stateReleasing])
 	switch {
-	case avail < largest:
-		d.add("pool", checkFail, msg+fmt.Sprintf(": less than one quota of class %s (%s), so its free slots are not offered", largestClass, bytesIEC(largest)),
-			"free space in the pool, or lower the quota")
-	case avail < total:
-		d.add("pool", checkWarn, msg+": over-committed, tenants together could fill the pool before reaching their quotas",
-			"add space, or lower slots or quota, unless the over-commitment is deliberate")
+	case len(bad) > 0:
+		add("slots", checkWarn, fmt.Sprintf("%s; %d unhealthy: %s", summary, len(bad), strings.Join(bad, "; ")),
+			"see `nomad-device-zfs status` and docs/troubleshooting.md for each reason")
+	case missing > 0:
+		add("slots", checkWarn, fmt.Sprintf("%s; %d not created yet", summary, missing),
+			"the plugin creates missing slots at its next fingerprint: is the agent running with this configuration?")
 	default:
-		d.add("pool", checkOK, msg, "")
+		add("slots", checkOK, summary, "")
 	}
+	return out
+}
+
+// roomCheck compares the pool's space with the classes' quotas. What the
+// slots may still write is the parent's available space plus what they
+// already use; promised is every slot's quota. A free slot whose class
+// quota exceeds what is available is not offered by the plugin: that
+// fails. Promising more than the pool holds is a warning (deliberate
+// over-commitment is common).
+func roomCheck(cfg slots.Config, obs slots.Observation) check {
+	quota := map[string]uint64{}
+	var promised uint64
+	for _, cl := range cfg.Classes {
+		quota[cl.Name] = cl.Quota
+		promised += uint64(cl.Slots) * cl.Quota
+	}
+	var used uint64
+	var starved []string
+	for _, s := range obs.Slots {
+		used += s.Usage.Used
+		if s.Present() && s.State == slots.StateFree && obs.Available < quota[s.Class] {
+			starved = append(starved, s.ID)
+		}
+	}
+	room := obs.Available + used
+	msg := fmt.Sprintf("pool %s is ONLINE; the slots may write %s (%s available, %s used), their quotas add up to %s",
+		obs.Pool, bytesIEC(room), bytesIEC(obs.Available), bytesIEC(used), bytesIEC(promised))
+	c := check{Name: "pool", Status: checkOK, Message: msg}
+	switch {
+	case len(starved) > 0:
+		c.Status = checkFail
+		c.Message += fmt.Sprintf("; free slots %s are not offered: %s available is less than their quota", strings.Join(starved, ", "), bytesIEC(obs.Available))
+		c.Fix = "free space in the pool (the archive under " + cfg.ArchiveDataset() + " may hold old tenants' data), or lower the quota"
+	case room < promised:
+		c.Status = checkWarn
+		c.Message += ": over-committed, tenants together could fill the pool before reaching their quotas"
+		c.Fix = "add space, or lower slots or quota, unless the over-commitment is deliberate"
+	}
+	return c
 }
 
 // checkNomad checks the API, the node ID, the token and the node's

@@ -108,7 +108,7 @@ func sampleChecks() []check {
 		{Name: "config", Status: checkOK, Message: `/etc/nomad.d/client.hcl: one plugin block; parent tank/nomad; classes scratch: 4 × 64.0 MiB`},
 		{Name: "plugin_dir", Status: checkOK, Message: "/opt/nomad/data/plugins/nomad-device-zfs is nomad-device-zfs 0.2.0 (commit 1a2b3c4)"},
 		{Name: "zfs", Status: checkOK, Message: "OpenZFS zfs-2.3.2-2~bpo12+2 answers (zfs and zpool on PATH)"},
-		{Name: "pool", Status: checkWarn, Message: "pool tank is ONLINE; 100.0 MiB available to tank/nomad; the classes' quotas add up to 256.0 MiB: over-committed, tenants together could fill the pool before reaching their quotas",
+		{Name: "pool", Status: checkWarn, Message: "pool tank is ONLINE; the slots may write 102.0 MiB (100.0 MiB available, 2.0 MiB used), their quotas add up to 256.0 MiB: over-committed, tenants together could fill the pool before reaching their quotas",
 			Fix: "add space, or lower slots or quota, unless the over-commitment is deliberate"},
 		{Name: "parent", Status: checkOK, Message: "tank/nomad exists; everything under it is the plugin's"},
 		{Name: "slots", Status: checkOK, Message: "4 slots: 3 free, 1 in use, 0 releasing"},
@@ -154,13 +154,15 @@ func TestBytesIEC(t *testing.T) {
 
 func TestMain_Usage(t *testing.T) {
 	cases := []struct {
-		args    []string
-		code    int
-		outHas  string
-		errHas  string
-		noStdio bool
+		args   []string
+		code   int
+		outHas string
+		errHas string
 	}{
 		{args: []string{"version"}, code: 0, outHas: "nomad-device-zfs "},
+		{args: []string{"version", "-help"}, code: 0, outHas: "Usage: nomad-device-zfs version"},
+		{args: []string{"version", "extra"}, code: 2, errHas: `unexpected argument "extra"`},
+		{args: []string{"status", "-address", "127.0.0.1:4646", "-parent", "tank/nomad"}, code: 1, errHas: "-address=127.0.0.1:4646: want a URL such as http://127.0.0.1:4646"},
 		{args: []string{"help"}, code: 0, outHas: "status"},
 		{args: []string{"status", "-help"}, code: 0, outHas: "-config=<path>"},
 		{args: []string{"doctor", "-help"}, code: 0, outHas: "Exits 1 when any check fails"},

@@ -5,14 +5,31 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
+
+// Why the settings could not be loaded, for doctor's advice.
+var (
+	// errParentFlag: -parent disagrees with the configuration, or is no
+	// dataset name.
+	errParentFlag = errors.New("-parent")
+	// errFlag: another flag's value is wrong.
+	errFlag = errors.New("bad flag")
+	// errClassesFromZFS: without -config, the classes could not be read
+	// from ZFS under -parent.
+	errClassesFromZFS = errors.New("reading the classes from ZFS")
+)
+
+// nodeIDRE is the shape of a Nomad node ID (a UUID).
+var nodeIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // common are the flags every operator command takes.
 type common struct {
@@ -23,6 +40,7 @@ type common struct {
 	nodeID   string
 	jsonOut  bool
 	timeout  string
+	deadline time.Duration // -timeout, parsed
 	settings device.Settings
 	agent    *agentconfig.Agent // nil without -config
 	fromZFS  bool               // the classes were read from ZFS (-parent without -config)
@@ -71,6 +89,14 @@ func (c *common) register(fs *flag.FlagSet) {
 // load resolves the settings: from -config, else from -parent and what
 // ZFS holds under it. Flags override the nomad block.
 func (c *common) load(ctx context.Context, z *zfs.Client) error {
+	if c.address != "" {
+		if err := device.ValidateNomadAddress(c.address); err != nil {
+			return fmt.Errorf("%w: -address=%s: %w", errFlag, c.address, err)
+		}
+	}
+	if c.nodeID != "" && !nodeIDRE.MatchString(c.nodeID) {
+		return fmt.Errorf("%w: -node-id=%s: want a node ID such as 5e1c0a3d-8f2b-4c41-9a55-2b7f6c0f9e11 (nomad node status)", errFlag, c.nodeID)
+	}
 	switch {
 	case len(c.configs) > 0:
 		a, err := agentconfig.Load(c.configs)
@@ -86,11 +112,11 @@ func (c *common) load(ctx context.Context, z *zfs.Client) error {
 			return fmt.Errorf("%s: %w", p.File, err)
 		}
 		if c.parent != "" && c.parent != c.settings.Slots.Parent {
-			return fmt.Errorf("-parent=%s differs from parent_dataset %q in %s", c.parent, c.settings.Slots.Parent, p.File)
+			return fmt.Errorf("%w=%s differs from parent_dataset %q in %s", errParentFlag, c.parent, c.settings.Slots.Parent, p.File)
 		}
 	case c.parent != "":
 		if err := zfs.ValidateDatasetName(c.parent); err != nil {
-			return fmt.Errorf("-parent=%s: %w", c.parent, err)
+			return fmt.Errorf("%w=%s: %w", errParentFlag, c.parent, err)
 		}
 		cfg, err := classesFromZFS(ctx, z, c.parent)
 		if err != nil {
@@ -120,7 +146,7 @@ func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Co
 	cfg := slots.Config{Parent: parent}
 	ds, err := z.Get(ctx, parent, 2, "refquota", slots.PropManaged)
 	if err != nil {
-		return cfg, fmt.Errorf("reading %s: %w", parent, err)
+		return cfg, fmt.Errorf("%w under %s: %w", errClassesFromZFS, parent, err)
 	}
 	classes := map[string]*slots.Class{}
 	for _, d := range ds {
@@ -160,7 +186,7 @@ func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Co
 		cfg.Classes = append(cfg.Classes, *classes[n])
 	}
 	if len(cfg.Classes) == 0 {
-		return cfg, fmt.Errorf("no class of nomad-device-zfs under %s: is it the plugin's parent_dataset?", parent)
+		return cfg, fmt.Errorf("%w: no class of nomad-device-zfs under %s: is it the plugin's parent_dataset?", errClassesFromZFS, parent)
 	}
 	return cfg, nil
 }

@@ -57,6 +57,10 @@ type nomadStatus struct {
 	Read   bool   `json:"read"`
 	NodeID string `json:"node_id,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Incomplete says why the token may not see every allocation of the
+	// node ("" when it does): Nomad leaves out those of namespaces the
+	// token cannot read, so a holder missing from the read proves nothing.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 type classSummary struct {
@@ -145,7 +149,7 @@ func gatherStatus(ctx context.Context, z slots.Reader, c *common, log hclog.Logg
 			row.Holder = &holder{Namespace: o.Namespace, Job: o.Job, Group: o.Group, Task: o.Task, AllocID: o.AllocID, Recorded: true}
 		}
 		if snap != nil {
-			annotate(&row, snap)
+			annotate(&row, snap, r.Nomad.Incomplete != "")
 		}
 		r.Slots = append(r.Slots, row)
 	}
@@ -169,30 +173,42 @@ func readNomad(ctx context.Context, c *common, log hclog.Logger, ns *nomadStatus
 	}
 	ns.Read = true
 	ns.NodeID, _ = w.NodeID(ctx)
+	if v := w.Visibility(ctx); !v.All {
+		ns.Incomplete = v.Reason
+	}
 	return snap, nil
 }
 
-// stateOf maps a slot to the four states an operator reads.
+// stateOf maps a slot to the four states an operator reads, as the
+// plugin's metrics count them: a slot held by an allocation is in use
+// whatever its health (the reason says why it is unhealthy), one being
+// released is releasing, and a slot that is neither is free when healthy.
 func stateOf(s slots.Slot) (state, reason string) {
 	switch {
-	case s.State == slots.StateReleasing || s.State == slots.StateDestroying:
+	case s.Present() && (s.State == slots.StateReleasing || s.State == slots.StateDestroying):
 		return stateReleasing, s.HealthDesc
+	case s.Present() && s.State == slots.StateReserved:
+		return stateInUse, s.HealthDesc
 	case !s.Healthy:
 		return stateUnhealthy, s.HealthDesc
-	case s.State == slots.StateReserved:
-		return stateInUse, s.HealthDesc
 	}
 	return stateFree, s.HealthDesc
 }
 
 // annotate adds what Nomad says: the recorded holder's client status, or,
 // for a slot in use whose holder is not recorded yet, the live allocation
-// whose devices include the slot.
-func annotate(row *slotRow, snap *allocwatch.Snapshot) {
+// whose devices include the slot. With an incomplete read (a token that
+// cannot see every namespace) a holder missing from it is "not visible",
+// never "not on this node".
+func annotate(row *slotRow, snap *allocwatch.Snapshot, incomplete bool) {
 	if row.Holder != nil {
-		if a, ok := snap.Allocs[row.Holder.AllocID]; ok {
+		a, ok := snap.Allocs[row.Holder.AllocID]
+		switch {
+		case ok:
 			row.AllocStatus = a.ClientStatus
-		} else {
+		case incomplete:
+			row.AllocStatus = "not visible to the token"
+		default:
 			row.AllocStatus = "not on this node"
 		}
 		return
@@ -290,9 +306,13 @@ func renderStatus(w io.Writer, r statusReport) error {
 	if len(r.Unreadable) > 0 {
 		fmt.Fprintf(&b, "properties that do not parse (left alone): %s\n", strings.Join(r.Unreadable, ", "))
 	}
-	if r.Nomad.Read {
+	switch {
+	case r.Nomad.Read && r.Nomad.Incomplete != "":
+		fmt.Fprintf(&b, "nomad: node %s at %s: ALLOC is the holder's status in Nomad (* not recorded on the dataset yet); the token may not see every allocation: %s\n",
+			shortID(r.Nomad.NodeID), r.Nomad.Address, oneLine(r.Nomad.Incomplete))
+	case r.Nomad.Read:
 		fmt.Fprintf(&b, "nomad: node %s at %s: ALLOC is the holder's status in Nomad (* not recorded on the dataset yet)\n", shortID(r.Nomad.NodeID), r.Nomad.Address)
-	} else {
+	default:
 		fmt.Fprintf(&b, "nomad: the node's allocations could not be read at %s (%s): states and holders are what ZFS records\n", r.Nomad.Address, oneLine(r.Nomad.Error))
 	}
 	_, err := io.WriteString(w, b.String())

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -305,9 +306,8 @@ func (n *NomadConfig) validate() (allocwatch.Config, error) {
 		return allocwatch.Config{}, nil
 	}
 	if n.Address != "" {
-		u, err := url.Parse(n.Address)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || (u.Host == "" && u.Scheme != "unix") {
-			return allocwatch.Config{}, fmt.Errorf("nomad.address = %q: want a URL such as http://127.0.0.1:4646", n.Address)
+		if err := ValidateNomadAddress(n.Address); err != nil {
+			return allocwatch.Config{}, fmt.Errorf("nomad.address = %q: %w", n.Address, err)
 		}
 	}
 	for _, f := range []struct{ name, path string }{
@@ -342,6 +342,16 @@ func (t *TelemetryConfig) validate() (string, error) {
 		return "", fmt.Errorf("telemetry.prometheus_address = %q: %w", t.PrometheusAddress, err)
 	}
 	return t.PrometheusAddress, nil
+}
+
+// ValidateNomadAddress checks a Nomad API address: an http, https or unix
+// URL. The error says what is wanted; the caller names the field.
+func ValidateNomadAddress(addr string) error {
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || (u.Host == "" && u.Scheme != "unix") {
+		return errors.New("want a URL such as http://127.0.0.1:4646")
+	}
+	return nil
 }
 
 // parseOwner reads "uid:gid", where each side is a number or a name on the host.

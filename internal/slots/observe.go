@@ -126,6 +126,10 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 	return o, nil
 }
 
+// Present reports whether the slot's dataset exists (a configured slot
+// whose dataset the plugin has not created yet is not present).
+func (s Slot) Present() bool { return s.present }
+
 func findDataset(ds []zfs.Dataset, name string) (zfs.Dataset, bool) {
 	for _, d := range ds {
 		if d.Name == name {

@@ -224,7 +224,7 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 		}
 		began := time.Now()
 		worked, err := m.release(ctx, s, start, asker)
-		if worked || err != nil {
+		if worked || (err != nil && !errors.Is(err, context.Canceled)) {
 			m.observeRelease(s.Class, err, began)
 		}
 		if err == nil && asker.Known() {

@@ -3,6 +3,7 @@ package zfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 )
@@ -23,7 +24,7 @@ func (c *Client) Implementation(ctx context.Context) (string, error) {
 		}
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return "", ctxErr
+		return "", fmt.Errorf("zfs version: %w", ctxErr)
 	}
 	if b, err := os.ReadFile("/sys/module/zfs/version"); err == nil {
 		return "OpenZFS " + strings.TrimSpace(string(b)), nil
