@@ -66,6 +66,10 @@ type Plugin struct {
 	settings settings // replaced by SetConfig
 	set      bool
 	watching bool // the allocation watcher and release loop are running
+	// caps is what the ZFS does beyond the common subset, probed once by
+	// the first SetConfig (capsKnown).
+	caps      zfs.Capabilities
+	capsKnown bool
 }
 
 // New returns an unconfigured plugin that runs zfs through runner.
@@ -145,6 +149,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err := probeProperties(ctx, p.zfs, p.log, s.slots.Parent, s.slots.Classes); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
+	if err := p.probeCapabilities(ctx, s.slots.Parent); err != nil {
+		return fmt.Errorf("nomad-device-zfs config: %w", err)
+	}
 	// Last, as it is the one check that changes something when it passes
 	// (the server at the old address, if another, stops).
 	if err := p.metrics.Serve(s.metricsAddress, p.log.Named("metrics")); err != nil {
@@ -156,6 +163,32 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.slots.SetConfig(s.slots)
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes),
 		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
+	return nil
+}
+
+// probeCapabilities learns, once per plugin process, what this ZFS can do
+// (zfs.Client.Probe on a probe dataset under parent, gone on return), so
+// that the zfs client uses it from the first command on.
+func (p *Plugin) probeCapabilities(ctx context.Context, parent string) error {
+	p.mu.Lock()
+	known := p.capsKnown
+	p.mu.Unlock()
+	if known {
+		return nil
+	}
+	name, err := probeName(parent)
+	if err != nil {
+		return err
+	}
+	caps, err := p.zfs.Probe(ctx, name+"-caps")
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.caps, p.capsKnown = caps, true
+	p.mu.Unlock()
+	p.log.Info("zfs capabilities", "zfs", caps.Implementation, "multi_property_set", caps.MultiSet,
+		"rename_mounted", caps.RenameMounted, "version_command", caps.Version)
 	return nil
 }
 

@@ -122,11 +122,10 @@ func probeClass(ctx context.Context, z prober, log hclog.Logger, parent, class s
 // when it would not create the dataset for a reason that may be the
 // properties; err is any other failure.
 func probeOnce(ctx context.Context, z prober, log hclog.Logger, parent string, props map[string]string) (refused *zfs.Error, err error) {
-	var suffix [4]byte
-	if _, err := rand.Read(suffix[:]); err != nil {
-		return nil, fmt.Errorf("naming a probe dataset: %w", err)
+	name, err := probeName(parent)
+	if err != nil {
+		return nil, err
 	}
-	name := parent + "/" + probePrefix + hex.EncodeToString(suffix[:])
 	cerr := z.Create(ctx, name, props)
 	if cerr == nil {
 		if derr := z.Destroy(ctx, name); derr != nil {
@@ -153,6 +152,16 @@ func probeOnce(ctx context.Context, z prober, log hclog.Logger, parent string, p
 		return nil, leftBehind(log, name, derr)
 	}
 	return zerr, nil
+}
+
+// probeName returns a fresh probe dataset name under parent:
+// <parent>/.probe-<8 hex digits>.
+func probeName(parent string) (string, error) {
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return "", fmt.Errorf("naming a probe dataset: %w", err)
+	}
+	return parent + "/" + probePrefix + hex.EncodeToString(suffix[:]), nil
 }
 
 // leftBehind logs and describes a probe that may still exist.
