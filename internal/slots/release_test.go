@@ -159,6 +159,11 @@ func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) 
 	must.NoError(t, err)
 	a.start(o)
 	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant "+o.AllocID), 0o644))
+	// The spare made behind the Reserve holds the slot meanwhile; a pass
+	// that finds the slot busy for longer than ownerLockWait leaves the
+	// owner pending for the next pass (on a loaded machine, the spare's
+	// zfs create can take that long). Let it finish first.
+	must.NoError(t, e.mgr.Wait(context.Background()))
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
 	must.Eq(t, o.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
 	return res[0]
