@@ -402,6 +402,11 @@ func TestCaptures_Classify(t *testing.T) {
 		want map[string]error // implementation -> sentinel
 	}{
 		{"get-notexist", all(ErrNotExist)},
+		{"create-bad-refquota", all(ErrInvalid)},
+		{"set-bad-refquota", all(ErrInvalid)},
+		{"set-readonly-prop", all(ErrInvalid)},
+		{"set-refquota-below-used", all(ErrInvalid)},
+		{"set-user-prop-too-long", all(ErrInvalid)}, // zfs-fuse: "internal error: Argument list too long", exit 134
 		{"get-notexist-pool", all(ErrNotExist)},
 		{"get-names-one-missing", all(ErrNotExist)},
 		{"get-exported-pool", all(ErrNotExist)},
@@ -439,17 +444,12 @@ func TestCaptures_Classify(t *testing.T) {
 	// 13, not asserted here so that teaching classify one of them breaks
 	// nothing.
 	unclassified := map[string]bool{
-		"create-bad-refquota":     true, // "bad numeric value 'abc'"
-		"set-bad-refquota":        true, // "bad numeric value 'abc'"
-		"set-readonly-prop":       true, // "'used' is readonly"
-		"set-refquota-below-used": true, // "size is less than current used or reserved space"
-		"set-user-prop-too-long":  true, // "property value too long"; zfs-fuse: "internal error: Argument list too long" (exit 134)
-		"destroy-has-children":    true, // "filesystem has children"
-		"destroy-has-snapshots":   true, // "filesystem has children"
-		"mount-already":           true, // "filesystem already mounted"
-		"mount-canmount-off":      true, // "'canmount' property is set to 'off'"
-		"unmount-not-mounted":     true, // "not currently mounted"
-		"rename-across-pools":     true, // "datasets must be within same pool"
+		"destroy-has-children":  true, // "filesystem has children"
+		"destroy-has-snapshots": true, // "filesystem has children"
+		"mount-already":         true, // "filesystem already mounted"
+		"mount-canmount-off":    true, // "'canmount' property is set to 'off'"
+		"unmount-not-mounted":   true, // "not currently mounted"
+		"rename-across-pools":   true, // "datasets must be within same pool"
 	}
 
 	seen := make(map[string]bool) // impl/file of every failure checked

@@ -108,7 +108,12 @@ func classify(stderr string) error {
 		strings.Contains(s, "input/output error"):
 		return ErrUnavailable
 	case strings.Contains(s, "invalid"), strings.Contains(s, "bad property"),
-		strings.Contains(s, "must be one of"):
+		strings.Contains(s, "must be one of"),
+		strings.Contains(s, "bad numeric value"),              // refquota=abc (all three)
+		strings.Contains(s, "is readonly"),                    // 'used' is readonly
+		strings.Contains(s, "size is less than current used"), // refquota below what is used
+		strings.Contains(s, "property value too long"),        // OpenZFS, an over-long user property
+		strings.Contains(s, "argument list too long"):         // zfs-fuse's answer to the same
 		return ErrInvalid
 	}
 	return nil
