@@ -2,6 +2,7 @@ package slots_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -42,10 +43,10 @@ func fill(t *testing.T, dir, name string, max int64) string {
 	f, err := os.Create(path)
 	must.NoError(t, err)
 	defer f.Close()
+	// Random data: no compression (OpenZFS compresses by default) shrinks it.
 	buf := make([]byte, 1<<20)
-	for i := range buf {
-		buf[i] = byte(i*7 + i/255) // not compressible to nothing
-	}
+	_, err = rand.Read(buf)
+	must.NoError(t, err)
 	var n int64
 	for n < max {
 		w, err := f.Write(buf)
@@ -65,7 +66,7 @@ func fill(t *testing.T, dir, name string, max int64) string {
 func TestFaults_FullPool(t *testing.T) {
 	e, a := newReleaseEnvOn(t, 2, 256<<20, 100<<20)
 	filler := e.pool.Dataset("filler")
-	e.pool.ZFS(t, "create", filler)
+	e.pool.ZFS(t, "create", "-o", "compression=off", filler)
 	o := owner(50)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
@@ -78,27 +79,38 @@ func TestFaults_FullPool(t *testing.T) {
 	must.StrContains(t, free.HealthDesc, "available, less than the class quota 100.0MiB")
 	must.StrContains(t, free.HealthDesc, "pool "+e.pool.Name+" has ")
 
-	// Full to the brim: the release cannot even start; the data stays.
+	// Full to the brim: on zfs-fuse the release cannot even start, and
+	// the data stays. OpenZFS keeps a slop of the pool for such metadata
+	// changes and may carry the release out instead (the data then goes
+	// to the archive, checked below); where it refuses, the same holds.
 	fill2 := fill(t, fillDir, "b", 1<<30)
 	a.end(o)
+	_, kernel := os.Stat("/dev/zfs")
 	deadline := time.Now().Add(time.Minute)
+	blocked := false
 	for {
 		err := e.mgr.ReleaseEnded(context.Background())
 		got := slotByID(t, e, "scratch-0")
 		if err != nil && errors.Is(err, zfs.ErrNoSpace) {
 			must.False(t, got.Healthy)
 			must.StrContains(t, got.HealthDesc, "release blocked")
+			blocked = true
 			break
+		}
+		if kernel == nil && got.State != slots.StateReserved {
+			break // released from the slop space
 		}
 		if got.State != slots.StateReserved || time.Now().After(deadline) {
 			t.Fatalf("release on a full pool: err=%v, slot %s %v %q", err, got.State, got.Healthy, got.HealthDesc)
 		}
 		time.Sleep(2 * time.Second)
 	}
-	must.Eq(t, guid, e.guid(t, s.Dataset))
-	b, err := os.ReadFile(filepath.Join(s.Mountpoint, "data.txt"))
-	must.NoError(t, err)
-	must.Eq(t, "tenant "+o.AllocID, string(b))
+	if blocked {
+		must.Eq(t, guid, e.guid(t, s.Dataset))
+		b, err := os.ReadFile(filepath.Join(s.Mountpoint, "data.txt"))
+		must.NoError(t, err)
+		must.Eq(t, "tenant "+o.AllocID, string(b))
+	}
 
 	// Space freed: the release completes and both slots come back.
 	must.NoError(t, os.Remove(fillPath))
