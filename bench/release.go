@@ -115,10 +115,13 @@ func Tenancy(ctx context.Context, mgr *slots.Manager, t *Tenants, id string) (sl
 	if err != nil {
 		return o, err
 	}
-	if err := mgr.ReleaseEnded(ctx); err != nil { // stamps the owner
+	// The slot's spare, made in the background, first: while it holds
+	// the slot, a pass leaves the owner pending (recordOwner waits 100 ms
+	// for the slot), and the stamp would land in what the caller counts.
+	if err := mgr.Wait(ctx); err != nil {
 		return o, err
 	}
-	if err := mgr.Wait(ctx); err != nil { // the slot's spare, made in the background
+	if err := mgr.ReleaseEnded(ctx); err != nil { // stamps the owner
 		return o, err
 	}
 	return o, os.WriteFile(filepath.Join(res[0].Mountpoint, "data"), []byte(o.AllocID), 0o644)
