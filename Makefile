@@ -13,7 +13,7 @@ LDFLAGS       = -X $(MODULE)/internal/device.Version=$(VERSION) -X $(MODULE)/int
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: help build dist test deps bench lint demo nomad clean
+.PHONY: help build dist test deps bench lint demo nomad clean test-openzfs bench-openzfs
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,16 @@ test: deps ## run every test: unit, real pool, real gRPC, real Nomad agent (as r
 bench: deps ## as root: the plugin against zfs floors on real pools (10/100/900 slots), then the churn of short jobs on a real Nomad agent against the same jobs without a device; prints tables, writes bench/results.json and bench/churn-results.json
 	$(GO) run ./bench/cmd/zfsbench -out bench/results.json
 	$(GO) run ./bench/cmd/zfsbench -churn -churn-out bench/churn-results.json
+
+# The OpenZFS kernel module, in a QEMU VM (scripts/openzfs-vm, docs/testing-openzfs.md).
+ZFS          ?= 2.3
+TESTS        ?= all
+
+test-openzfs: ## as root: the tests in a VM with the OpenZFS kernel module; ZFS=2.3|2.1|all, TESTS=all|ci|"./pkg ..." (image cached in /var/tmp/nomad-device-zfs-openzfs)
+	bash scripts/openzfs-vm/run-go.sh test $(ZFS) '$(TESTS)'
+
+bench-openzfs: ## as root: make bench's two runs in the OpenZFS VM (ZFS=2.3|2.1|all, BENCHFLAGS, default -sizes 10,100); writes bench/out/openzfs-<ZFS>/
+	bash scripts/openzfs-vm/run-go.sh bench $(ZFS)
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l cmd internal e2e bench dist); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
