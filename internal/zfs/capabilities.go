@@ -35,13 +35,8 @@ const probeProp = "nomad-device-zfs-probe:"
 // On return the client's SetMany uses what was learned. On error nothing
 // is left behind unless the error says so, naming the dataset.
 func (c *Client) Probe(ctx context.Context, scratch string) (caps Capabilities, err error) {
-	impl, err := c.Implementation(ctx)
-	if err != nil {
+	if caps.Implementation, caps.Version, err = c.implementation(ctx); err != nil {
 		return caps, err
-	}
-	caps.Implementation = impl
-	if _, err := c.Runner.ZFSCmd(ctx, "version"); err == nil {
-		caps.Version = true
 	}
 	if err := c.Create(ctx, scratch, nil); err != nil {
 		return caps, fmt.Errorf("probing zfs: %w", err)
