@@ -162,8 +162,8 @@ func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Co
 				classes[first] = &slots.Class{Name: first}
 			}
 		case nested && managed == slots.ManagedSlot && !strings.HasPrefix(first, "."):
-			idx := slotIndexOf(rest)
-			if idx < 0 {
+			idx, _ := slots.SlotIndex(rest)
+			if idx < 0 || idx >= device.MaxSlots {
 				continue
 			}
 			c := classes[first]
@@ -189,20 +189,4 @@ func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Co
 		return cfg, fmt.Errorf("%w: no class of nomad-device-zfs under %s: is it the plugin's parent_dataset?", errClassesFromZFS, parent)
 	}
 	return cfg, nil
-}
-
-// slotIndexOf reads "3" or "3.alt"; -1 for anything else.
-func slotIndexOf(s string) int {
-	s = strings.TrimSuffix(s, ".alt")
-	if s == "" || len(s) > 4 || (len(s) > 1 && s[0] == '0') {
-		return -1
-	}
-	n := 0
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return -1
-		}
-		n = n*10 + int(r-'0')
-	}
-	return n
 }

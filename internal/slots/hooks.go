@@ -1,10 +1,6 @@
 package slots
 
-import (
-	"time"
-
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-)
+import "time"
 
 // Outcomes of a Reserve, as told to an Observer.
 const (
@@ -65,14 +61,4 @@ func (m *Manager) ParentAvailable() (bytes uint64, known bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.parentRoom.bytes, m.parentRoom.known
-}
-
-// parentRoomOf finds the parent's available space among datasets.
-func parentRoomOf(parent string, datasets []zfs.Dataset) room {
-	for _, d := range datasets {
-		if d.Name == parent {
-			return poolRoom(Config{Parent: parent}, map[string]zfs.Dataset{parent: d})
-		}
-	}
-	return room{}
 }

@@ -468,7 +468,7 @@ func (m *Manager) byDatasetLocked(name string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, _ := slotIndex(idx)
+	n, _ := SlotIndex(idx)
 	i, ok := m.byID[DeviceID(class, n)]
 	return i, ok && m.slots[i].Dataset == name
 }

@@ -97,11 +97,8 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 		o.ParentErr = o.PoolErr
 	}
 	if o.ParentErr == nil {
-		if p, ok := findDataset(datasets, cfg.Parent); ok {
-			if n, err := p.Bytes("available"); err == nil {
-				o.Available, o.AvailableKnown = n, true
-			}
-		}
+		r := parentRoomOf(cfg.Parent, datasets)
+		o.Available, o.AvailableKnown = r.bytes, r.known
 	}
 	o.Slots = buildSlots(cfg, datasets, unavailable, nil)
 	for _, s := range o.Slots {
@@ -129,12 +126,3 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 // Present reports whether the slot's dataset exists (a configured slot
 // whose dataset the plugin has not created yet is not present).
 func (s Slot) Present() bool { return s.present }
-
-func findDataset(ds []zfs.Dataset, name string) (zfs.Dataset, bool) {
-	for _, d := range ds {
-		if d.Name == name {
-			return d, true
-		}
-	}
-	return zfs.Dataset{}, false
-}

@@ -29,10 +29,10 @@ func (c Config) SlotNames(class string, index int) [2]string {
 	return [2]string{first, first + AltSuffix}
 }
 
-// slotIndex returns the slot index that a dataset's last name component
+// SlotIndex returns the slot index that a dataset's last name component
 // spells ("0", "17", "3.alt"; not "007" or "-1") and whether it is the
 // alternate name; -1 when it spells none.
-func slotIndex(comp string) (index int, alt bool) {
+func SlotIndex(comp string) (index int, alt bool) {
 	if base, ok := strings.CutSuffix(comp, AltSuffix); ok {
 		return parseIndex(base), true
 	}

@@ -316,7 +316,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		if cd := byName[cfg.ClassDataset(first)]; !configured[first] || cd.Err != nil || !isManaged(cd, ManagedClass) {
 			continue // reported with its container
 		}
-		index, _ := slotIndex(rest)
+		index, _ := SlotIndex(rest)
 		if index < 0 || !isManaged(d, ManagedSlot) {
 			p.Foreign = append(p.Foreign, d.Name)
 			continue

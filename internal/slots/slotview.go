@@ -28,7 +28,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 		// In-use slots beyond the count stay visible until released.
 		for _, d := range datasets {
 			if parent, idx, ok := cutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
-				if n, _ := slotIndex(idx); n >= max && (d.Err != nil || isManaged(d, ManagedSlot) && slotState(d) != StateFree) {
+				if n, _ := SlotIndex(idx); n >= max && (d.Err != nil || isManaged(d, ManagedSlot) && slotState(d) != StateFree) {
 					max = n + 1
 				}
 			}
@@ -105,7 +105,25 @@ type room struct {
 // the parent) still lets its datasets write.
 func poolRoom(cfg Config, byName map[string]zfs.Dataset) room {
 	d, ok := byName[cfg.Parent]
-	if !ok || d.Err != nil {
+	if !ok {
+		return room{}
+	}
+	return roomOf(d)
+}
+
+// parentRoomOf is poolRoom from a plain read of the datasets.
+func parentRoomOf(parent string, datasets []zfs.Dataset) room {
+	for _, d := range datasets {
+		if d.Name == parent {
+			return roomOf(d)
+		}
+	}
+	return room{}
+}
+
+// roomOf reads the parent dataset d's "available".
+func roomOf(d zfs.Dataset) room {
+	if d.Err != nil {
 		return room{}
 	}
 	n, err := d.Bytes("available")

@@ -184,7 +184,7 @@ func slotOf(cfg Config, name string) string {
 		id, _, _ := strings.Cut(rest, ".")
 		return id
 	}
-	if i, _ := slotIndex(rest); i >= 0 {
+	if i, _ := SlotIndex(rest); i >= 0 {
 		return DeviceID(first, i)
 	}
 	return ""
