@@ -20,7 +20,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
-func TestMain(m *testing.M) { zfstest.Main(m) }
+func TestMain(m *testing.M) { zfstest.Main(m, devicetest.RemoveBuilt) }
 
 const (
 	// deviceTimeout covers plugin start-up and the first fingerprint.

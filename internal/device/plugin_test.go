@@ -19,7 +19,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
-func TestMain(m *testing.M) { zfstest.Main(m) }
+func TestMain(m *testing.M) { zfstest.Main(m, devicetest.RemoveBuilt) }
 
 func configBlock(parent, extra string) string {
 	return fmt.Sprintf(`config {

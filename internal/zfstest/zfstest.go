@@ -34,13 +34,20 @@ var (
 // Main runs the tests of a package with ZFS available. Use it as
 //
 //	func TestMain(m *testing.M) { zfstest.Main(m) }
-func Main(m *testing.M) {
+//
+// atExit runs, in order, after the tests and before zfs-fuse is stopped:
+// the place for what lives as long as the test process (a plugin binary
+// built once, for instance).
+func Main(m *testing.M, atExit ...func()) {
 	ran = true
 	stop, err := sandbox.StartFuse()
 	if err != nil {
 		unavailable = err.Error()
 	}
 	code := m.Run()
+	for _, f := range atExit {
+		f()
+	}
 	if stop != nil {
 		if err := stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "zfstest: stopping zfs-fuse: %v\n", err)

@@ -2,7 +2,11 @@ package devicetest
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,17 +19,85 @@ import (
 // buildTimeout bounds one build of the plugin (a cold build cache included).
 const buildTimeout = 10 * time.Minute
 
-// BuildPlugin builds the plugin binary into a temporary directory and
-// returns its path; a failed build fails the test.
+// built is the plugin binary built once per test process by BuildPlugin.
+// Its once guards dir, bin and err.
+var built struct {
+	once sync.Once
+	dir  string // the process-wide directory holding bin; RemoveBuilt deletes it
+	bin  string
+	err  error
+}
+
+// BuildPlugin returns the path of the plugin binary, alone in a directory of
+// the test's own (a plugin_dir: tests may add files beside it). The binary is
+// built once per test process and linked (or copied) into each test's
+// directory: a build is a link step even with a warm cache, about a minute
+// under emulation. A failed build fails every test that asks. A package that
+// calls it removes the shared build with RemoveBuilt at the end, e.g.
+//
+//	func TestMain(m *testing.M) { zfstest.Main(m, devicetest.RemoveBuilt) }
 func BuildPlugin(t testing.TB) string {
 	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "nomad-device-zfs-build-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "nomad-device-zfs")
+		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+		defer cancel()
+		built.err = pluginhost.Build(ctx, built.bin)
+	})
+	if built.err != nil {
+		t.Fatalf("%v", built.err)
+	}
 	bin := filepath.Join(t.TempDir(), "nomad-device-zfs")
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-	defer cancel()
-	if err := pluginhost.Build(ctx, bin); err != nil {
-		t.Fatalf("%v", err)
+	if err := linkOrCopy(built.bin, bin); err != nil {
+		t.Fatalf("placing the plugin binary: %v", err)
 	}
 	return bin
+}
+
+// RemoveBuilt deletes what BuildPlugin built for the whole process. It is
+// for TestMain, after the tests ran.
+func RemoveBuilt() {
+	if built.dir != "" {
+		if err := os.RemoveAll(built.dir); err != nil {
+			fmt.Fprintf(os.Stderr, "devicetest: removing %s: %v\n", built.dir, err)
+		}
+	}
+}
+
+// linkOrCopy makes dst the same file as src: a hard link where the two are
+// on one filesystem, else a copy with src's mode. On return dst is complete
+// or absent.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		os.Remove(dst)
+		return err
+	}
+	if err := out.Close(); err != nil {
+		os.Remove(dst)
+		return err
+	}
+	return nil
 }
 
 // Launch starts the plugin binary the way a Nomad client does (go-plugin,
