@@ -40,6 +40,10 @@ is the operator's tool:
     status     One row per slot: state, holder, space; works while Nomad is down
     doctor     Check ZFS, the pool, the parent dataset, the Nomad API, the token
                and the agent configuration; exits 1 when a check fails
+    archives   The archived datasets: identity, slot, age, size, and which
+               retention rule would delete them
+    prune      Apply retention (keep, max_age, archive_quota) now; -dry-run
+               says what it would delete and why
     version    Print the version and commit
 
 Run "nomad-device-zfs <command> -help" for a command's options.
@@ -84,6 +88,50 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			}
 			return exitOK
 		})
+	case "archives":
+		return runCommand("archives", archivesHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
+			if err := c.load(ctx, z); err != nil {
+				fmt.Fprintf(stderr, "archives: %v\n", err)
+				return exitFailed
+			}
+			now := time.Now()
+			r, err := gatherArchives(ctx, z, c, now)
+			if err == nil && c.jsonOut {
+				err = writeJSON(stdout, r)
+			} else if err == nil {
+				err = renderArchives(stdout, r, now)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "archives: %v\n", err)
+				return exitFailed
+			}
+			return exitOK
+		})
+	case "prune":
+		var dryRun bool
+		return runCommand("prune", pruneHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
+			if err := c.load(ctx, z); err != nil {
+				fmt.Fprintf(stderr, "prune: %v\n", err)
+				return exitFailed
+			}
+			r, err := runPrune(ctx, c, z, dryRun, log)
+			if errors.Is(err, errPruneNeedsConfig) {
+				fmt.Fprintf(stderr, "prune: %v\n", err)
+				return exitUsage
+			}
+			// What was deleted is shown even when a later destroy failed.
+			var werr error
+			if c.jsonOut {
+				werr = writeJSON(stdout, r)
+			} else {
+				werr = renderPrune(stdout, r)
+			}
+			if err = errors.Join(err, werr); err != nil {
+				fmt.Fprintf(stderr, "prune: %v\n", err)
+				return exitFailed
+			}
+			return exitOK
+		}, func(fs *flag.FlagSet) { fs.BoolVar(&dryRun, "dry-run", false, "say what would be deleted; delete nothing") })
 	case "doctor":
 		return runCommand("doctor", doctorHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
 			d := &doctor{c: c, z: z, log: log}
@@ -132,13 +180,17 @@ const doctorHelp = `Usage: nomad-device-zfs doctor [options]
   For anything not ok it says what to do. Exits 1 when any check fails.
 ` + commonHelp
 
-// runCommand parses a command's flags and runs fn with a deadline.
+// runCommand parses a command's flags (the common ones, and those extra
+// registers) and runs fn with a deadline.
 func runCommand(name, help string, args []string, stdout, stderr io.Writer,
-	fn func(context.Context, *common, *zfs.Client, hclog.Logger) int) int {
+	fn func(context.Context, *common, *zfs.Client, hclog.Logger) int, extra ...func(*flag.FlagSet)) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := &common{}
 	c.register(fs)
+	for _, f := range extra {
+		f(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, help)

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -185,4 +188,43 @@ func TestMain_Usage(t *testing.T) {
 			must.StrContains(t, errb.String(), tc.errHas)
 		}
 	}
+}
+
+// sampleArchives has an identity with a TAB in its job name, an archive
+// of an unknown owner, one for each retention rule, and a skipped dataset.
+func sampleArchives(now time.Time) archivesReport {
+	web := retention.Identity{Namespace: "default", Job: "build\tnightly", Group: "ci", Task: "make", Index: 2, Class: "state"}
+	row := func(name string, id retention.Identity, slot int, ago time.Duration, used uint64, why *pruneWhy) archiveRow {
+		return archiveRow{Archive: retention.Archive{Name: "tank/nomad/.archive/" + name, Class: id.Class, Slot: slot,
+			Identity: id, ReleasedAt: now.Add(-ago), UsedBytes: used}, Where: "local", Prune: why}
+	}
+	return archivesReport{
+		Archive: "tank/nomad/.archive", Exists: true, UsedBytes: 3<<30 + 10<<20, QuotaBytes: 4 << 30, RulesKnown: true,
+		Archives: []archiveRow{
+			row("state-0.default.build_nightly.ci.make.7f3e2a10.20261124T113000Z", web, 0, 30*time.Minute, 2<<30, nil),
+			row("state-1._._._._._.20261124T090000Z", retention.Identity{Class: "state", Index: -1, Unknown: true, Slot: 1}, 1, 3*time.Hour, 5<<20, nil),
+			row("state-0.default.build_nightly.ci.make.0b9d6c1e.20261123T120000Z", web, 0, 24*time.Hour, 1<<30,
+				&pruneWhy{Rule: "keep", Reason: "keep = 1: 1 newer archive(s) of default/\"build\\tnightly\"/ci[2]/make (state) are kept"}),
+			row("state-1.default.db.g.t.c4a1f9d2.20261114T120000Z", retention.Identity{Namespace: "default", Job: "db", Group: "g", Task: "t", Index: 0, Class: "state"}, 1, 240*time.Hour, 5<<20,
+				&pruneWhy{Rule: "max_age", Reason: "max_age = 168h0m0s: released 240h0m0s ago"}),
+		},
+		Skipped: []retention.Skipped{{Name: "tank/nomad/.archive/notes", Reason: "not the plugin's (no local nomad-device-zfs:managed=slot)"}},
+	}
+}
+
+func TestRenderArchives_Golden(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	r := sampleArchives(now)
+	var out bytes.Buffer
+	must.NoError(t, renderArchives(&out, r, now))
+	golden(t, "archives.txt", out.Bytes())
+
+	r.DryRun = true
+	out.Reset()
+	must.NoError(t, renderPrune(&out, r))
+	golden(t, "prune-dry-run.txt", out.Bytes())
+
+	out.Reset()
+	must.NoError(t, renderArchives(&out, archivesReport{Archive: "tank/nomad/.archive"}, now))
+	must.StrContains(t, out.String(), "No archive yet")
 }

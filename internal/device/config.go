@@ -18,6 +18,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -50,6 +51,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("stats_period", "string", false),
 		hclspec.NewLiteral(strconv.Quote(DefaultStatsPeriod)),
 	),
+	"archive_quota": hclspec.NewAttr("archive_quota", "string", false),
 	"reserve_timeout": hclspec.NewDefault(
 		hclspec.NewAttr("reserve_timeout", "string", false),
 		hclspec.NewLiteral(strconv.Quote(DefaultReserveTimeout)),
@@ -87,17 +89,21 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 			hclspec.NewAttr("on_release", "string", false),
 			hclspec.NewLiteral(strconv.Quote(DefaultOnRelease)),
 		),
+		"keep":    hclspec.NewAttr("keep", "number", false),
+		"max_age": hclspec.NewAttr("max_age", "string", false),
 	})),
 })
 
 // Config is the plugin block as Nomad sends it (msgpack-encoded).
 type Config struct {
-	ParentDataset     string           `codec:"parent_dataset"`
-	FingerprintPeriod string           `codec:"fingerprint_period"`
-	StatsPeriod       string           `codec:"stats_period"`
-	ReserveTimeout    string           `codec:"reserve_timeout"`
-	Nomad             *NomadConfig     `codec:"nomad"`
-	Telemetry         *TelemetryConfig `codec:"telemetry"`
+	ParentDataset     string `codec:"parent_dataset"`
+	FingerprintPeriod string `codec:"fingerprint_period"`
+	StatsPeriod       string `codec:"stats_period"`
+	ReserveTimeout    string `codec:"reserve_timeout"`
+	// ArchiveQuota is the quota of <parent>/.archive ("" for none).
+	ArchiveQuota string           `codec:"archive_quota"`
+	Nomad        *NomadConfig     `codec:"nomad"`
+	Telemetry    *TelemetryConfig `codec:"telemetry"`
 	// Classes holds pointers: the msgpack decoder reuses one value for
 	// every entry of a map of structs, which made classes share one
 	// Properties map.
@@ -136,6 +142,10 @@ type ClassConfig struct {
 	Mode       string            `codec:"mode"`
 	Properties map[string]string `codec:"properties"`
 	OnRelease  string            `codec:"on_release"`
+	// Keep is how many archives each identity keeps (nil: DefaultKeep).
+	Keep *int `codec:"keep"`
+	// MaxAge prunes archives older than this ("" for no limit).
+	MaxAge string `codec:"max_age"`
 }
 
 // settings is a validated configuration.
@@ -147,7 +157,12 @@ type settings struct {
 	nomad             allocwatch.Config
 	// metricsAddress is where Prometheus metrics are served; "" for not.
 	metricsAddress string
+	// retention is what the archive keeps.
+	retention retention.Rules
 }
+
+// MaxKeep bounds a class's keep.
+const MaxKeep = 10000
 
 var classNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
@@ -211,6 +226,7 @@ func (c *Config) validate() (settings, error) {
 		return s, fmt.Errorf("at least one class block is required")
 	}
 	s.slots.Parent = c.ParentDataset
+	s.retention = retention.Rules{Classes: map[string]retention.Policy{}, Default: retention.Policy{Keep: retention.DefaultKeep}}
 	names := make([]string, 0, len(c.Classes))
 	for name := range c.Classes {
 		names = append(names, name)
@@ -225,9 +241,58 @@ func (c *Config) validate() (settings, error) {
 		if err != nil {
 			return s, err
 		}
+		pol, err := validateRetention(name, *cc, cl)
+		if err != nil {
+			return s, err
+		}
 		s.slots.Classes = append(s.slots.Classes, cl)
+		s.retention.Classes[name] = pol
+		if cl.OnRelease == slots.OnReleaseArchive && cl.Quota > s.retention.Headroom {
+			s.retention.Headroom = cl.Quota
+		}
+	}
+	if c.ArchiveQuota != "" {
+		q, err := zfs.ParseSize(c.ArchiveQuota)
+		if err != nil {
+			return s, fmt.Errorf("archive_quota = %q: %w", c.ArchiveQuota, err)
+		}
+		if q == 0 {
+			return s, fmt.Errorf("archive_quota = %q: must be greater than zero (leave it out for no quota)", c.ArchiveQuota)
+		}
+		if q < s.retention.Headroom {
+			return s, fmt.Errorf("archive_quota = %q is less than the quota of a class that archives (%d bytes): no archive of that class could ever be kept; raise archive_quota or use on_release = \"destroy\"",
+				c.ArchiveQuota, s.retention.Headroom)
+		}
+		s.retention.Quota = q
 	}
 	return s, nil
+}
+
+// validateRetention checks a class's keep and max_age, which apply to the
+// archives of a class that archives.
+func validateRetention(name string, cc ClassConfig, cl slots.Class) (retention.Policy, error) {
+	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
+	pol := retention.Policy{Keep: retention.DefaultKeep}
+	if cl.OnRelease != slots.OnReleaseArchive && (cc.Keep != nil || cc.MaxAge != "") {
+		return pol, fmt.Errorf("%s: keep and max_age apply to archives, and on_release = %q keeps none", field("keep/max_age"), cl.OnRelease)
+	}
+	if cc.Keep != nil {
+		if *cc.Keep < 1 || *cc.Keep > MaxKeep {
+			return pol, fmt.Errorf("%s = %d: must be from 1 to %d (on_release = \"destroy\" keeps none)", field("keep"), *cc.Keep, MaxKeep)
+		}
+		pol.Keep = *cc.Keep
+	}
+	if cc.MaxAge != "" {
+		d, err := time.ParseDuration(cc.MaxAge)
+		if err != nil {
+			return pol, fmt.Errorf("%s = %q: not a duration (use a value such as \"168h\")", field("max_age"), cc.MaxAge)
+		}
+		if d <= 0 {
+			return pol, fmt.Errorf("%s = %q: must be greater than zero (leave it out for no age limit)", field("max_age"), cc.MaxAge)
+		}
+		pol.MaxAge = d
+	}
+	return pol, nil
 }
 
 func validateClass(name string, cc ClassConfig) (slots.Class, error) {

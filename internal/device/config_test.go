@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
 
 // decode runs an agent-style config block through the schema and validation.
@@ -48,6 +49,41 @@ func TestConfig_Defaults(t *testing.T) {
 	must.Eq(t, "archive", c.OnRelease)
 	must.Eq(t, 2*time.Minute, s.reserveTimeout)
 	must.Eq(t, allocwatch.Config{}, s.nomad)
+	must.Eq(t, retention.Rules{Classes: map[string]retention.Policy{"scratch": {Keep: retention.DefaultKeep}},
+		Default: retention.Policy{Keep: retention.DefaultKeep}, Headroom: 10 << 30}, s.retention)
+}
+
+func TestConfig_Retention(t *testing.T) {
+	s, err := decode(t, `config {
+  parent_dataset = "tank/nomad"
+  archive_quota  = "200GiB"
+  class "state" {
+    slots   = 2
+    quota   = "10GiB"
+    keep    = 5
+    max_age = "168h"
+  }
+  class "big" {
+    slots = 1
+    quota = "50GiB"
+  }
+  class "tmp" {
+    slots      = 1
+    quota      = "100GiB"
+    on_release = "destroy"
+  }
+}`)
+	must.NoError(t, err)
+	must.Eq(t, retention.Rules{
+		Classes: map[string]retention.Policy{
+			"state": {Keep: 5, MaxAge: 168 * time.Hour},
+			"big":   {Keep: retention.DefaultKeep},
+			"tmp":   {Keep: retention.DefaultKeep},
+		},
+		Default:  retention.Policy{Keep: retention.DefaultKeep},
+		Quota:    200 << 30,
+		Headroom: 50 << 30, // the largest class that archives; "tmp" destroys
+	}, s.retention)
 }
 
 func TestConfig_NomadBlockAndRelease(t *testing.T) {
@@ -271,6 +307,35 @@ func TestConfig_Invalid(t *testing.T) {
 		{"empty property value", class(`slots = 1
     quota = "1G"
     properties = { compression = "" }`), `compression = "": value must be non-empty`},
+		{"keep zero", class(`slots = 1
+    quota = "1G"
+    keep = 0`), `class "scratch": keep = 0: must be from 1 to 10000`},
+		{"keep with destroy", class(`slots = 1
+    quota = "1G"
+    on_release = "destroy"
+    keep = 2`), `class "scratch": keep/max_age: keep and max_age apply to archives, and on_release = "destroy" keeps none`},
+		{"max_age not a duration", class(`slots = 1
+    quota = "1G"
+    max_age = "7d"`), `class "scratch": max_age = "7d": not a duration`},
+		{"max_age negative", class(`slots = 1
+    quota = "1G"
+    max_age = "-1h"`), `class "scratch": max_age = "-1h": must be greater than zero`},
+		{"archive_quota not a size", `config {
+  parent_dataset = "tank/nomad"
+  archive_quota  = "lots"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `archive_quota = "lots"`},
+		{"archive_quota below a class quota", `config {
+  parent_dataset = "tank/nomad"
+  archive_quota  = "1G"
+  class "a" {
+    slots = 1
+    quota = "2G"
+  }
+}`, `archive_quota = "1G" is less than the quota of a class that archives (2147483648 bytes)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

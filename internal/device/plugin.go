@@ -23,6 +23,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -57,6 +58,8 @@ type Plugin struct {
 	log   hclog.Logger
 	zfs   *zfs.Client
 	slots *slots.Manager
+	// pruner keeps the archive within the retention rules.
+	pruner *retention.Pruner
 	// metrics counts what the plugin does, always; it serves the counts
 	// only when the configuration has a telemetry address.
 	metrics *metrics.Metrics
@@ -79,13 +82,34 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 		runner.Logger = log.Named("zfs")
 	}
 	client := zfs.NewClient(runner)
-	p := &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots"))}
+	p := &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots")),
+		pruner: retention.New(client, log.Named("retention"))}
 	p.metrics = metrics.New(metricsSource{p})
 	if runner.Observer == nil {
 		runner.Observer = p.metrics
 	}
-	p.slots.SetObserver(p.metrics)
+	p.slots.SetObserver(slotEvents{Metrics: p.metrics, pruner: p.pruner})
 	return p
+}
+
+// RetentionPeriod is how often the archive is checked against the
+// retention rules, besides after every release.
+const RetentionPeriod = time.Minute
+
+// slotEvents is told of the slot manager's Reserve calls and releases: it
+// counts them, and has the archive pruned after each release.
+type slotEvents struct {
+	*metrics.Metrics
+	pruner *retention.Pruner
+}
+
+// ReleaseDone counts the release and, when it archived or destroyed a
+// dataset, asks for a retention pass.
+func (e slotEvents) ReleaseDone(class string, err error, took time.Duration) {
+	e.Metrics.ReleaseDone(class, err, took)
+	if err == nil {
+		e.pruner.Kick()
+	}
 }
 
 // metricsSource is what the metrics read at scrape time: the slot
@@ -161,6 +185,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.settings, p.set = s, true
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)
+	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention})
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes),
 		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
 	return nil
@@ -235,6 +260,8 @@ func (p *Plugin) startWatching(ctx context.Context) {
 		<-ctx.Done()
 		p.Close()
 	}()
+	// Retention needs no Nomad: it runs even when the watcher cannot.
+	go p.pruner.Run(ctx, RetentionPeriod)
 
 	w, err := allocwatch.New(s.nomad, p.log.Named("allocwatch"))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -22,6 +23,8 @@ type Settings struct {
 	FingerprintPeriod time.Duration
 	StatsPeriod       time.Duration
 	ReserveTimeout    time.Duration
+	// Retention is what the archive keeps (keep, max_age, archive_quota).
+	Retention retention.Rules
 }
 
 // SettingsFromAgentConfig turns the `config { … }` of a plugin block, as
@@ -60,5 +63,6 @@ func SettingsFromAgentConfig(config map[string]interface{}) (Settings, error) {
 		FingerprintPeriod: s.fingerprintPeriod,
 		StatsPeriod:       s.statsPeriod,
 		ReserveTimeout:    s.reserveTimeout,
+		Retention:         s.retention,
 	}, nil
 }

@@ -111,3 +111,26 @@ func oneLine(s string) string {
 		return r
 	}, s)
 }
+
+// OwnerProps are the properties RecordedOwner reads: PropOwner, then the
+// legacy ones of earlier versions.
+var OwnerProps = append([]string{PropOwner}, legacyOwnerProps...)
+
+// RecordedOwner returns the owner recorded on d (read with OwnerProps): a
+// zero Owner when none is recorded, an error when PropOwner does not
+// decode (the owner is then unknown, never guessed).
+func RecordedOwner(d zfs.Dataset) (Owner, error) { return ownerOf(d) }
+
+// AllocIndex returns the allocation's index in its group, read from its
+// name ("job.group[3]" → 3), or -1 when the name does not end in one.
+func (o Owner) AllocIndex() int {
+	name, ok := strings.CutSuffix(o.AllocName, "]")
+	if !ok {
+		return -1
+	}
+	i := strings.LastIndexByte(name, '[')
+	if i < 0 {
+		return -1
+	}
+	return parseIndex(name[i+1:])
+}

@@ -402,7 +402,7 @@ func ArchivedName(cfg Config, class string, index int, o Owner, releasedAt time.
 // which stays unique and fits any parent that SetConfig accepts.
 func ArchiveLeaf(class string, index int, o Owner, releasedAt time.Time, max int) string {
 	id := short(o.AllocID)
-	when := releasedAt.UTC().Format("20060102T150405Z")
+	when := releasedAt.UTC().Format(archiveTimeLayout)
 	parts := []string{DeviceID(class, index), o.Namespace, o.Job, o.Group, o.Task, id, when}
 	for i, part := range parts {
 		parts[i] = sanitize(part, 40)
@@ -413,6 +413,31 @@ func ArchiveLeaf(class string, index int, o Owner, releasedAt time.Time, max int
 	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{class, strconv.Itoa(index), o.Namespace, o.Job, o.Group, o.Task, o.AllocID, when}, "\x00")))
 	return strings.Join([]string{sanitize(DeviceID(class, index), 40), "h" + hex.EncodeToString(sum[:5]), sanitize(id, 8), when}, ".")
+}
+
+// archiveTimeLayout is the release time at the end of an archive leaf.
+const archiveTimeLayout = "20060102T150405Z"
+
+// ParseArchiveLeaf reads back what ArchiveLeaf put in a leaf: the class and
+// slot index the dataset was released from, and the release time (to the
+// second). ok is false for a leaf that ArchiveLeaf did not make: such a
+// dataset is never pruned.
+func ParseArchiveLeaf(leaf string) (class string, index int, releasedAt time.Time, ok bool) {
+	parts := strings.Split(leaf, ".")
+	if len(parts) < 2 {
+		return "", 0, time.Time{}, false
+	}
+	dev := parts[0]
+	cut := strings.LastIndexByte(dev, '-')
+	if cut <= 0 {
+		return "", 0, time.Time{}, false
+	}
+	class, index = dev[:cut], parseIndex(dev[cut+1:])
+	at, err := time.Parse(archiveTimeLayout, parts[len(parts)-1])
+	if index < 0 || err != nil {
+		return "", 0, time.Time{}, false
+	}
+	return class, index, at, true
 }
 
 // MinArchiveLeafLen is the length of the longest shortened archive leaf

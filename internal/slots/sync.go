@@ -317,7 +317,11 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 	case Unmount:
 		return m.zfs.Unmount(ctx, a.Dataset)
 	case RenameToArchive:
-		return m.zfs.Rename(ctx, a.Dataset, a.Target)
+		err := m.zfs.Rename(ctx, a.Dataset, a.Target)
+		if errors.Is(err, zfs.ErrNoSpace) {
+			return fmt.Errorf("%w (no room in %s, under its quota or in the pool: the data stays in its slot; with archive_quota, retention prunes the oldest archives to make room)", err, cfg.ArchiveDataset())
+		}
+		return err
 	case DestroyArchived:
 		// -r only ever inside the plugin's own archive tree.
 		return m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset())

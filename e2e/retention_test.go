@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// TestRetentionEndToEnd runs the same service (one identity: default,
+// writer, g[0], w) three times on a class with keep = 1 and an
+// archive_quota: after each release the plugin prunes the older archive,
+// so the archive holds only the newest tenant's data, under the quota the
+// plugin set; `archives` shows it and `prune -dry-run` finds nothing due.
+func TestRetentionEndToEnd(t *testing.T) {
+	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
+	start := time.Now()
+	step := func(format string, args ...any) {
+		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	pool := zfstest.NewPool(t, 0)
+	parent := pool.Dataset("nomad")
+	pool.ZFS(t, "create", parent)
+	archive := parent + "/.archive"
+	pluginBin := devicetest.BuildPlugin(t)
+	pluginConfig := fmt.Sprintf(`plugin "nomad-device-zfs" {
+  config {
+    parent_dataset     = %q
+    fingerprint_period = "2s"
+    archive_quota      = "96M"
+    class "scratch" {
+      slots = 1
+      quota = "32M"
+      keep  = 1
+    }
+  }
+}
+`, parent)
+	agent := nomadtest.StartAgent(t, nomadtest.Options{PluginDir: filepath.Dir(pluginBin), PluginConfig: pluginConfig})
+	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	step("agent up at %s", agent.Addr)
+
+	seen := map[string]bool{}
+	var archived []string
+	for round := 1; round <= 3; round++ {
+		// Each round is a new version of the same job: one more
+		// allocation of writer.g[0].
+		job := agent.RegisterJob(t, strings.Replace(writerJob, `type = "service"`, fmt.Sprintf("type = \"service\"\n  meta { round = \"%d\" }", round), 1))
+		var alloc *api.AllocationListStub
+		agent.Wait(t, fmt.Sprintf("round %d's allocation running", round), jobTimeout, func() (bool, string) {
+			stubs, _, err := agent.API.Jobs().Allocations(job.ID, true, nil)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, s := range stubs {
+				if !seen[s.ID] {
+					alloc = s
+					return s.ClientStatus == api.AllocClientStatusRunning, s.ID + " " + s.ClientStatus
+				}
+			}
+			return false, "not placed yet"
+		})
+		seen[alloc.ID] = true
+		must.EqOp(t, "writer.g[0]", alloc.Name)
+		_, _, err := agent.API.Jobs().Deregister(job.ID, false, nil)
+		must.NoError(t, err)
+		var name string
+		agent.Wait(t, fmt.Sprintf("round %d's dataset archived", round), releaseTimeout, func() (bool, string) {
+			name = archivedFor(t, pool, archive, alloc.ID)
+			return name != "", "not archived yet"
+		})
+		archived = append(archived, name)
+		step("round %d: alloc %s archived as %s", round, alloc.ID[:8], name)
+		// keep = 1: the previous round's archive is pruned.
+		agent.Wait(t, "the archive to hold only the newest", releaseTimeout, func() (bool, string) {
+			out := pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", archive)
+			got := strings.Fields(out)
+			return len(got) == 2 && got[1] == name, strings.Join(got, " ")
+		})
+	}
+	// The newest archive holds the last tenant's file.
+	last := archived[len(archived)-1]
+	pool.ZFS(t, "mount", last)
+	b, err := os.ReadFile(filepath.Join(pool.Prop(t, last, "mountpoint"), "owner.txt"))
+	must.NoError(t, err)
+	must.StrContains(t, string(b), recordedOwner(t, pool, last).AllocID)
+	pool.ZFS(t, "unmount", last)
+	must.Eq(t, "100663296", pool.Prop(t, archive, "quota"))
+
+	// The operator's view: the plugin binary, as a person runs it.
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(pluginConfig), 0o644))
+	out, err := exec.Command(pluginBin, "archives", "-config", cfgFile).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "1 archive,")
+	must.StrContains(t, string(out), "default/writer/g[0]/w (scratch)")
+	must.StrContains(t, string(out), last)
+	out, err = exec.Command(pluginBin, "prune", "-dry-run", "-config", cfgFile).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "Nothing to prune")
+	step("archives and prune -dry-run agree")
+}

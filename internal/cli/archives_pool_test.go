@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// archivesOnPool makes a pool whose archive holds three archives of one
+// identity (web.g[0]/t, class state), released 1, 2 and 3 hours ago, and
+// a dataset of the operator's; it returns the pool, the parent and the
+// archives' names, newest first.
+func archivesOnPool(t *testing.T) (*zfstest.Pool, string, []string) {
+	t.Helper()
+	pool := zfstest.NewPool(t, 0)
+	cfg := slots.Config{Parent: pool.Dataset("nomad")}
+	pool.ZFS(t, "create", cfg.Parent)
+	pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedArchive, "-o", "canmount=noauto", cfg.ArchiveDataset())
+	pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedClass, cfg.ClassDataset("state"))
+	o := slots.Owner{AllocID: "7f3e2a10-1b2c-4d5e-8f90-a1b2c3d4e5f6", Namespace: "default", Job: "web", Group: "g", Task: "t", AllocName: "web.g[0]"}
+	now := time.Now().UTC()
+	var names []string
+	for h := 1; h <= 3; h++ {
+		name := slots.ArchivedName(cfg, "state", 0, o, now.Add(-time.Duration(h)*time.Hour))
+		pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", slots.PropManaged+"="+slots.ManagedSlot,
+			"-o", slots.PropState+"="+string(slots.StateArchived), "-o", slots.PropOwner+"="+o.Encode(), name)
+		names = append(names, name)
+	}
+	pool.ZFS(t, "create", cfg.ArchiveDataset()+"/notes")
+	return pool, cfg.Parent, names
+}
+
+func TestArchivesAndPrune_RealPool(t *testing.T) {
+	pool, parent, names := archivesOnPool(t)
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset = %q
+    class "state" {
+      slots = 1
+      quota = "64M"
+      keep  = 1
+    }
+  }
+}
+`, parent)), 0o644))
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := Main(args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	// archives: newest first, the two older ones marked for "keep".
+	code, out, errs := run("archives", "-json", "-config", cfgFile)
+	must.EqOp(t, 0, code, must.Sprint(errs))
+	var r archivesReport
+	must.NoError(t, json.Unmarshal([]byte(out), &r))
+	must.True(t, r.RulesKnown)
+	must.SliceLen(t, 3, r.Archives)
+	for i, a := range r.Archives {
+		must.Eq(t, names[i], a.Name)
+		must.Eq(t, "local", a.Where)
+		must.Eq(t, "default/web/g[0]/t (state)", a.Identity.String())
+		if i == 0 {
+			must.Nil(t, a.Prune)
+		} else {
+			must.Eq(t, "keep", a.Prune.Rule)
+		}
+	}
+	must.SliceLen(t, 1, r.Skipped)
+	must.StrHasSuffix(t, "/notes", r.Skipped[0].Name)
+
+	// Without -config the rules are unknown, and said to be.
+	code, out, errs = run("archives", "-parent", parent)
+	must.EqOp(t, 0, code, must.Sprint(errs))
+	must.StrContains(t, out, "PRUNE is ? without -config")
+	code, _, errs = run("prune", "-dry-run", "-parent", parent)
+	must.EqOp(t, exitUsage, code)
+	must.StrContains(t, errs, "prune needs -config")
+
+	// prune -dry-run deletes nothing and says what it would.
+	code, out, errs = run("prune", "-dry-run", "-config", cfgFile)
+	must.EqOp(t, 0, code, must.Sprint(errs))
+	must.StrContains(t, out, "Would delete 2 archives of 3")
+	must.StrContains(t, out, names[2])
+	for _, n := range names {
+		must.Eq(t, "archived", pool.Prop(t, n, slots.PropState))
+	}
+
+	// prune deletes them.
+	code, out, errs = run("prune", "-config", cfgFile)
+	must.EqOp(t, 0, code, must.Sprint(errs))
+	must.StrContains(t, out, "Deleted 2 archives")
+	left := pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent+"/.archive")
+	must.Eq(t, []string{parent + "/.archive", parent + "/.archive/notes", names[0]}, sortedFields(left))
+}
+
+func sortedFields(s string) []string {
+	f := strings.Fields(s)
+	sort.Strings(f)
+	return f
+}

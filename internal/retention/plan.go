@@ -1,0 +1,116 @@
+package retention
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// DefaultKeep is how many archives an identity keeps when its class does
+// not say (and for archives of classes no longer configured).
+const DefaultKeep = 3
+
+// Policy is one class's retention.
+type Policy struct {
+	// Keep is how many of an identity's newest archives are kept (≥ 1).
+	Keep int
+	// MaxAge prunes archives released longer ago than this; 0 for no limit.
+	MaxAge time.Duration
+}
+
+// Rules is the whole archive's retention.
+type Rules struct {
+	// Classes maps a class name to its policy. Archives of classes not in
+	// it (no longer configured) follow Default.
+	Classes map[string]Policy
+	Default Policy
+	// Quota is archive_quota in bytes, 0 for none. With a quota, the
+	// oldest archives are pruned until what the archive uses plus
+	// Headroom fits under it.
+	Quota uint64
+	// Headroom is the room kept free under Quota for the next archive:
+	// the largest quota of a class that archives.
+	Headroom uint64
+}
+
+// policy returns the policy of class.
+func (r Rules) policy(class string) Policy {
+	if p, ok := r.Classes[class]; ok {
+		return p
+	}
+	return r.Default
+}
+
+// Prune is an archive to destroy, with why.
+type Prune struct {
+	Archive Archive `json:"archive"`
+	// Rule is "keep", "max_age" or "archive_quota".
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
+}
+
+// Plan returns the archives the rules prune, oldest first, from the
+// archives as Parse returned them and what the container uses (usedBytes).
+// Per identity it keeps the newest Keep and prunes those older than
+// MaxAge; then, with a Quota, it prunes the oldest of the rest until what
+// stays, plus Headroom, fits. An archive whose release time lies in the
+// future is never pruned by age. It is a pure function.
+func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune {
+	sorted := append([]Archive(nil), archives...)
+	sortNewestFirst(sorted)
+	var out []Prune
+	pruned := make([]bool, len(sorted))
+	rank := map[Identity]int{}
+	for i, a := range sorted {
+		p := r.policy(a.Class)
+		n := rank[a.Identity]
+		rank[a.Identity] = n + 1
+		keep := p.Keep
+		if keep < 1 {
+			keep = 1
+		}
+		age := now.Sub(a.ReleasedAt)
+		switch {
+		case n >= keep:
+			out = append(out, Prune{Archive: a, Rule: "keep",
+				Reason: fmt.Sprintf("keep = %d: %d newer archive(s) of %s are kept", keep, n, a.Identity)})
+		case p.MaxAge > 0 && age > p.MaxAge:
+			out = append(out, Prune{Archive: a, Rule: "max_age",
+				Reason: fmt.Sprintf("max_age = %s: released %s ago", p.MaxAge, age.Truncate(time.Second))})
+		default:
+			continue
+		}
+		pruned[i] = true
+	}
+	if r.Quota > 0 {
+		used := usedBytes
+		for _, p := range out {
+			used = sub(used, p.Archive.UsedBytes)
+		}
+		// Oldest first: the end of the newest-first list.
+		for i := len(sorted) - 1; i >= 0 && used+r.Headroom > r.Quota; i-- {
+			if pruned[i] {
+				continue
+			}
+			a := sorted[i]
+			out = append(out, Prune{Archive: a, Rule: "archive_quota",
+				Reason: fmt.Sprintf("archive_quota = %d bytes: the archive uses %d, and %d stay free for the next archive", r.Quota, used, r.Headroom)})
+			used = sub(used, a.UsedBytes)
+			pruned[i] = true
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].Archive.ReleasedAt.Equal(out[j].Archive.ReleasedAt) {
+			return out[i].Archive.ReleasedAt.Before(out[j].Archive.ReleasedAt)
+		}
+		return out[i].Archive.Name < out[j].Archive.Name
+	})
+	return out
+}
+
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}

@@ -1,0 +1,200 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// BatchSize bounds the archives one pass destroys; the next pass follows at
+// once when more are due, so a long backlog never holds a pass for long.
+const BatchSize = 16
+
+// Reader is what Read needs from ZFS. *zfs.Client implements it.
+type Reader interface {
+	Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error)
+}
+
+// ZFS is what the pruner needs from ZFS. *zfs.Client implements it.
+type ZFS interface {
+	Reader
+	DestroyRecursive(ctx context.Context, name, within string) error
+	SetMany(ctx context.Context, name string, props map[string]string) error
+}
+
+// Config is what the pruner works to.
+type Config struct {
+	// Container is the archive container, <parent>/.archive.
+	Container string
+	Rules     Rules
+}
+
+// Read reads the archive container and its children with one `zfs get`
+// and sorts them (Parse). A container that does not exist yet reads as
+// empty (Exists false), not as an error.
+func Read(ctx context.Context, z Reader, container string) (Container, []Archive, []Skipped, error) {
+	ds, err := z.Get(ctx, container, 1, Props...)
+	if errors.Is(err, zfs.ErrNotExist) {
+		return Container{Name: container}, nil, nil, nil
+	}
+	if err != nil {
+		return Container{Name: container}, nil, nil, fmt.Errorf("reading the archive %s: %w", container, err)
+	}
+	c, a, s := Parse(container, ds)
+	return c, a, s, nil
+}
+
+// Result is what one pass did.
+type Result struct {
+	// Planned is every prune the rules call for, oldest first; Destroyed
+	// the names of those this pass destroyed (at most BatchSize).
+	Planned   []Prune
+	Destroyed []string
+	// More: prunes are left for the next pass.
+	More bool
+}
+
+// Pruner applies the retention rules in the background. Its methods are
+// safe for concurrent use.
+type Pruner struct {
+	zfs  ZFS
+	log  hclog.Logger
+	kick chan struct{}
+
+	// passMu serialises passes: Run's and those of tests.
+	passMu sync.Mutex
+
+	// mu guards cfg and set.
+	mu  sync.Mutex
+	cfg Config
+	set bool
+}
+
+// New returns a pruner that reaches ZFS through z. It does nothing until
+// SetConfig.
+func New(z ZFS, log hclog.Logger) *Pruner {
+	return &Pruner{zfs: z, log: log, kick: make(chan struct{}, 1)}
+}
+
+// SetConfig replaces the configuration; the next pass works to it.
+func (p *Pruner) SetConfig(cfg Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg, p.set = cfg, true
+}
+
+// Kick asks Run for a pass now (after a release added an archive). It
+// never blocks.
+func (p *Pruner) Kick() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run makes a pass at once, then every period, at each Kick, and again at
+// once while a pass leaves prunes for the next; it returns when ctx is
+// done. A failed pass is logged and tried again at the next.
+func (p *Pruner) Run(ctx context.Context, period time.Duration) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-timer.C:
+		}
+		res, err := p.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.log.Error("retention pass incomplete", "error", err)
+		}
+		next := period
+		if res.More && err == nil {
+			next = 0
+		}
+		timer.Reset(next)
+	}
+}
+
+// Pass reads the archive once, destroys up to BatchSize of the archives
+// the rules prune (oldest first), then brings the container's quota to
+// archive_quota. On return every destroy it attempted is done or in the
+// error; nothing outside the container was touched.
+func (p *Pruner) Pass(ctx context.Context) (Result, error) {
+	p.passMu.Lock()
+	defer p.passMu.Unlock()
+	p.mu.Lock()
+	cfg, set := p.cfg, p.set
+	p.mu.Unlock()
+	if !set || cfg.Container == "" {
+		return Result{}, nil
+	}
+	c, archives, _, err := Read(ctx, p.zfs, cfg.Container)
+	if err != nil || !c.Exists {
+		return Result{}, err
+	}
+	res := Result{Planned: Plan(archives, c.UsedBytes, cfg.Rules, time.Now())}
+	batch := res.Planned
+	if len(batch) > BatchSize {
+		batch, res.More = batch[:BatchSize], true
+	}
+	var errs []error
+	used := c.UsedBytes
+	for _, pr := range batch {
+		if ctx.Err() != nil {
+			return res, errors.Join(append(errs, ctx.Err())...)
+		}
+		err := p.zfs.DestroyRecursive(ctx, pr.Archive.Name, cfg.Container)
+		if err != nil && !errors.Is(err, zfs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("pruning %s: %w", pr.Archive.Name, err))
+			continue
+		}
+		used = sub(used, pr.Archive.UsedBytes)
+		res.Destroyed = append(res.Destroyed, pr.Archive.Name)
+		p.log.Info("pruned archive", "dataset", pr.Archive.Name, "identity", pr.Archive.Identity.String(),
+			"rule", pr.Rule, "reason", pr.Reason)
+	}
+	if err := p.applyQuota(ctx, c, used, cfg.Rules.Quota); err != nil {
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
+}
+
+// applyQuota sets the container's quota to want (archive_quota) once what
+// the archive uses fits under it, recording it in PropArchiveQuota; with no
+// archive_quota it removes a quota only when it is the one the plugin set.
+func (p *Pruner) applyQuota(ctx context.Context, c Container, used, want uint64) error {
+	switch {
+	case want > 0 && c.QuotaBytes != want:
+		if used > want {
+			p.log.Warn("archive_quota not applied yet: the archive uses more; retention prunes toward it",
+				"archive", c.Name, "archive_quota", want, "used", used)
+			return nil
+		}
+		v := strconv.FormatUint(want, 10)
+		if err := p.zfs.SetMany(ctx, c.Name, map[string]string{PropArchiveQuota: v, "quota": v}); err != nil {
+			return fmt.Errorf("setting archive_quota on %s: %w", c.Name, err)
+		}
+		p.log.Info("archive quota set", "archive", c.Name, "archive_quota", want)
+	case want == 0 && c.QuotaMark > 0 && c.QuotaBytes == c.QuotaMark:
+		if err := p.zfs.SetMany(ctx, c.Name, map[string]string{"quota": "none", PropArchiveQuota: "0"}); err != nil {
+			return fmt.Errorf("removing the archive_quota the plugin set on %s: %w", c.Name, err)
+		}
+		p.log.Info("archive quota removed (archive_quota is no longer configured)", "archive", c.Name)
+	}
+	return nil
+}
