@@ -131,7 +131,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 				return exitFailed
 			}
 			return exitOK
-		}, func(fs *flag.FlagSet) { fs.BoolVar(&dryRun, "dry-run", false, "say what would be deleted; delete nothing") })
+		}, func(fs *flag.FlagSet) {
+			fs.BoolVar(&dryRun, "dry-run", false, "say what would be deleted; delete nothing")
+		})
 	case "doctor":
 		return runCommand("doctor", doctorHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
 			d := &doctor{c: c, z: z, log: log}
