@@ -1,7 +1,7 @@
 // Package cli is the command line of nomad-device-zfs: it serves the plugin
 // when Nomad launches it (go-plugin's handshake cookie is in the
 // environment) and is the operator's tool when a person runs it: status,
-// doctor, version.
+// doctor, archives, prune, version.
 package cli
 
 import (
