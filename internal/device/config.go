@@ -34,6 +34,7 @@ const (
 	DefaultMode              = "0770"
 	DefaultReserveTimeout    = "2m"
 	DefaultOnRelease         = "archive"
+	DefaultRestore           = "off"
 )
 
 // configSpec is the agent-side schema of the plugin block. Nomad parses agent
@@ -89,6 +90,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 			hclspec.NewAttr("on_release", "string", false),
 			hclspec.NewLiteral(strconv.Quote(DefaultOnRelease)),
 		),
+		"restore": hclspec.NewDefault(
+			hclspec.NewAttr("restore", "string", false),
+			hclspec.NewLiteral(strconv.Quote(DefaultRestore)),
+		),
 		"keep":    hclspec.NewAttr("keep", "number", false),
 		"max_age": hclspec.NewAttr("max_age", "string", false),
 	})),
@@ -142,6 +147,8 @@ type ClassConfig struct {
 	Mode       string            `codec:"mode"`
 	Properties map[string]string `codec:"properties"`
 	OnRelease  string            `codec:"on_release"`
+	// Restore is "off", "best-effort" or "required".
+	Restore string `codec:"restore"`
 	// Keep is how many archives each identity keeps (nil: DefaultKeep).
 	Keep *int `codec:"keep"`
 	// MaxAge prunes archives older than this ("" for no limit).
@@ -345,6 +352,18 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 		cl.OnRelease = cc.OnRelease
 	default:
 		return cl, fmt.Errorf("%s = %q: want %q or %q", field("on_release"), cc.OnRelease, slots.OnReleaseArchive, slots.OnReleaseDestroy)
+	}
+
+	switch cc.Restore {
+	case "", slots.RestoreOff:
+		cl.Restore = slots.RestoreOff
+	case slots.RestoreBestEffort, slots.RestoreRequired:
+		if cl.OnRelease != slots.OnReleaseArchive {
+			return cl, fmt.Errorf("%s = %q: a restore brings back an archive, and on_release = %q keeps none", field("restore"), cc.Restore, cl.OnRelease)
+		}
+		cl.Restore = cc.Restore
+	default:
+		return cl, fmt.Errorf("%s = %q: want %q, %q or %q", field("restore"), cc.Restore, slots.RestoreOff, slots.RestoreBestEffort, slots.RestoreRequired)
 	}
 
 	cl.Properties = make(map[string]string, len(cc.Properties))

@@ -47,6 +47,7 @@ func TestConfig_Defaults(t *testing.T) {
 	must.Eq(t, os.FileMode(0o770), c.Mode)
 	must.MapEmpty(t, c.Properties)
 	must.Eq(t, "archive", c.OnRelease)
+	must.Eq(t, "off", c.Restore)
 	must.Eq(t, 2*time.Minute, s.reserveTimeout)
 	must.Eq(t, allocwatch.Config{}, s.nomad)
 	must.Eq(t, retention.Rules{Classes: map[string]retention.Policy{"scratch": {Keep: retention.DefaultKeep}},
@@ -62,6 +63,7 @@ func TestConfig_Retention(t *testing.T) {
     quota   = "10GiB"
     keep    = 5
     max_age = "168h"
+    restore = "required"
   }
   class "big" {
     slots = 1
@@ -84,6 +86,9 @@ func TestConfig_Retention(t *testing.T) {
 		Quota:    200 << 30,
 		Headroom: 50 << 30, // the largest class that archives; "tmp" destroys
 	}, s.retention)
+	must.Eq(t, []string{"big", "state", "tmp"}, []string{s.slots.Classes[0].Name, s.slots.Classes[1].Name, s.slots.Classes[2].Name})
+	must.Eq(t, "off", s.slots.Classes[0].Restore)
+	must.Eq(t, "required", s.slots.Classes[1].Restore)
 }
 
 func TestConfig_NomadBlockAndRelease(t *testing.T) {
@@ -307,6 +312,13 @@ func TestConfig_Invalid(t *testing.T) {
 		{"empty property value", class(`slots = 1
     quota = "1G"
     properties = { compression = "" }`), `compression = "": value must be non-empty`},
+		{"restore unknown", class(`slots = 1
+    quota = "1G"
+    restore = "always"`), `class "scratch": restore = "always": want "off", "best-effort" or "required"`},
+		{"restore with destroy", class(`slots = 1
+    quota = "1G"
+    on_release = "destroy"
+    restore = "required"`), `class "scratch": restore = "required": a restore brings back an archive, and on_release = "destroy" keeps none`},
 		{"keep zero", class(`slots = 1
     quota = "1G"
     keep = 0`), `class "scratch": keep = 0: must be from 1 to 10000`},

@@ -89,6 +89,7 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 		runner.Observer = p.metrics
 	}
 	p.slots.SetObserver(slotEvents{Metrics: p.metrics, pruner: p.pruner})
+	p.slots.SetArchives(p.pruner)
 	return p
 }
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -71,16 +73,21 @@ type Pruner struct {
 	// passMu serialises passes: Run's and those of tests.
 	passMu sync.Mutex
 
-	// mu guards cfg and set.
+	// mu guards cfg, set, held and inflight.
 	mu  sync.Mutex
 	cfg Config
 	set bool
+	// held counts, by archive name, the restores that claimed an archive
+	// (Claim): a pass never destroys one. inflight is the archive a pass
+	// is destroying, which Claim never hands out.
+	held     map[string]int
+	inflight string
 }
 
 // New returns a pruner that reaches ZFS through z. It does nothing until
 // SetConfig.
 func New(z ZFS, log hclog.Logger) *Pruner {
-	return &Pruner{zfs: z, log: log, kick: make(chan struct{}, 1)}
+	return &Pruner{zfs: z, log: log, kick: make(chan struct{}, 1), held: map[string]int{}}
 }
 
 // SetConfig replaces the configuration; the next pass works to it.
@@ -158,7 +165,12 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 		if ctx.Err() != nil {
 			return res, errors.Join(append(errs, ctx.Err())...)
 		}
+		if !p.startDestroy(pr.Archive.Name) {
+			p.log.Debug("archive claimed by a restore; not pruned", "dataset", pr.Archive.Name)
+			continue
+		}
 		err := p.zfs.DestroyRecursive(ctx, pr.Archive.Name, cfg.Container)
+		p.endDestroy()
 		if err != nil && !errors.Is(err, zfs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("pruning %s: %w", pr.Archive.Name, err))
 			continue
@@ -197,4 +209,77 @@ func (p *Pruner) applyQuota(ctx context.Context, c Container, used, want uint64)
 		p.log.Info("archive quota removed (archive_quota is no longer configured)", "archive", c.Name)
 	}
 	return nil
+}
+
+// startDestroy marks name as being destroyed unless a restore holds it; it
+// reports whether the caller may destroy it.
+func (p *Pruner) startDestroy(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held[name] > 0 {
+		return false
+	}
+	p.inflight = name
+	return true
+}
+
+func (p *Pruner) endDestroy() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight = ""
+}
+
+// Claim returns the archives that hold the data of owner o's identity in
+// class (namespace, job, group, task, allocation index): those of the
+// identity's newest released allocation, in the order of the slots they
+// came from, or none. Each is held against pruning until release is
+// called; release must be called, also when names is empty. An owner whose
+// allocation index is unknown matches nothing. It reads ZFS once.
+func (p *Pruner) Claim(ctx context.Context, class string, o slots.Owner) (names []string, release func(), err error) {
+	release = func() {}
+	p.mu.Lock()
+	container := p.cfg.Container
+	p.mu.Unlock()
+	if container == "" || !o.Known() || o.AllocIndex() < 0 {
+		return nil, release, nil
+	}
+	_, archives, _, err := Read(ctx, p.zfs, container)
+	if err != nil {
+		return nil, release, err
+	}
+	o = o.Bounded() // as recorded
+	want := Identity{Namespace: o.Namespace, Job: o.Job, Group: o.Group, Task: o.Task, Index: o.AllocIndex(), Class: class}
+	var mine []Archive
+	for _, a := range archives { // newest first
+		if a.Identity != want {
+			continue
+		}
+		if len(mine) > 0 && a.AllocID != mine[0].AllocID {
+			break
+		}
+		mine = append(mine, a)
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return mine[i].Slot < mine[j].Slot })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range mine {
+		if a.Name == p.inflight {
+			continue // being pruned right now
+		}
+		p.held[a.Name]++
+		names = append(names, a.Name)
+	}
+	held := append([]string(nil), names...)
+	var once sync.Once
+	return names, func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for _, n := range held {
+				if p.held[n]--; p.held[n] <= 0 {
+					delete(p.held, n)
+				}
+			}
+		})
+	}, nil
 }

@@ -122,6 +122,11 @@ func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
 		return s, err
 	}
 	defer unlock()
+	return m.mountLocked(ctx, s)
+}
+
+// mountLocked is mountForOwner with the slot's lock held by the caller.
+func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 	m.mu.Lock()
 	c := classByName(m.cfg, s.Class)
 	m.mu.Unlock()
@@ -144,7 +149,7 @@ func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
 		if err := m.zfs.Mount(ctx, s.Dataset); err != nil {
 			return s, err
 		}
-		m.log.Warn("mounted a reserved slot again before handing it back to its owner", "device", s.ID, "dataset", s.Dataset)
+		m.log.Info("mounted a reserved slot before handing it to its owner", "device", s.ID, "dataset", s.Dataset)
 	}
 	rctx, cancel := context.WithTimeout(ctx, remountTimeout)
 	defer cancel()

@@ -146,6 +146,9 @@ type Manager struct {
 	owners map[string]Owner
 	// notes explain why an in-use slot is kept, by ID.
 	notes map[string]note
+	// emptyStarts say, by ID, why the tenant of a slot of a class with
+	// restore = "best-effort" started empty; gone when its release starts.
+	emptyStarts map[string]string
 	// incomplete is why the latest allocation view may miss allocations
 	// (the token does not see every namespace); "" when it sees them all.
 	incomplete string
@@ -159,6 +162,8 @@ type Manager struct {
 	busy map[string]int
 	// obs is told of Reserve calls and releases (SetObserver); nil for none.
 	obs Observer
+	// archives finds what a restore brings back (SetArchives); nil for none.
+	archives Archives
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -166,7 +171,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: z, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]Owner{}, notes: map[string]note{}, changed: make(chan struct{}),
+		owners: map[string]Owner{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, runs: map[string]*releaseRun{},
 	}
 }
@@ -387,6 +392,16 @@ func (m *Manager) setNote(id string, n note) {
 	m.setSlotsLocked(append([]Slot(nil), m.slots...))
 }
 
+// setEmptyStart records why the tenant of slot id started empty despite
+// its class's restore = "best-effort", and publishes it in the slot's
+// health description for as long as the tenancy lasts.
+func (m *Manager) setEmptyStart(id, why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.emptyStarts[id] = why
+	m.setSlotsLocked(append([]Slot(nil), m.slots...))
+}
+
 // setIncomplete records why allocation views may miss allocations ("" when
 // they do not) and publishes it in every device's health description.
 func (m *Manager) setIncomplete(reason string) {
@@ -452,6 +467,9 @@ func (m *Manager) deriveLocked(s *Slot) {
 		if n, ok := m.notes[s.ID]; ok && s.ok {
 			s.HealthDesc = n.text
 			s.Healthy = !n.unhealthy
+		}
+		if why, ok := m.emptyStarts[s.ID]; ok && s.Healthy && s.HealthDesc == "" {
+			s.HealthDesc = why
 		}
 	}
 	if m.incomplete != "" {

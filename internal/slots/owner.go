@@ -134,3 +134,21 @@ func (o Owner) AllocIndex() int {
 	}
 	return parseIndex(name[i+1:])
 }
+
+// SameIdentity reports whether a and b are the same task of the same
+// allocation slot of a job: namespace, job, group, task and allocation
+// index, all known. A replacement allocation (a job update, a reschedule,
+// a stop and run) has its predecessor's identity.
+func SameIdentity(a, b Owner) bool {
+	a, b = a.Bounded(), b.Bounded()
+	return a.Known() && b.Known() && a.AllocIndex() >= 0 && a.AllocIndex() == b.AllocIndex() &&
+		a.Namespace == b.Namespace && a.Job == b.Job && a.Group == b.Group && a.Task == b.Task
+}
+
+// Bounded returns o as PropOwner records it: each field cut to
+// maxOwnerField bytes. Compare what a view says with what ZFS recorded
+// through it.
+func (o Owner) Bounded() Owner {
+	return Owner{AllocID: bound(o.AllocID), Namespace: bound(o.Namespace), Job: bound(o.Job), Group: bound(o.Group),
+		Task: bound(o.Task), AllocName: bound(o.AllocName), NodeID: bound(o.NodeID)}
+}

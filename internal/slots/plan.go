@@ -91,7 +91,19 @@ type Class struct {
 	Properties map[string]string
 	// OnRelease is OnReleaseArchive or OnReleaseDestroy.
 	OnRelease string
+	// Restore says whether a fresh slot reserved by an allocation whose
+	// identity has a local archive gets that archive instead (RestoreOff,
+	// RestoreBestEffort, RestoreRequired; "" is RestoreOff).
+	Restore string
 }
+
+// Restore values: what Reserve does when the asker's identity has an
+// archive (see restore.go).
+const (
+	RestoreOff        = "off"
+	RestoreBestEffort = "best-effort"
+	RestoreRequired   = "required"
+)
 
 // Config is the validated configuration the manager works to.
 type Config struct {

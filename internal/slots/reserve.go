@@ -168,6 +168,22 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "how", "owner", "took", time.Since(arrived))
 			res = append(res, back)
 		case startRelease:
+			if c := m.classOf([]string{id}); restores(c) {
+				if d.asker.Known() && SameIdentity(d.asker, s.Owner) {
+					// The replacement of an ended allocation: it keeps
+					// the dataset, data and all.
+					got, err := m.handOverInPlace(ctx, s, d.asker)
+					if err == nil {
+						res = append(res, got)
+						continue
+					}
+					wait, renew = fmt.Sprintf("device %s: handing the data of %s to its replacement %s: %v", s.ID, s.Owner, d.asker, err), !errors.Is(err, errChanged)
+					continue
+				}
+				// Another identity: the dataset is archived, and the
+				// asker gets the fresh slot, with its own archive if any.
+				d.asker = Owner{}
+			}
 			if d.asker.Known() && s.Spare != "" && s.ok {
 				// The asker gets the spare; the owner's dataset is
 				// archived behind it.
@@ -208,9 +224,22 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	if wait != "" {
 		return nil, wait, nil
 	}
+	var notes map[string]string
+	if c := m.classOf(fresh); c.Restore == RestoreBestEffort || c.Restore == RestoreRequired {
+		o := m.restoreFresh(ctx, nomad, c, fresh, arrived, view)
+		if o.wait != "" {
+			renew = o.renew
+			return nil, o.wait, nil
+		}
+		res = append(res, o.restored...)
+		fresh, notes = o.fresh, o.notes
+	}
 	reserved, err := m.reserveFresh(ctx, nomad, fresh, arrived, *view)
 	if err != nil {
 		return nil, "", err
+	}
+	for id, why := range notes {
+		m.setEmptyStart(id, why)
 	}
 	// In the order Nomad gave the IDs.
 	byID := map[string]Slot{}
@@ -443,4 +472,19 @@ func describe(hs []Holding) string {
 		parts = append(parts, h.Owner.String())
 	}
 	return strings.Join(parts, ", ")
+}
+
+// classOf returns the class of the first of ids (all of one class: see
+// checkIDs), or a zero Class when there is none.
+func (m *Manager) classOf(ids []string) Class {
+	if len(ids) == 0 {
+		return Class{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.byID[ids[0]]
+	if !ok {
+		return Class{}
+	}
+	return classByName(m.cfg, m.slots[i].Class)
 }

@@ -1,0 +1,227 @@
+package slots
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Archives finds the archived data of an identity for a restore, and holds
+// it against retention while the restore runs. *retention.Pruner
+// implements it.
+type Archives interface {
+	// Claim returns the archives of owner o's identity in class (its
+	// namespace, job, group, task and allocation index) left by the
+	// identity's newest released allocation, in the order of the slots
+	// they came from; none when there are none. They are not pruned until
+	// release is called, which the caller must do.
+	Claim(ctx context.Context, class string, o Owner) (names []string, release func(), err error)
+}
+
+// SetArchives sets where Reserve finds archives to restore (nil for none).
+// Set it before the manager is first used.
+func (m *Manager) SetArchives(a Archives) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.archives = a
+}
+
+// restoreOutcome is what restoreFresh did with the fresh slots of one Reserve.
+type restoreOutcome struct {
+	// restored are the slots handed over with their archive.
+	restored []Slot
+	// fresh are the IDs left to reserve empty.
+	fresh []string
+	// notes are, by ID, why a best-effort restore started empty.
+	notes map[string]string
+	// wait is why a required restore must wait (and renew: for a new read).
+	wait  string
+	renew bool
+}
+
+// restoreFresh gives the asker of a Reserve on fresh slots of a class with
+// restore on the data its identity left in the archive: the archives of its
+// identity's newest allocation take the slots' places (restoreInto, a
+// rename), in slot order. The asker is identified from a complete read of
+// the node's allocations that began after the call arrived (*view, read
+// here when nil), as the sole live holder of every slot. Whatever cannot be
+// done is, with restore = "required", a wait; with "best-effort", a note,
+// and the slot is reserved empty.
+func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []string, arrived time.Time, view **View) restoreOutcome {
+	out := restoreOutcome{notes: map[string]string{}}
+	fail := func(why string, renew bool) restoreOutcome {
+		if c.Restore == RestoreRequired {
+			return restoreOutcome{wait: fmt.Sprintf("device %s: class %q has restore = %q and %s", strings.Join(ids, ", "), c.Name, RestoreRequired, why), renew: renew}
+		}
+		for _, id := range ids {
+			out.notes[id] = "started empty: " + why
+		}
+		out.fresh = ids
+		m.log.Warn("restore skipped; the slots start empty (restore = best-effort)", "devices", ids, "reason", why)
+		return out
+	}
+	m.mu.Lock()
+	archives := m.archives
+	m.mu.Unlock()
+	if archives == nil {
+		out.fresh = ids
+		return out
+	}
+	if nomad == nil {
+		return fail("the asker cannot be identified: this plugin cannot read allocations", true)
+	}
+	if *view == nil {
+		v, err := nomad.View(ctx, arrived)
+		if err != nil {
+			return fail(fmt.Sprintf("the asker cannot be identified: the node's allocations cannot be read (%v)", err), true)
+		}
+		*view = v
+		m.setIncomplete(v.Incomplete)
+	}
+	if !(*view).Complete {
+		return fail("the asker cannot be identified: the token may not see every namespace (see the warning)", true)
+	}
+	var asker Owner
+	for _, id := range ids {
+		h := (*view).Holders(id)
+		if len(h) != 1 || (asker.Known() && h[0].Owner != asker) {
+			return fail(fmt.Sprintf("the asker cannot be identified: %d live allocations hold %s", len(h), id), true)
+		}
+		asker = h[0].Owner
+	}
+	names, release, err := archives.Claim(ctx, c.Name, asker)
+	defer release()
+	if err != nil {
+		return fail(fmt.Sprintf("the archive of %s cannot be read (%v)", asker, err), true)
+	}
+	if len(names) == 0 {
+		out.fresh = ids
+		return out
+	}
+	for i, id := range ids {
+		if i >= len(names) {
+			out.fresh = append(out.fresh, id)
+			continue
+		}
+		got, err := m.restoreInto(ctx, id, names[i], asker)
+		if err != nil {
+			why := fmt.Sprintf("restoring %s failed: %v", names[i], err)
+			if c.Restore == RestoreRequired {
+				return restoreOutcome{wait: fmt.Sprintf("device %s: class %q has restore = %q and %s", id, c.Name, RestoreRequired, why), renew: true}
+			}
+			// A slot the asker now holds (the rename went through) is
+			// handed to it by the next round, data and all.
+			if s, ok := m.slot(id); ok && s.State == StateReserved {
+				return restoreOutcome{wait: fmt.Sprintf("device %s: %s; the data is in the slot, reserved for %s", id, why, asker), renew: true}
+			}
+			out.notes[id] = "started empty: " + why
+			out.fresh = append(out.fresh, id)
+			m.log.Warn("restore failed; the slot starts empty (restore = best-effort)", "device", id, "archive", names[i], "error", err)
+			continue
+		}
+		out.restored = append(out.restored, got)
+	}
+	return out
+}
+
+// restoreInto makes archive (of asker's identity, held against pruning)
+// serve free slot id, reserved for asker, under the slot's lock: renamed to
+// the slot's other name, then marked reserved and owned by asker, allowed
+// to mount, given the class quota, and mounted with the class's flags. The
+// fresh dataset that served becomes the slot's spare. On return the slot
+// is the asker's with the archive's data, or, on an error before the marks
+// were written, unchanged with the archive back in place.
+func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Owner) (Slot, error) {
+	unlock, err := m.lockSlot(ctx, id)
+	if err != nil {
+		return Slot{}, err
+	}
+	defer unlock()
+	cur, ok := m.slot(id)
+	if !ok || cur.State != StateFree || !cur.ok || cur.Mountpoint == "" {
+		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
+	}
+	if cur.old != nil || cur.Spare != "" || cur.sib != nameAbsent {
+		return Slot{}, fmt.Errorf("the slot's other dataset name is taken (a release is still under way): %w", errChanged)
+	}
+	m.mu.Lock()
+	cfg := m.cfg
+	m.mu.Unlock()
+	c := classByName(cfg, cur.Class)
+	names := cfg.SlotNames(cur.Class, cur.Index)
+	target := names[0]
+	if cur.Dataset == names[0] {
+		target = names[1]
+	}
+	if err := m.zfs.Rename(ctx, archive, target); err != nil {
+		return Slot{}, fmt.Errorf("renaming %s to %s: %w", archive, target, err)
+	}
+	marks := map[string]string{
+		PropState: string(StateReserved), PropOwner: asker.Encode(),
+		"canmount": "on", "refquota": strconv.FormatUint(c.Quota, 10),
+	}
+	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
+		// Back where it was; should that fail too, the dataset under the
+		// slot's name still says "archived", and the next pass archives
+		// it again.
+		if rerr := m.zfs.Rename(ctx, target, archive); rerr != nil {
+			m.log.Error("a restored dataset could not be marked nor renamed back; the next pass archives it again", "dataset", target, "error", rerr)
+		}
+		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
+	}
+	m.updateSlot(id, func(x *Slot) {
+		x.Spare, x.spareMount = x.Dataset, x.Mountpoint
+		x.Dataset, x.Mountpoint = target, ""
+		x.State, x.Owner, x.stamped = StateReserved, asker, asker
+		x.sib, x.present = nameFresh, true
+		x.Usage = Usage{}
+		x.setHealth(true, "")
+	})
+	s, _ := m.slot(id)
+	got, err := m.mountLocked(ctx, s)
+	if err != nil {
+		return Slot{}, fmt.Errorf("mounting %s: %w", target, err)
+	}
+	m.log.Info("slot reserved", "device", id, "dataset", target, "owner", asker.String(), "how", "restored", "archive", archive)
+	return got, nil
+}
+
+// restores reports whether class c restores archives at Reserve.
+func restores(c Class) bool { return c.Restore == RestoreBestEffort || c.Restore == RestoreRequired }
+
+// handOverInPlace gives the dataset of reserved slot s, whose owner has
+// ended (decide said so, from a read that began after the Reserve
+// arrived), to asker, the one other holder of the device and the same
+// identity (SameIdentity): a replacement of the owner's allocation, in a
+// class with restore on. One zfs command records the new owner; the
+// dataset is then mounted for it. It returns errChanged when the slot is no
+// longer what s says.
+func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slot, error) {
+	unlock, err := m.lockSlot(ctx, s.ID)
+	if err != nil {
+		return Slot{}, err
+	}
+	defer unlock()
+	cur, ok := m.slot(s.ID)
+	if !ok || !sameTenancy(cur, s) || cur.old != nil {
+		return Slot{}, errChanged
+	}
+	if err := m.zfs.Set(ctx, cur.Dataset, PropOwner, asker.Encode()); err != nil {
+		return Slot{}, fmt.Errorf("recording %s as the owner of %s: %w", asker, cur.Dataset, err)
+	}
+	m.mu.Lock()
+	delete(m.owners, s.ID)
+	delete(m.notes, s.ID)
+	delete(m.emptyStarts, s.ID)
+	m.mu.Unlock()
+	m.updateSlot(s.ID, func(x *Slot) { x.Owner, x.stamped = asker, asker })
+	cur, _ = m.slot(s.ID)
+	got, err := m.mountLocked(ctx, cur)
+	if err != nil {
+		return Slot{}, fmt.Errorf("mounting %s for %s: %w", cur.Dataset, asker, err)
+	}
+	m.log.Info("slot reserved", "device", s.ID, "dataset", cur.Dataset, "owner", asker.String(), "how", "restored in place", "previous", s.Owner.String())
+	return got, nil
+}

@@ -1,0 +1,172 @@
+package slots_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// newRestoreEnv is newReleaseEnv for one class with restore set, whose
+// manager finds archives through a real retention.Pruner.
+func newRestoreEnv(t *testing.T, n int, restore string) (*env, *allocs) {
+	t.Helper()
+	e := newEnv(t, n)
+	e.cfg.Classes[0].Restore = restore
+	e.mgr.SetConfig(e.cfg)
+	p := retention.New(zfs.NewClient(e.runner), hclog.NewNullLogger())
+	p.SetConfig(retention.Config{Container: e.cfg.ArchiveDataset(), Rules: retention.Rules{Default: retention.Policy{Keep: 3}}})
+	e.mgr.SetArchives(p)
+	a := newAllocs()
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	return e, a
+}
+
+// tenant is an allocation of job.grp[index] (one identity per index).
+func tenant(n, index int) slots.Owner {
+	o := owner(n)
+	o.AllocName = "job.grp[" + itoa(index) + "]"
+	return o
+}
+
+func readData(t *testing.T, s slots.Slot) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Mountpoint, "data.txt"))
+	if os.IsNotExist(err) {
+		return ""
+	}
+	must.NoError(t, err)
+	return string(b)
+}
+
+func TestRestore_ReplacementGetsItsPredecessorsData(t *testing.T) {
+	e, a := newRestoreEnv(t, 2, slots.RestoreRequired)
+	ctx := context.Background()
+
+	// Stop and run: the first tenant ends, its dataset is archived; the
+	// next allocation of the same identity gets it back by a rename.
+	first := tenant(1, 0)
+	s := reserveAndWrite(t, e, a, "scratch-0", first)
+	guid := e.guid(t, s.Dataset)
+	a.end(first)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.SliceLen(t, 1, archived(t, e))
+
+	second := tenant(2, 0)
+	a.hold("scratch-0", second)
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	got := res[0]
+	must.Eq(t, "tenant "+first.AllocID, readData(t, got))
+	must.Eq(t, guid, e.guid(t, got.Dataset), must.Sprint("a rename, not a copy"))
+	must.Eq(t, second.AllocID, recordedOwner(t, e, got.Dataset).AllocID)
+	must.Eq(t, "reserved", e.pool.Prop(t, got.Dataset, slots.PropState))
+	must.Eq(t, "on", e.pool.Prop(t, got.Dataset, "canmount"))
+	must.Eq(t, "67108864", e.pool.Prop(t, got.Dataset, "refquota"))
+	must.SliceEmpty(t, archived(t, e))
+	// The fresh dataset it replaced is the slot's spare.
+	cur := slotByID(t, e, "scratch-0")
+	must.Eq(t, got.Dataset, cur.Dataset)
+	must.NotEq(t, "", cur.Spare)
+	must.Eq(t, "free", e.pool.Prop(t, cur.Spare, slots.PropState))
+	a.start(second)
+
+	// A job update: the replacement asks while the dataset is still in
+	// the slot; it keeps it in place, data and all.
+	must.NoError(t, os.WriteFile(filepath.Join(got.Mountpoint, "data.txt"), []byte("tenant "+second.AllocID), 0o644))
+	a.end(second)
+	third := tenant(3, 0)
+	a.hold("scratch-0", third)
+	res, err = e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, got.Dataset, res[0].Dataset)
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+	must.Eq(t, "tenant "+second.AllocID, readData(t, res[0]))
+	must.Eq(t, third.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
+	a.start(third)
+
+	// Another identity on the same slot: the dataset is archived, and the
+	// newcomer (no archive of its own) starts empty.
+	a.end(third)
+	other := tenant(4, 1)
+	a.hold("scratch-0", other)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err = e.mgr.Reserve(rctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, "", readData(t, res[0]))
+	must.NotEq(t, guid, e.guid(t, res[0].Dataset))
+	must.NoError(t, e.mgr.Wait(ctx))
+	arch := archived(t, e)
+	must.SliceLen(t, 1, arch)
+	must.Eq(t, third.AllocID, recordedOwner(t, e, arch[0]).AllocID)
+}
+
+// TestRestore_Faults: when the restore cannot be done, restore =
+// "required" fails the Reserve (at reserve_timeout) with the reason and
+// leaves the slot free, while "best-effort" starts the task empty and says
+// why; the archive keeps the data either way.
+func TestRestore_Faults(t *testing.T) {
+	cases := []struct {
+		mode, fault string
+		wantErr     string // required
+		wantHealth  string // best-effort
+	}{
+		{slots.RestoreRequired, "incomplete view", `class "scratch" has restore = "required" and the asker cannot be identified`, ""},
+		{slots.RestoreBestEffort, "incomplete view", "", "owner unknown"},
+		{slots.RestoreRequired, "rename fails", `class "scratch" has restore = "required" and restoring`, ""},
+		{slots.RestoreBestEffort, "rename fails", "", "started empty: restoring"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode+"/"+tc.fault, func(t *testing.T) {
+			w := zfstest.NewWrapper(t)
+			w.SetPATH(t)
+			e, a := newRestoreEnv(t, 1, tc.mode)
+			ctx := context.Background()
+			first := tenant(1, 0)
+			reserveAndWrite(t, e, a, "scratch-0", first)
+			a.end(first)
+			must.NoError(t, e.mgr.ReleaseEnded(ctx))
+			must.NoError(t, e.mgr.Wait(ctx))
+			arch := archived(t, e)
+			must.SliceLen(t, 1, arch)
+
+			switch tc.fault {
+			case "incomplete view": // who asks cannot be known
+				a.mu.Lock()
+				a.incomplete = "the token cannot list namespaces"
+				a.mu.Unlock()
+			case "rename fails":
+				w.Fail("rename", "cannot rename: made to fail by the test")
+			}
+			second := tenant(2, 0)
+			a.hold("scratch-0", second)
+			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			res, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
+			if tc.wantErr != "" {
+				must.ErrorContains(t, err, tc.wantErr)
+				must.ErrorContains(t, err, "reserve_timeout")
+				must.Eq(t, "free", e.pool.Prop(t, slotByID(t, e, "scratch-0").Dataset, slots.PropState))
+			} else {
+				must.NoError(t, err)
+				must.Eq(t, "", readData(t, res[0]))
+				must.StrContains(t, slotByID(t, e, "scratch-0").HealthDesc, tc.wantHealth)
+			}
+			w.Unfail("rename")
+			must.Eq(t, arch, archived(t, e))
+			must.Eq(t, first.AllocID, recordedOwner(t, e, arch[0]).AllocID)
+		})
+	}
+}
