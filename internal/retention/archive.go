@@ -79,6 +79,8 @@ type Archive struct {
 	ReleasedAt time.Time `json:"released_at"`
 	// UsedBytes is the space it takes (ZFS's used).
 	UsedBytes uint64 `json:"used_bytes"`
+	// Backup is the GUID of its snapshot in backup_dir ("" for none).
+	Backup string `json:"backup,omitempty"`
 }
 
 // Skipped is a dataset in the archive container that retention leaves
@@ -106,8 +108,12 @@ type Container struct {
 // configuration removes that quota and never one the operator set.
 const PropArchiveQuota = "nomad-device-zfs:archive-quota"
 
+// PropBackup records on an archive the GUID of its snapshot that is in
+// backup_dir (see package backup), so that it is sent once.
+const PropBackup = slots.PropBackup
+
 // Props are the properties Parse needs, in the order Pruner asks for them.
-var Props = append([]string{"used", "quota", slots.PropManaged, slots.PropState, slots.PropReleasedAt, PropArchiveQuota}, slots.OwnerProps...)
+var Props = append([]string{"used", "quota", slots.PropManaged, slots.PropState, slots.PropReleasedAt, PropArchiveQuota, PropBackup}, slots.OwnerProps...)
 
 // Parse sorts one read of the archive container (`zfs get -r -d 1` of
 // container, with Props) into the container, the archives retention may
@@ -163,6 +169,9 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 		return Archive{}, err.Error()
 	}
 	a := Archive{Name: d.Name, Class: class, Slot: slot, ReleasedAt: at, UsedBytes: used}
+	if v, _ := d.Local(PropBackup); v != slots.BackupNone {
+		a.Backup = v
+	}
 	o, err := slots.RecordedOwner(d)
 	if err != nil || !o.Known() {
 		a.Identity = Identity{Class: class, Index: -1, Unknown: true, Slot: slot}

@@ -39,6 +39,8 @@ func TestParse_SavedZFSFuseOutput(t *testing.T) {
 	must.Eq(t, "1a2b3c4d-0000-4000-8000-000000000001", arch[1].AllocID)
 	must.Eq(t, time.Date(2026, 11, 20, 10, 15, 0, 0, time.UTC), arch[1].ReleasedAt)
 	must.Eq(t, 0, arch[1].Slot)
+	must.Eq(t, "1234567890123", arch[1].Backup)
+	must.Eq(t, "", arch[0].Backup)
 	must.Positive(t, arch[1].UsedBytes)
 	// The legacy owner properties still identify an earlier version's archive.
 	must.Eq(t, Identity{Namespace: "default", Job: "old", Group: "g", Task: "t", Index: 0, Class: "scratch"}, arch[2].Identity)

@@ -110,13 +110,26 @@ func (p *Pruner) Kick() {
 // once while a pass leaves prunes for the next; it returns when ctx is
 // done. A failed pass is logged and tried again at the next.
 func (p *Pruner) Run(ctx context.Context, period time.Duration) {
+	Loop(ctx, period, p.kick, func(ctx context.Context) (bool, error) {
+		res, err := p.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.log.Error("retention pass incomplete", "error", err)
+		}
+		return res.More && err == nil, err
+	})
+}
+
+// Loop runs pass at once, then every period, at each value on kick, and
+// again at once while pass says more is due; it returns when ctx is done.
+// The archive's background work (retention, backups) runs in it.
+func Loop(ctx context.Context, period time.Duration, kick <-chan struct{}, pass func(context.Context) (more bool, err error)) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.kick:
+		case <-kick:
 			if !timer.Stop() {
 				select {
 				case <-timer.C:
@@ -125,12 +138,8 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 			}
 		case <-timer.C:
 		}
-		res, err := p.Pass(ctx)
-		if err != nil && ctx.Err() == nil {
-			p.log.Error("retention pass incomplete", "error", err)
-		}
 		next := period
-		if res.More && err == nil {
+		if more, _ := pass(ctx); more {
 			next = 0
 		}
 		timer.Reset(next)

@@ -8,6 +8,15 @@ import (
 	"time"
 )
 
+// PropBackup records on an archive the GUID of its snapshot that is in
+// backup_dir (package backup), so that it is sent once; BackupNone (a
+// restored dataset's) says it is in none: zfs-fuse cannot set a property
+// to "".
+const (
+	PropBackup = "nomad-device-zfs:backup"
+	BackupNone = "none"
+)
+
 // Archives finds the archived data of an identity for a restore, and holds
 // it against retention while the restore runs. *retention.Pruner
 // implements it.
@@ -161,6 +170,8 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 	marks := map[string]string{
 		PropState: string(StateReserved), PropOwner: asker.Encode(),
 		"canmount": "on", "refquota": strconv.FormatUint(c.Quota, 10),
+		// What the new tenant writes is backed up anew at its release.
+		PropBackup: BackupNone,
 	}
 	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
 		// Back where it was; should that fail too, the dataset under the

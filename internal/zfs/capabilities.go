@@ -71,7 +71,7 @@ func (c *Client) Probe(ctx context.Context, scratch string) (caps Capabilities, 
 		if err := checkName(renamed); err != nil {
 			return caps, err
 		}
-		_, rerr := c.Runner.runOnce(ctx, orDefault(c.Runner.ZFS, "zfs"), []string{"rename", scratch, renamed})
+		_, rerr := c.Runner.runOnce(ctx, orDefault(c.Runner.ZFS, "zfs"), []string{"rename", scratch, renamed}, streams{})
 		switch {
 		case rerr == nil:
 			caps.RenameMounted, name = true, renamed

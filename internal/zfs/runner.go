@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -61,6 +62,21 @@ func (r *Runner) ZFSCmd(ctx context.Context, args ...string) ([]byte, error) {
 	return r.run(ctx, orDefault(r.ZFS, "zfs"), args)
 }
 
+// ZFSStream runs `zfs args...` with standard input read from in and
+// standard output written to out (either may be nil): `zfs send` and `zfs
+// receive`. It is never retried (a stream cannot be replayed) and has no
+// Timeout of its own: a stream takes as long as its size, so ctx (which must
+// have a deadline) says how long is too long. On return the process has
+// exited or been killed.
+func (r *Runner) ZFSStream(ctx context.Context, in io.Reader, out io.Writer, args ...string) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return &Error{Args: append([]string{orDefault(r.ZFS, "zfs")}, args...), Kind: ErrInvalid,
+			Err: errors.New("a zfs stream needs a deadline")}
+	}
+	_, err := r.runWith(ctx, orDefault(r.ZFS, "zfs"), args, streams{in: in, out: out, untimed: true})
+	return err
+}
+
 // ZpoolCmd runs `zpool args...` and returns its standard output.
 func (r *Runner) ZpoolCmd(ctx context.Context, args ...string) ([]byte, error) {
 	return r.run(ctx, orDefault(r.Zpool, "zpool"), args)
@@ -69,6 +85,20 @@ func (r *Runner) ZpoolCmd(ctx context.Context, args ...string) ([]byte, error) {
 // run runs the command, retrying ErrBusy with a doubling backoff. On return
 // the process has exited (or was killed); a non-nil error is always *Error.
 func (r *Runner) run(ctx context.Context, bin string, args []string) ([]byte, error) {
+	return r.runWith(ctx, bin, args, streams{})
+}
+
+// streams are a stream command's standard input and output (see
+// ZFSStream); the zero value is a plain command's.
+type streams struct {
+	in  io.Reader
+	out io.Writer
+	// untimed: no Timeout; the caller's ctx alone bounds the run.
+	untimed bool
+}
+
+// runWith is run with the given streams.
+func (r *Runner) runWith(ctx context.Context, bin string, args []string, io streams) ([]byte, error) {
 	retries := r.BusyRetries
 	if retries == 0 {
 		retries = DefaultBusyRetries
@@ -78,8 +108,9 @@ func (r *Runner) run(ctx context.Context, bin string, args []string) ([]byte, er
 		backoff = DefaultBusyBackoff
 	}
 	for attempt := 0; ; attempt++ {
-		out, err := r.runOnce(ctx, bin, args)
-		if err == nil || !errors.Is(err, ErrBusy) || attempt >= retries {
+		out, err := r.runOnce(ctx, bin, args, io)
+		// A stream cannot be replayed: no retry.
+		if err == nil || !errors.Is(err, ErrBusy) || attempt >= retries || io.in != nil || io.out != nil {
 			return out, err
 		}
 		if r.Logger != nil {
@@ -99,13 +130,16 @@ func (r *Runner) run(ctx context.Context, bin string, args []string) ([]byte, er
 // runOnce runs the command once, in its own process group. On return the
 // command has exited or been killed; after a timeout or cancel, what is left
 // of its group has had SIGTERM and gets SIGKILL killGrace after it.
-func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte, error) {
+func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io streams) ([]byte, error) {
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if !io.untimed {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 
 	cmd := exec.CommandContext(ctx, bin, args...)
 	// Every child leads its own process group, so that a timeout reaches the
@@ -145,6 +179,10 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string) ([]byte
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
+	if io.out != nil {
+		cmd.Stdout = io.out
+	}
+	cmd.Stdin = io.in
 
 	start := time.Now()
 	r.runs.Add(1)

@@ -1,0 +1,252 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// SnapshotPrefix starts the name of every snapshot the keeper takes.
+const SnapshotPrefix = "nomad-device-zfs-"
+
+// SendTimeout bounds one `zfs send` into backup_dir.
+const SendTimeout = time.Hour
+
+// BatchSize bounds the archives one pass sends.
+const BatchSize = 4
+
+// ZFS is what the keeper needs from ZFS. *zfs.Client implements it.
+type ZFS interface {
+	retention.Reader
+	Sender
+	Receiver
+	Snapshot(ctx context.Context, name string) error
+	Snapshots(ctx context.Context, dataset string) ([]zfs.Snap, error)
+	SnapshotGUID(ctx context.Context, name string) (uint64, error)
+	Set(ctx context.Context, name, prop, value string) error
+	DestroyRecursive(ctx context.Context, name, within string) error
+}
+
+// Config is what the keeper works to.
+type Config struct {
+	// Dir is backup_dir; "" for none (the keeper then does nothing).
+	Dir string
+	// Container is the archive container, <parent>/.archive.
+	Container string
+	// Classes are the classes whose archives go to Dir (restore on).
+	Classes map[string]bool
+}
+
+// Keeper sends archives into backup_dir in the background, and receives
+// an identity's backup at a restore on a node that has no archive of it.
+// Its methods are safe for concurrent use.
+type Keeper struct {
+	zfs  ZFS
+	log  hclog.Logger
+	kick chan struct{}
+
+	// passMu serialises passes.
+	passMu sync.Mutex
+	// mu guards cfg and node.
+	mu   sync.Mutex
+	cfg  Config
+	node string
+}
+
+// NewKeeper returns a keeper that reaches ZFS through z. It does nothing
+// until SetConfig gives it a backup_dir.
+func NewKeeper(z ZFS, log hclog.Logger) *Keeper {
+	return &Keeper{zfs: z, log: log, kick: make(chan struct{}, 1)}
+}
+
+// SetConfig replaces the configuration.
+func (k *Keeper) SetConfig(cfg Config) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cfg = cfg
+}
+
+// SetNode records the node ID written into manifests.
+func (k *Keeper) SetNode(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.node = id
+}
+
+func (k *Keeper) config() (Config, string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cfg, k.node
+}
+
+// Kick asks Run for a pass now. It never blocks.
+func (k *Keeper) Kick() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run makes a pass at once, every period and at each Kick, until ctx is done.
+func (k *Keeper) Run(ctx context.Context, period time.Duration) {
+	retention.Loop(ctx, period, k.kick, func(ctx context.Context) (bool, error) {
+		sent, more, err := k.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			k.log.Error("backup pass incomplete", "error", err)
+		}
+		_ = sent
+		return more && err == nil, err
+	})
+}
+
+// Pass sends, oldest first, up to BatchSize archives of the configured
+// classes that are not in backup_dir yet: a snapshot of each, sent whole
+// the first time, and incrementally from the identity's previous backup
+// when that snapshot is still on the archive and its stream in backup_dir.
+// An archive is then marked (retention.PropBackup) so that it is sent
+// once. more says that archives are left for the next pass.
+func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err error) {
+	k.passMu.Lock()
+	defer k.passMu.Unlock()
+	cfg, node := k.config()
+	if cfg.Dir == "" || len(cfg.Classes) == 0 {
+		return nil, false, nil
+	}
+	_, archives, _, err := retention.Read(ctx, k.zfs, cfg.Container)
+	if err != nil {
+		return nil, false, err
+	}
+	var todo []retention.Archive
+	for i := len(archives) - 1; i >= 0; i-- { // oldest first
+		a := archives[i]
+		if cfg.Classes[a.Class] && a.Backup == "" && !a.Identity.Unknown && a.Identity.Index >= 0 {
+			todo = append(todo, a)
+		}
+	}
+	if len(todo) > BatchSize {
+		todo, more = todo[:BatchSize], true
+	}
+	var errs []error
+	for _, a := range todo {
+		m, err := k.send(ctx, cfg.Dir, node, a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backing up %s: %w", a.Name, err))
+			continue
+		}
+		sent = append(sent, m)
+		kind := "full"
+		if m.BaseGUID != 0 {
+			kind = "incremental"
+		}
+		k.log.Info("archive backed up", "dataset", a.Name, "identity", a.Identity.String(), "stream", m.StreamPath(), "bytes", m.Size, "kind", kind)
+	}
+	return sent, more, errors.Join(errs...)
+}
+
+// send backs up one archive: see Pass.
+func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive) (Manifest, error) {
+	have, _, err := List(dir, &a.Identity)
+	if err != nil {
+		return Manifest{}, err
+	}
+	inDir := map[uint64]bool{}
+	for _, m := range have {
+		inDir[m.GUID] = true
+	}
+	snaps, err := k.zfs.Snapshots(ctx, a.Name)
+	if err != nil {
+		return Manifest{}, err
+	}
+	// The newest of the plugin's snapshots that backup_dir holds is the
+	// base; a newer one of the plugin's (an earlier pass that stopped
+	// before its manifest) is sent rather than a new one taken.
+	base, snap := zfs.Snap{}, zfs.Snap{}
+	for _, s := range snaps {
+		if !strings.HasPrefix(s.Name, a.Name+"@"+SnapshotPrefix) {
+			continue
+		}
+		if inDir[s.GUID] {
+			base, snap = s, zfs.Snap{}
+		} else {
+			snap = s
+		}
+	}
+	if snap.Name == "" {
+		snap.Name = a.Name + "@" + SnapshotPrefix + time.Now().UTC().Format("20060102T150405.000000000Z")
+		if err := k.zfs.Snapshot(ctx, snap.Name); err != nil {
+			return Manifest{}, err
+		}
+		if snap.GUID, err = k.zfs.SnapshotGUID(ctx, snap.Name); err != nil {
+			return Manifest{}, err
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, SendTimeout)
+	defer cancel()
+	m := Manifest{Identity: a.Identity, AllocID: a.AllocID, Node: node, Dataset: a.Name, Slot: a.Slot,
+		Snapshot: strings.SplitN(snap.Name, "@", 2)[1], GUID: snap.GUID, BaseGUID: base.GUID, ReleasedAt: a.ReleasedAt}
+	m, err = Write(sctx, k.zfs, dir, snap.Name, base.Name, m)
+	if err != nil {
+		return m, err
+	}
+	return m, k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10))
+}
+
+// Fetch receives the newest backup of owner o's identity in class from
+// backup_dir into the archive container, named as its release named it,
+// and returns the archive's name; "" when backup_dir holds none of the
+// identity (or none is configured). A chain that does not verify is an
+// error and nothing is received; what a failed receive left is destroyed.
+// ctx bounds the whole (Reserve's reserve_timeout).
+func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner) (string, error) {
+	cfg, _ := k.config()
+	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 {
+		return "", nil
+	}
+	b := o.Bounded()
+	id := retention.Identity{Namespace: b.Namespace, Job: b.Job, Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
+	ms, problems, err := List(cfg.Dir, &id)
+	if err != nil {
+		return "", err
+	}
+	if len(ms) == 0 {
+		if len(problems) > 0 {
+			return "", fmt.Errorf("backup_dir holds no readable backup of %s: %s: %s", id, problems[0].Path, problems[0].Reason)
+		}
+		return "", nil
+	}
+	chain, err := Chain(ms)
+	if err != nil {
+		return "", err
+	}
+	newest := chain[len(chain)-1]
+	prev := slots.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
+	prefix := cfg.Container + "/"
+	target := prefix + slots.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, slots.MaxNameLen-len(prefix))
+	// Never into (nor, on failure, destroying) a dataset that exists.
+	if _, err := k.zfs.Get(ctx, target, 0, "used"); err == nil {
+		return target, nil
+	} else if !errors.Is(err, zfs.ErrNotExist) {
+		return "", err
+	}
+	if err := Receive(ctx, k.zfs, chain, target); err != nil {
+		if derr := k.zfs.DestroyRecursive(context.WithoutCancel(ctx), target, cfg.Container); derr != nil && !errors.Is(derr, zfs.ErrNotExist) {
+			k.log.Error("a failed receive left a dataset that cannot be destroyed", "dataset", target, "error", derr)
+		}
+		return "", err
+	}
+	if err := k.zfs.Set(ctx, target, retention.PropBackup, strconv.FormatUint(newest.GUID, 10)); err != nil {
+		return "", err
+	}
+	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node)
+	return target, nil
+}
