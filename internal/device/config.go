@@ -53,6 +53,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewLiteral(strconv.Quote(DefaultStatsPeriod)),
 	),
 	"archive_quota": hclspec.NewAttr("archive_quota", "string", false),
+	"backup_dir":    hclspec.NewAttr("backup_dir", "string", false),
 	"reserve_timeout": hclspec.NewDefault(
 		hclspec.NewAttr("reserve_timeout", "string", false),
 		hclspec.NewLiteral(strconv.Quote(DefaultReserveTimeout)),
@@ -107,6 +108,9 @@ type Config struct {
 	ReserveTimeout    string `codec:"reserve_timeout"`
 	// ArchiveQuota is the quota of <parent>/.archive ("" for none).
 	ArchiveQuota string           `codec:"archive_quota"`
+	// BackupDir is a directory every client can reach, for zfs send
+	// streams of the archives of classes with restore on ("" for none).
+	BackupDir string `codec:"backup_dir"`
 	Nomad        *NomadConfig     `codec:"nomad"`
 	Telemetry    *TelemetryConfig `codec:"telemetry"`
 	// Classes holds pointers: the msgpack decoder reuses one value for
@@ -166,6 +170,10 @@ type settings struct {
 	metricsAddress string
 	// retention is what the archive keeps.
 	retention retention.Rules
+	// backupDir is backup_dir ("" for none); backupClasses the classes
+	// whose archives go there (restore on).
+	backupDir     string
+	backupClasses map[string]bool
 }
 
 // MaxKeep bounds a class's keep.
@@ -257,6 +265,21 @@ func (c *Config) validate() (settings, error) {
 		if cl.OnRelease == slots.OnReleaseArchive && cl.Quota > s.retention.Headroom {
 			s.retention.Headroom = cl.Quota
 		}
+	}
+	s.backupClasses = map[string]bool{}
+	for _, cl := range s.slots.Classes {
+		if cl.Restore == slots.RestoreBestEffort || cl.Restore == slots.RestoreRequired {
+			s.backupClasses[cl.Name] = true
+		}
+	}
+	if c.BackupDir != "" {
+		if !path.IsAbs(c.BackupDir) || path.Clean(c.BackupDir) != c.BackupDir || c.BackupDir == "/" {
+			return s, fmt.Errorf("backup_dir = %q: must be an absolute, clean path other than /, such as /mnt/zfs-backups", c.BackupDir)
+		}
+		if len(s.backupClasses) == 0 {
+			return s, fmt.Errorf("backup_dir = %q: no class has restore on, so nothing would be backed up or restored from it", c.BackupDir)
+		}
+		s.backupDir = c.BackupDir
 	}
 	if c.ArchiveQuota != "" {
 		q, err := zfs.ParseSize(c.ArchiveQuota)

@@ -89,6 +89,8 @@ func TestConfig_Retention(t *testing.T) {
 	must.Eq(t, []string{"big", "state", "tmp"}, []string{s.slots.Classes[0].Name, s.slots.Classes[1].Name, s.slots.Classes[2].Name})
 	must.Eq(t, "off", s.slots.Classes[0].Restore)
 	must.Eq(t, "required", s.slots.Classes[1].Restore)
+	must.Eq(t, "", s.backupDir)
+	must.Eq(t, map[string]bool{"state": true}, s.backupClasses)
 }
 
 func TestConfig_NomadBlockAndRelease(t *testing.T) {
@@ -319,6 +321,23 @@ func TestConfig_Invalid(t *testing.T) {
     quota = "1G"
     on_release = "destroy"
     restore = "required"`), `class "scratch": restore = "required": a restore brings back an archive, and on_release = "destroy" keeps none`},
+		{"backup_dir relative", `config {
+  parent_dataset = "tank/nomad"
+  backup_dir     = "backups"
+  class "a" {
+    slots   = 1
+    quota   = "1G"
+    restore = "required"
+  }
+}`, `backup_dir = "backups": must be an absolute, clean path other than /`},
+		{"backup_dir without restore", `config {
+  parent_dataset = "tank/nomad"
+  backup_dir     = "/mnt/backups"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `backup_dir = "/mnt/backups": no class has restore on`},
 		{"keep zero", class(`slots = 1
     quota = "1G"
     keep = 0`), `class "scratch": keep = 0: must be from 1 to 10000`},

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -60,6 +61,8 @@ type Plugin struct {
 	slots *slots.Manager
 	// pruner keeps the archive within the retention rules.
 	pruner *retention.Pruner
+	// keeper sends archives to backup_dir and fetches them back.
+	keeper *backup.Keeper
 	// metrics counts what the plugin does, always; it serves the counts
 	// only when the configuration has a telemetry address.
 	metrics *metrics.Metrics
@@ -83,13 +86,13 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 	}
 	client := zfs.NewClient(runner)
 	p := &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots")),
-		pruner: retention.New(client, log.Named("retention"))}
+		pruner: retention.New(client, log.Named("retention")), keeper: backup.NewKeeper(client, log.Named("backup"))}
 	p.metrics = metrics.New(metricsSource{p})
 	if runner.Observer == nil {
 		runner.Observer = p.metrics
 	}
-	p.slots.SetObserver(slotEvents{Metrics: p.metrics, pruner: p.pruner})
-	p.slots.SetArchives(p.pruner)
+	p.slots.SetObserver(slotEvents{Metrics: p.metrics, pruner: p.pruner, keeper: p.keeper})
+	p.slots.SetArchives(archiveSource{p.pruner, p.keeper})
 	return p
 }
 
@@ -98,19 +101,47 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 const RetentionPeriod = time.Minute
 
 // slotEvents is told of the slot manager's Reserve calls and releases: it
-// counts them, and has the archive pruned after each release.
+// counts them, and has the archive backed up and pruned after each release.
 type slotEvents struct {
 	*metrics.Metrics
 	pruner *retention.Pruner
+	keeper *backup.Keeper
 }
 
 // ReleaseDone counts the release and, when it archived or destroyed a
-// dataset, asks for a retention pass.
+// dataset, asks for a backup pass and a retention pass.
 func (e slotEvents) ReleaseDone(class string, err error, took time.Duration) {
 	e.Metrics.ReleaseDone(class, err, took)
 	if err == nil {
+		e.keeper.Kick()
 		e.pruner.Kick()
 	}
+}
+
+// archiveSource is where a restore finds an identity's data: the local
+// archive, else backup_dir, received into the local archive first.
+type archiveSource struct {
+	pruner *retention.Pruner
+	keeper *backup.Keeper
+}
+
+// Claim returns the local archives of o's identity, held against pruning;
+// when there are none, it fetches the identity's backup from backup_dir
+// (if any) and claims that.
+func (a archiveSource) Claim(ctx context.Context, class string, o slots.Owner) ([]string, func(), error) {
+	names, release, err := a.pruner.Claim(ctx, class, o)
+	if err != nil || len(names) > 0 {
+		return names, release, err
+	}
+	release()
+	got, err := a.keeper.Fetch(ctx, class, o)
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("fetching from backup_dir: %w", err)
+	}
+	if got == "" {
+		return nil, func() {}, nil
+	}
+	return a.pruner.Claim(ctx, class, o)
 }
 
 // metricsSource is what the metrics read at scrape time: the slot
@@ -187,6 +218,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)
 	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention})
+	p.keeper.SetConfig(backup.Config{Dir: s.backupDir, Container: s.slots.ArchiveDataset(), Classes: s.backupClasses})
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes),
 		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
 	return nil
@@ -261,8 +293,10 @@ func (p *Plugin) startWatching(ctx context.Context) {
 		<-ctx.Done()
 		p.Close()
 	}()
-	// Retention needs no Nomad: it runs even when the watcher cannot.
+	// Retention and backups need no Nomad: they run even when the
+	// watcher cannot.
 	go p.pruner.Run(ctx, RetentionPeriod)
+	go p.keeper.Run(ctx, RetentionPeriod)
 
 	w, err := allocwatch.New(s.nomad, p.log.Named("allocwatch"))
 	if err != nil {
@@ -272,6 +306,11 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	p.log.Info("watching allocations", "address", w.Address())
 	w.SetObserver(p.metrics)
 	p.slots.SetNomad(nomadAllocs{w})
+	go func() {
+		if id, err := w.NodeID(ctx); err == nil {
+			p.keeper.SetNode(id) // named in backup manifests
+		}
+	}()
 	go w.Run(ctx, func(*allocwatch.Snapshot) { p.slots.Kick() })
 	go p.slots.Run(ctx, s.fingerprintPeriod)
 }

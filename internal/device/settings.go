@@ -25,6 +25,8 @@ type Settings struct {
 	ReserveTimeout    time.Duration
 	// Retention is what the archive keeps (keep, max_age, archive_quota).
 	Retention retention.Rules
+	// BackupDir is backup_dir ("" for none).
+	BackupDir string
 }
 
 // SettingsFromAgentConfig turns the `config { … }` of a plugin block, as
@@ -64,5 +66,6 @@ func SettingsFromAgentConfig(config map[string]interface{}) (Settings, error) {
 		StatsPeriod:       s.statsPeriod,
 		ReserveTimeout:    s.reserveTimeout,
 		Retention:         s.retention,
+		BackupDir:         s.backupDir,
 	}, nil
 }
