@@ -107,12 +107,12 @@ type Config struct {
 	StatsPeriod       string `codec:"stats_period"`
 	ReserveTimeout    string `codec:"reserve_timeout"`
 	// ArchiveQuota is the quota of <parent>/.archive ("" for none).
-	ArchiveQuota string           `codec:"archive_quota"`
+	ArchiveQuota string `codec:"archive_quota"`
 	// BackupDir is a directory every client can reach, for zfs send
 	// streams of the archives of classes with restore on ("" for none).
-	BackupDir string `codec:"backup_dir"`
-	Nomad        *NomadConfig     `codec:"nomad"`
-	Telemetry    *TelemetryConfig `codec:"telemetry"`
+	BackupDir string           `codec:"backup_dir"`
+	Nomad     *NomadConfig     `codec:"nomad"`
+	Telemetry *TelemetryConfig `codec:"telemetry"`
 	// Classes holds pointers: the msgpack decoder reuses one value for
 	// every entry of a map of structs, which made classes share one
 	// Properties map.
