@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -111,4 +115,55 @@ func sortedFields(s string) []string {
 	f := strings.Fields(s)
 	sort.Strings(f)
 	return f
+}
+
+func TestBackupsVerify_RealPool(t *testing.T) {
+	pool, parent, names := archivesOnPool(t)
+	dir := t.TempDir()
+	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
+	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent, _, err := k.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, len(names), sent)
+
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset = %q
+    backup_dir     = %q
+    class "state" {
+      slots   = 1
+      quota   = "64M"
+      restore = "required"
+    }
+  }
+}
+`, parent, dir)), 0o644))
+	var out, errb bytes.Buffer
+	code := Main([]string{"backups", "verify", "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String(), out.String()))
+	must.StrContains(t, out.String(), "3 streams, 1 identity")
+	must.StrContains(t, out.String(), "All streams match")
+
+	// One byte changed in one stream: found, named, exit 1.
+	b, err := os.ReadFile(sent[1].StreamPath())
+	must.NoError(t, err)
+	b[len(b)/2] ^= 1
+	must.NoError(t, os.WriteFile(sent[1].StreamPath(), b, 0o600))
+	out.Reset()
+	code = Main([]string{"backups", "verify", "-json", "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, exitFailed, code)
+	var r backupsReport
+	must.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	must.Eq(t, 1, r.Bad)
+	for _, s := range r.Streams {
+		must.Eq(t, s.Path != sent[1].StreamPath(), s.OK)
+	}
+
+	// Without a backup_dir there is nothing to verify: a usage error.
+	code = Main([]string{"backups", "verify", "-parent", parent}, &out, &errb)
+	must.EqOp(t, exitUsage, code)
 }

@@ -1,7 +1,7 @@
 // Package cli is the command line of nomad-device-zfs: it serves the plugin
 // when Nomad launches it (go-plugin's handshake cookie is in the
 // environment) and is the operator's tool when a person runs it: status,
-// doctor, archives, prune, version.
+// doctor, archives, prune, backups verify, version.
 package cli
 
 import (
@@ -44,6 +44,9 @@ is the operator's tool:
                retention rule would delete them
     prune      Apply retention (keep, max_age, archive_quota) now; -dry-run
                says what it would delete and why
+    backups verify
+               Check every stream in backup_dir against its manifest; exits 1
+               on a bad one
     version    Print the version and commit
 
 Run "nomad-device-zfs <command> -help" for a command's options.
@@ -133,6 +136,35 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}, func(fs *flag.FlagSet) {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would be deleted; delete nothing")
+		})
+	case "backups":
+		if len(args) < 2 || args[1] != "verify" {
+			fmt.Fprintf(stderr, "backups: want the subcommand verify\n\n%s", backupsVerifyHelp)
+			return exitUsage
+		}
+		return runCommand("backups verify", backupsVerifyHelp, args[2:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
+			if err := c.load(ctx, z); err != nil {
+				fmt.Fprintf(stderr, "backups verify: %v\n", err)
+				return exitFailed
+			}
+			if c.settings.BackupDir == "" {
+				fmt.Fprintf(stderr, "backups verify: %v\n", errNoBackupDir)
+				return exitUsage
+			}
+			r, err := verifyBackups(c.settings.BackupDir)
+			if err == nil && c.jsonOut {
+				err = writeJSON(stdout, r)
+			} else if err == nil {
+				err = renderBackups(stdout, r)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "backups verify: %v\n", err)
+				return exitFailed
+			}
+			if r.Bad > 0 {
+				return exitFailed
+			}
+			return exitOK
 		})
 	case "doctor":
 		return runCommand("doctor", doctorHelp, args[1:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
