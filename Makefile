@@ -36,6 +36,7 @@ test: deps ## run every test: unit, real pool, real gRPC, real Nomad agent (as r
 bench: deps ## as root: the plugin against zfs floors on real pools (10/100/900 slots), then the churn of short jobs on a real Nomad agent against the same jobs without a device; prints tables, writes bench/results.json and bench/churn-results.json
 	$(GO) run ./bench/cmd/zfsbench -out bench/results.json
 	$(GO) run ./bench/cmd/zfsbench -churn -churn-out bench/churn-results.json
+	$(GO) run ./bench/cmd/zfsbench -mobility -reps 5 -mobility-out bench/mobility-results.json
 
 # The OpenZFS kernel module, in a QEMU VM (scripts/openzfs-vm, docs/testing-openzfs.md).
 ZFS          ?= 2.3

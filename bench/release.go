@@ -82,6 +82,17 @@ func (t *Tenants) Hold(id string) slots.Owner {
 	return o
 }
 
+// HoldAs makes a new allocation of bench.group[index] (the same identity
+// for the same index: a replacement) the holder of device id, and returns it.
+func (t *Tenants) HoldAs(id string, index int) slots.Owner {
+	o := t.Hold(id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o.AllocName = fmt.Sprintf("bench.group[%d]", index)
+	t.holders[id] = o
+	return o
+}
+
 // Next places a new allocation on device id whose task has not started,
 // as Nomad places the next tenant of a device whose holder has ended, and
 // returns it. Its Reserve gets the slot.

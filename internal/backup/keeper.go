@@ -228,6 +228,11 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner) (string
 	if err != nil {
 		return "", err
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, SendTimeout)
+		defer cancel()
+	}
 	newest := chain[len(chain)-1]
 	prev := slots.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
 	prefix := cfg.Container + "/"

@@ -43,6 +43,9 @@ func run() int {
 	churn := flag.Bool("churn", false, "run the churn scenario (a real Nomad agent, see bench/README.md) instead of the pool sizes")
 	churnJobs := flag.Int("churn-jobs", 40, "jobs per churn batch")
 	churnOut := flag.String("churn-out", "bench/churn-results.json", "where -churn writes its results as JSON")
+	mobility := flag.Bool("mobility", false, "measure the data following a job (restore on the same node, the move through backup_dir) instead of the pool sizes")
+	mobilityOut := flag.String("mobility-out", "bench/mobility-results.json", "where -mobility writes its results as JSON")
+	mobilityMiB := flag.Int("mobility-mib", 64, "MiB of data the tenant leaves, for -mobility")
 	flag.Parse()
 
 	var ns []int
@@ -91,6 +94,9 @@ func run() int {
 		}()
 	}
 
+	if *mobility {
+		return runMobility(ctx, bench.MobilityOptions{Reps: *reps, DataMiB: *mobilityMiB, WorkDir: work, Progress: os.Stderr}, *mobilityOut)
+	}
 	if *churn {
 		keep := filepath.Join(os.TempDir(), "zfsbench-churn-agent.log")
 		return runChurn(ctx, bench.ChurnOptions{Jobs: *churnJobs, PluginBin: *pluginBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
@@ -123,6 +129,28 @@ func run() int {
 		if s.Error != "" {
 			return 1 // a size could not be measured; targets are reported, not enforced
 		}
+	}
+	return 0
+}
+
+// runMobility runs the mobility measures, prints their table and writes
+// their results to out.
+func runMobility(ctx context.Context, o bench.MobilityOptions, out string) int {
+	res, err := bench.RunMobility(ctx, o)
+	fmt.Println()
+	bench.WriteMobility(os.Stdout, res)
+	b, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr == nil {
+		jerr = os.WriteFile(out, append(b, '\n'), 0o644)
+	}
+	if jerr != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: writing results:", jerr)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "zfsbench: wrote %s\n", out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zfsbench:", err)
+		return 1
 	}
 	return 0
 }
