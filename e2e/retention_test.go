@@ -98,6 +98,16 @@ func TestRetentionEndToEnd(t *testing.T) {
 	pool.ZFS(t, "unmount", last)
 	must.Eq(t, "100663296", pool.Prop(t, archive, "quota"))
 
+	// The node says which job groups have data here, for an affinity.
+	agent.Wait(t, "the node metadata", holdTimeout, func() (bool, string) {
+		m, err := agent.API.Nodes().Meta().Read(agent.NodeID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		v := m.Meta["nomad_device_zfs.archives"]
+		return v == "default/writer/g", "nomad_device_zfs.archives=" + v
+	})
+
 	// The operator's view: the plugin binary, as a person runs it.
 	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
 	must.NoError(t, os.WriteFile(cfgFile, []byte(pluginConfig), 0o644))

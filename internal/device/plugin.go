@@ -63,6 +63,8 @@ type Plugin struct {
 	pruner *retention.Pruner
 	// keeper sends archives to backup_dir and fetches them back.
 	keeper *backup.Keeper
+	// meta publishes which job groups have data here (node metadata).
+	meta *metaPublisher
 	// metrics counts what the plugin does, always; it serves the counts
 	// only when the configuration has a telemetry address.
 	metrics *metrics.Metrics
@@ -93,6 +95,8 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 	}
 	p.slots.SetObserver(slotEvents{Metrics: p.metrics, pruner: p.pruner, keeper: p.keeper})
 	p.slots.SetArchives(archiveSource{p.pruner, p.keeper})
+	p.meta = newMetaPublisher(log.Named("nodemeta"))
+	p.pruner.OnPass(p.meta.Update)
 	return p
 }
 
@@ -311,6 +315,7 @@ func (p *Plugin) startWatching(ctx context.Context) {
 			p.keeper.SetNode(id) // named in backup manifests
 		}
 	}()
+	go p.meta.Run(ctx, w, RetentionPeriod)
 	go w.Run(ctx, func(*allocwatch.Snapshot) { p.slots.Kick() })
 	go p.slots.Run(ctx, s.fingerprintPeriod)
 }

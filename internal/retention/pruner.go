@@ -82,6 +82,17 @@ type Pruner struct {
 	// is destroying, which Claim never hands out.
 	held     map[string]int
 	inflight string
+	// seen, when set, is told after each pass what the archive keeps.
+	seen func([]Archive)
+}
+
+// OnPass sets a function that is told, after each pass, the archives the
+// archive container still holds (nil for none). It is called on Run's
+// goroutine with no lock held. Set it before Run.
+func (p *Pruner) OnPass(fn func([]Archive)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = fn
 }
 
 // New returns a pruner that reaches ZFS through z. It does nothing until
@@ -191,6 +202,22 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	}
 	if err := p.applyQuota(ctx, c, used, cfg.Rules.Quota); err != nil {
 		errs = append(errs, err)
+	}
+	p.mu.Lock()
+	seen := p.seen
+	p.mu.Unlock()
+	if seen != nil {
+		gone := map[string]bool{}
+		for _, n := range res.Destroyed {
+			gone[n] = true
+		}
+		var kept []Archive
+		for _, a := range archives {
+			if !gone[a.Name] {
+				kept = append(kept, a)
+			}
+		}
+		seen(kept)
 	}
 	return res, errors.Join(errs...)
 }

@@ -1,0 +1,130 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+)
+
+// ArchivesMetaKey is the node's dynamic metadata key that lists the job
+// groups with data in this node's archive, as "namespace/job/group",
+// comma-separated, so that a job can prefer the node that has its data:
+//
+//	affinity {
+//	  attribute = "${meta.nomad_device_zfs.archives}"
+//	  operator  = "set_contains"
+//	  value     = "default/keeper/g"
+//	}
+const ArchivesMetaKey = "nomad_device_zfs.archives"
+
+// maxMetaGroups bounds the groups listed in ArchivesMetaKey.
+const maxMetaGroups = 500
+
+// archivesMeta returns the value of ArchivesMetaKey for what the archive
+// holds: each job group with a known owner, once, sorted; names holding a
+// comma (which set_contains would split) are left out. "" for none.
+func archivesMeta(archives []retention.Archive) string {
+	seen := map[string]bool{}
+	for _, a := range archives {
+		id := a.Identity
+		if id.Unknown {
+			continue
+		}
+		g := id.Namespace + "/" + id.Job + "/" + id.Group
+		if strings.ContainsAny(g, ",\n\t") {
+			continue
+		}
+		seen[g] = true
+	}
+	groups := make([]string, 0, len(seen))
+	for g := range seen {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	if len(groups) > maxMetaGroups {
+		groups = groups[:maxMetaGroups]
+	}
+	return strings.Join(groups, ",")
+}
+
+// metaSetter is what the publisher needs from the Nomad API.
+type metaSetter interface {
+	SetNodeMeta(ctx context.Context, meta map[string]*string) error
+}
+
+// metaPublisher keeps ArchivesMetaKey in the node's metadata in step with
+// the archive, off the retention pass's path: Update records the latest
+// value and wakes Run, which makes the Nomad call.
+type metaPublisher struct {
+	log  hclog.Logger
+	kick chan struct{}
+
+	// mu guards want, have and denied.
+	mu     sync.Mutex
+	want   *string // nil until the first Update
+	have   *string // what was last published; nil for nothing yet
+	denied bool    // the token may not write node metadata: logged once, then left
+}
+
+func newMetaPublisher(log hclog.Logger) *metaPublisher {
+	return &metaPublisher{log: log, kick: make(chan struct{}, 1)}
+}
+
+// Update records what the archive holds now. It never blocks.
+func (m *metaPublisher) Update(archives []retention.Archive) {
+	v := archivesMeta(archives)
+	m.mu.Lock()
+	m.want = &v
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes each new value until ctx is done; a failed call is tried
+// again at the next Update or after retry.
+func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Duration) {
+	timer := time.NewTimer(retry)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		case <-timer.C:
+			timer.Reset(retry)
+		}
+		m.mu.Lock()
+		want, have, denied := m.want, m.have, m.denied
+		m.mu.Unlock()
+		if denied || want == nil || (have != nil && *have == *want) {
+			continue
+		}
+		var val *string
+		if *want != "" {
+			val = want
+		}
+		err := api.SetNodeMeta(ctx, map[string]*string{ArchivesMetaKey: val})
+		m.mu.Lock()
+		switch {
+		case err == nil:
+			m.have = want
+		case errors.Is(err, allocwatch.ErrPermission):
+			m.denied = true
+			m.log.Warn("the token may not write node metadata (node:write): jobs cannot prefer the node that holds their archived data; going on without it",
+				"key", ArchivesMetaKey, "error", err)
+		default:
+			m.log.Debug("publishing node metadata failed; trying again", "key", ArchivesMetaKey, "error", err)
+		}
+		m.mu.Unlock()
+	}
+}
