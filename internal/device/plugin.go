@@ -433,6 +433,7 @@ func deviceGroups(s settings, all []slots.Slot) []*device.DeviceGroup {
 				"pool":       structs.NewStringAttribute(s.slots.Pool()),
 				"mount_path": structs.NewStringAttribute(c.MountPath),
 				"read_only":  structs.NewBoolAttribute(c.ReadOnly),
+				"restore":    structs.NewStringAttribute(orOff(c.Restore)),
 			},
 		}
 		for _, sl := range all {
@@ -603,4 +604,12 @@ func statsGroups(s settings, all []slots.Slot, now time.Time) []*device.DeviceGr
 func intPtr(v uint64) *int64 {
 	i := int64(v)
 	return &i
+}
+
+// orOff is a class's restore as the "restore" attribute shows it.
+func orOff(restore string) string {
+	if restore == "" {
+		return slots.RestoreOff
+	}
+	return restore
 }

@@ -114,6 +114,7 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	must.Eq(t, structs.NewStringAttribute(pool.Name), g.Attributes["pool"])
 	must.Eq(t, structs.NewStringAttribute("/zfs/scratch"), g.Attributes["mount_path"])
 	must.Eq(t, structs.NewBoolAttribute(false), g.Attributes["read_only"])
+	must.Eq(t, structs.NewStringAttribute("off"), g.Attributes["restore"])
 	// The unit lets `${device.attr.quota} >= 5 MiB` style constraints compare.
 	cmp, ok := g.Attributes["quota"].Compare(structs.NewIntAttribute(65536, structs.UnitKiB))
 	must.True(t, ok)
