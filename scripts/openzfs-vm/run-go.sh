@@ -7,7 +7,7 @@
 #              all   go test ./... : every test, the e2e tests too (hours
 #                    under emulation: see docs/testing-openzfs.md)
 #              ci    the subset that fits CI's budget: the real-pool packages
-#                    zfs, slots and cli (about 12-14 min in the VM on 2
+#                    zfs, slots, cli, retention and backup (about 15 min in the VM on 2
 #                    cores); device, bench and e2e are left out
 #              or go packages, e.g. "./internal/zfs ./e2e"
 #
@@ -46,7 +46,7 @@ command -v go > /dev/null || die "no go on PATH"
 # driver under emulation) are left to TESTS=all. See docs/testing-openzfs.md.
 case $tests in
 all) pkgs=(./...) ;;
-ci) pkgs=(./internal/zfs/... ./internal/slots/... ./internal/cli/...) ;;
+ci) pkgs=(./internal/zfs/... ./internal/slots/... ./internal/cli/... ./internal/retention/... ./internal/backup/...) ;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
 : "${GOTEST_TIMEOUT:=180m}"
