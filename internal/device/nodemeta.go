@@ -93,21 +93,12 @@ func (m *metaPublisher) Update(archives []retention.Archive) {
 // Run publishes each new value until ctx is done; a failed call is tried
 // again at the next Update or after retry.
 func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Duration) {
-	timer := time.NewTimer(retry)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.kick:
-		case <-timer.C:
-			timer.Reset(retry)
-		}
+	retention.Loop(ctx, retry, m.kick, func(ctx context.Context) (bool, error) {
 		m.mu.Lock()
 		want, have, denied := m.want, m.have, m.denied
 		m.mu.Unlock()
 		if denied || want == nil || (have != nil && *have == *want) {
-			continue
+			return false, nil
 		}
 		var val *string
 		if *want != "" {
@@ -115,6 +106,7 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Dura
 		}
 		err := api.SetNodeMeta(ctx, map[string]*string{ArchivesMetaKey: val})
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		switch {
 		case err == nil:
 			m.have = want
@@ -125,6 +117,6 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Dura
 		default:
 			m.log.Debug("publishing node metadata failed; trying again", "key", ArchivesMetaKey, "error", err)
 		}
-		m.mu.Unlock()
-	}
+		return false, err
+	})
 }

@@ -139,20 +139,7 @@ func runMobility(ctx context.Context, o bench.MobilityOptions, out string) int {
 	res, err := bench.RunMobility(ctx, o)
 	fmt.Println()
 	bench.WriteMobility(os.Stdout, res)
-	b, jerr := json.MarshalIndent(res, "", "  ")
-	if jerr == nil {
-		jerr = os.WriteFile(out, append(b, '\n'), 0o644)
-	}
-	if jerr != nil {
-		fmt.Fprintln(os.Stderr, "zfsbench: writing results:", jerr)
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "zfsbench: wrote %s\n", out)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "zfsbench:", err)
-		return 1
-	}
-	return 0
+	return finish("mobility", res, err, out)
 }
 
 // runChurn runs the churn scenario, prints its table and writes its
@@ -165,17 +152,23 @@ func runChurn(ctx context.Context, o bench.ChurnOptions, out string) int {
 	}
 	fmt.Println()
 	bench.WriteChurnMarkdown(os.Stdout, res)
+	return finish("churn", res, err, out)
+}
+
+// finish writes a scenario's results to out as JSON and returns the exit
+// status: 1 when they cannot be written or the scenario failed (err).
+func finish(scenario string, res any, err error, out string) int {
 	b, jerr := json.MarshalIndent(res, "", "  ")
 	if jerr == nil {
 		jerr = os.WriteFile(out, append(b, '\n'), 0o644)
 	}
 	if jerr != nil {
-		fmt.Fprintln(os.Stderr, "zfsbench: writing churn results:", jerr)
+		fmt.Fprintf(os.Stderr, "zfsbench: writing %s results: %v\n", scenario, jerr)
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "zfsbench: wrote %s\n", out)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "zfsbench: churn:", err)
+		fmt.Fprintf(os.Stderr, "zfsbench: %s: %v\n", scenario, err)
 		return 1
 	}
 	return 0
