@@ -48,6 +48,10 @@ type Options struct {
 	ACL bool
 	// LogLevel of the agent ("DEBUG" when empty, so plugin logs show).
 	LogLevel string
+	// Join, when set, is the RPC address of a running agent's server
+	// (Agent.RPCAddr): the agent then runs as a client only, another node
+	// of that cluster, instead of a dev agent of its own.
+	Join string
 }
 
 // Agent is a running dev-mode Nomad agent (server and client in one
@@ -55,6 +59,9 @@ type Options struct {
 type Agent struct {
 	// Addr is the HTTP address, such as http://127.0.0.1:41234.
 	Addr string
+	// RPCAddr is the agent's RPC address (host:port), which a client-only
+	// agent joins (Options.Join).
+	RPCAddr string
 	// API is a client of Addr (with Token when ACLs are on).
 	API *api.Client
 	// NodeID is the ID of the agent's own client node.
@@ -137,9 +144,14 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 	defer logFile.Close() // the child has its own descriptor
 
 	dataDir := filepath.Join(dir, "data")
-	a.cmd = exec.Command(bin, "agent", "-dev", "-bind", "127.0.0.1",
-		"-data-dir", dataDir, "-plugin-dir", a.PluginDir, "-config", cfgPath)
+	mode := []string{"-dev"}
+	if opts.Join != "" {
+		mode = []string{"-client", "-servers", opts.Join}
+	}
+	a.cmd = exec.Command(bin, append(append([]string{"agent"}, mode...), "-bind", "127.0.0.1",
+		"-data-dir", dataDir, "-plugin-dir", a.PluginDir, "-config", cfgPath)...)
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	a.RPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	env := agentEnv(os.Environ(), a.Addr)
 	if opts.ACL {
 		a.Token = newUUID()
@@ -213,6 +225,11 @@ client {
 `, level, ports[0], ports[1], ports[2])
 	if opts.ACL {
 		b.WriteString("\nacl {\n  enabled = true\n}\n")
+	}
+	if opts.Join != "" {
+		// Outside -dev, Nomad will not advertise a loopback address on
+		// its own.
+		b.WriteString("\nadvertise {\n  http = \"127.0.0.1\"\n  rpc  = \"127.0.0.1\"\n  serf = \"127.0.0.1\"\n}\n")
 	}
 	if opts.PluginConfig != "" {
 		b.WriteString("\n" + opts.PluginConfig + "\n")
