@@ -62,6 +62,8 @@ type Agent struct {
 	// RPCAddr is the agent's RPC address (host:port), which a client-only
 	// agent joins (Options.Join).
 	RPCAddr string
+	// join: a client-only agent (Options.Join).
+	join bool
 	// API is a client of Addr (with Token when ACLs are on).
 	API *api.Client
 	// NodeID is the ID of the agent's own client node.
@@ -152,6 +154,7 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 		"-data-dir", dataDir, "-plugin-dir", a.PluginDir, "-config", cfgPath)...)
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	a.RPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	a.join = opts.Join != ""
 	env := agentEnv(os.Environ(), a.Addr)
 	if opts.ACL {
 		a.Token = newUUID()
@@ -324,9 +327,18 @@ func (a *Agent) Stop() error {
 			return
 		default:
 		}
+		// A client-only agent leaves its tasks running when it stops (a
+		// dev agent stops them): they go by the PIDs recorded now.
+		var tasks []int
+		if a.join {
+			tasks = localagent.Descendants(a.PID)
+		}
 		_ = a.cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-a.exited:
+			for _, pid := range tasks {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 			return
 		case <-time.After(stopTimeout):
 		}
