@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
 
@@ -17,7 +19,9 @@ const archivesHelp = `Usage: nomad-device-zfs archives [options]
   Lists the datasets the plugin archived on this node (<parent>/.archive),
   newest first: the identity they belong to (namespace/job/group[index]/task
   and class), the slot they came from, when they were released, their size
-  and where they are. With -config, the PRUNE column says which retention
+  and where they are (local, also in backup_dir, or, for an identity this
+  node has no archive of, only in backup_dir: the newest backup, which a
+  restore here would receive). With -config, the PRUNE column says which retention
   rule (keep, max_age, archive_quota) would delete an archive at the next
   pass. Datasets in the archive that retention leaves alone are listed with
   why. It reads ZFS and changes nothing.
@@ -54,7 +58,10 @@ type archivesReport struct {
 
 type archiveRow struct {
 	retention.Archive
-	// Where the archive is: "local" (a dataset in this node's archive).
+	// Where the archive is: "local" (a dataset in this node's archive),
+	// "local, backup_dir" (also in backup_dir), or "backup_dir" (only
+	// there: the newest backup of an identity this node has no archive of;
+	// Name is then its stream file).
 	Where string `json:"where"`
 	// Prune is set when the rules delete it at the next pass.
 	Prune *pruneWhy `json:"prune,omitempty"`
@@ -81,9 +88,39 @@ func gatherArchives(ctx context.Context, z retention.Reader, c *common, now time
 			why[p.Archive.Name] = &pruneWhy{Rule: p.Rule, Reason: p.Reason}
 		}
 	}
-	for _, a := range archives {
-		r.Archives = append(r.Archives, archiveRow{Archive: a, Where: "local", Prune: why[a.Name]})
+	backedUp := map[string]bool{} // snapshot GUIDs in backup_dir
+	var remote []archiveRow
+	if dir := c.settings.BackupDir; dir != "" {
+		ms, _, err := backup.List(dir, nil)
+		if err != nil {
+			return r, err
+		}
+		for _, m := range ms {
+			backedUp[strconv.FormatUint(m.GUID, 10)] = true
+		}
+		local := map[retention.Identity]bool{}
+		for _, a := range archives {
+			local[a.Identity] = true
+		}
+		newest := map[retention.Identity]bool{}
+		for _, m := range ms { // newest first
+			if local[m.Identity] || newest[m.Identity] {
+				continue
+			}
+			newest[m.Identity] = true
+			remote = append(remote, archiveRow{Where: "backup_dir", Archive: retention.Archive{
+				Name: m.StreamPath(), Class: m.Identity.Class, Slot: m.Slot, AllocID: m.AllocID,
+				Identity: m.Identity, ReleasedAt: m.ReleasedAt, UsedBytes: uint64(m.Size)}})
+		}
 	}
+	for _, a := range archives {
+		where := "local"
+		if backedUp[a.Backup] {
+			where = "local, backup_dir"
+		}
+		r.Archives = append(r.Archives, archiveRow{Archive: a, Where: where, Prune: why[a.Name]})
+	}
+	r.Archives = append(r.Archives, remote...)
 	return r, nil
 }
 

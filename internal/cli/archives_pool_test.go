@@ -148,6 +148,30 @@ plugin "nomad-device-zfs" {
 	must.StrContains(t, out.String(), "3 streams, 1 identity")
 	must.StrContains(t, out.String(), "All streams match")
 
+	// archives says where each is: here and in backup_dir; and an identity
+	// with a backup but no archive here shows its newest backup.
+	pool.ZFS(t, "destroy", "-r", names[0])
+	out.Reset()
+	code = Main([]string{"archives", "-json", "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	var ar archivesReport
+	must.NoError(t, json.Unmarshal(out.Bytes(), &ar))
+	must.SliceLen(t, 2, ar.Archives)
+	for _, a := range ar.Archives {
+		must.Eq(t, "local, backup_dir", a.Where)
+	}
+	pool.ZFS(t, "destroy", "-r", names[1])
+	pool.ZFS(t, "destroy", "-r", names[2])
+	out.Reset()
+	code = Main([]string{"archives", "-json", "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	ar = archivesReport{}
+	must.NoError(t, json.Unmarshal(out.Bytes(), &ar))
+	must.SliceLen(t, 1, ar.Archives)
+	must.Eq(t, "backup_dir", ar.Archives[0].Where)
+	must.Eq(t, sent[len(sent)-1].StreamPath(), ar.Archives[0].Name)
+	out.Reset()
+
 	// One byte changed in one stream: found, named, exit 1.
 	b, err := os.ReadFile(sent[1].StreamPath())
 	must.NoError(t, err)
