@@ -241,7 +241,7 @@ func (r *MobilityResult) move(ctx context.Context, o MobilityOptions, logf func(
 		if err != nil || len(sent) != 1 {
 			return fmt.Errorf("send %d: %d sent, %v", i, len(sent), err)
 		}
-		got, err := kb.Fetch(ctx, "state", owner)
+		got, err := kb.Fetch(ctx, "state", owner, time.Time{})
 		if err != nil || got == "" {
 			return fmt.Errorf("fetch %d: %q, %v", i, got, err)
 		}

@@ -127,7 +127,12 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 
 	// Node b has no archive of the identity: Fetch receives the chain
 	// (full, then incremental) into its archive, byte for byte.
-	got, err := b.keeper.Fetch(ctx, "state", tenant(2))
+	// A local archive released after the newest backup wins: nothing
+	// is received.
+	none, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Now())
+	must.NoError(t, err)
+	must.Eq(t, "", none)
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
 	must.NoError(t, err)
 	must.StrHasPrefix(t, b.cfg.ArchiveDataset()+"/state-0.", got)
 	must.Eq(t, want, b.sum(t, got))
@@ -137,7 +142,7 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	// Another identity finds nothing.
 	other := tenant(3)
 	other.AllocName = "db.g[1]"
-	none, err := b.keeper.Fetch(ctx, "state", other)
+	none, err = b.keeper.Fetch(ctx, "state", other, time.Time{})
 	must.NoError(t, err)
 	must.Eq(t, "", none)
 }
@@ -172,7 +177,7 @@ func TestBackup_DamagedStreamsAreNeverReceived(t *testing.T) {
 			tc.damage(t, sent[0].StreamPath())
 
 			must.True(t, errors.Is(backup.Verify(sent[0]), backup.ErrCorrupt))
-			_, err = b.keeper.Fetch(ctx, "state", tenant(2))
+			_, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
 			must.ErrorIs(t, err, backup.ErrCorrupt)
 			left := b.pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", b.cfg.ArchiveDataset())
 			must.Eq(t, b.cfg.ArchiveDataset(), strings.TrimSpace(left), must.Sprint("nothing received"))

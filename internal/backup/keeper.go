@@ -55,8 +55,10 @@ type Keeper struct {
 	log  hclog.Logger
 	kick chan struct{}
 
-	// passMu serialises passes.
-	passMu sync.Mutex
+	// passMu serialises passes; fetchMu serialises Fetches, so that two
+	// restores of one identity never receive into the same name.
+	passMu  sync.Mutex
+	fetchMu sync.Mutex
 	// mu guards cfg and node.
 	mu   sync.Mutex
 	cfg  Config
@@ -69,11 +71,17 @@ func NewKeeper(z ZFS, log hclog.Logger) *Keeper {
 	return &Keeper{zfs: z, log: log, kick: make(chan struct{}, 1)}
 }
 
-// SetConfig replaces the configuration.
+// SetConfig replaces the configuration, and makes backup_dir's
+// nomad-device-zfs/ directory when backup_dir is there (EnsureRoot).
 func (k *Keeper) SetConfig(cfg Config) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.cfg = cfg
+	k.mu.Unlock()
+	if cfg.Dir != "" {
+		if err := EnsureRoot(cfg.Dir); err != nil {
+			k.log.Warn("backup_dir is not usable yet: restores that need it wait (required) or start empty (best-effort)", "error", err)
+		}
+	}
 }
 
 // SetNode records the node ID written into manifests.
@@ -203,15 +211,18 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 
 // Fetch receives the newest backup of owner o's identity in class from
 // backup_dir into the archive container, named as its release named it,
-// and returns the archive's name; "" when backup_dir holds none of the
-// identity (or none is configured). A chain that does not verify is an
-// error and nothing is received; what a failed receive left is destroyed.
-// ctx bounds the whole (Reserve's reserve_timeout).
-func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner) (string, error) {
+// and returns the archive's name, when that backup was released after
+// newerThan (the local archive's release; zero for none); "" when
+// backup_dir holds none newer (or none is configured). A chain that does
+// not verify is an error and nothing is received; what a failed receive
+// left is destroyed. ctx bounds the whole (Reserve's reserve_timeout).
+func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner, newerThan time.Time) (string, error) {
 	cfg, _ := k.config()
-	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 {
+	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
 		return "", nil
 	}
+	k.fetchMu.Lock()
+	defer k.fetchMu.Unlock()
 	b := o.Bounded()
 	id := retention.Identity{Namespace: b.Namespace, Job: b.Job, Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
 	ms, problems, err := List(cfg.Dir, &id)
@@ -234,6 +245,9 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner) (string
 		defer cancel()
 	}
 	newest := chain[len(chain)-1]
+	if !newest.ReleasedAt.After(newerThan) {
+		return "", nil // the local archive is as new
+	}
 	prev := slots.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
 	prefix := cfg.Container + "/"
 	target := prefix + slots.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, slots.MaxNameLen-len(prefix))

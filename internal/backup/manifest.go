@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -86,28 +87,52 @@ type Problem struct {
 // List reads every manifest under <dir>/nomad-device-zfs (when only is
 // not nil: in the directory of that identity alone), newest first. A
 // manifest that does not parse, or is not the plugin's, is a Problem; the
-// streams themselves are not read (Verify does that).
+// streams themselves are not read (Verify does that). Any error reading a
+// directory is an error, save an identity directory that does not exist
+// (no backup of it); so is a missing <dir>/nomad-device-zfs, which the
+// plugin makes when it starts (see EnsureRoot): a share that is not
+// mounted never reads as "no backups".
 func List(dir string, only *retention.Identity) ([]Manifest, []Problem, error) {
-	pattern := filepath.Join(dir, Root, "*", "*.json")
+	root := filepath.Join(dir, Root)
+	if _, err := os.Stat(root); err != nil {
+		return nil, nil, fmt.Errorf("backup_dir %s: %w (is it mounted? the plugin makes %s/ when it starts)", dir, err, Root)
+	}
+	var dirs []string
 	if only != nil {
-		pattern = filepath.Join(IdentityDir(dir, *only), "*.json")
-	}
-	files, err := filepath.Glob(pattern)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := os.Stat(dir); err != nil {
-		return nil, nil, fmt.Errorf("backup_dir %s: %w", dir, err)
+		dirs = []string{IdentityDir(dir, *only)}
+	} else {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			return nil, nil, fmt.Errorf("backup_dir: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join(root, e.Name()))
+			}
+		}
 	}
 	var out []Manifest
 	var problems []Problem
-	for _, f := range files {
-		m, err := readManifest(f)
-		if err != nil {
-			problems = append(problems, Problem{Path: f, Reason: err.Error()})
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if errors.Is(err, fs.ErrNotExist) && only != nil {
 			continue
 		}
-		out = append(out, m)
+		if err != nil {
+			return nil, nil, fmt.Errorf("backup_dir: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			f := filepath.Join(d, e.Name())
+			m, err := readManifest(f)
+			if err != nil {
+				problems = append(problems, Problem{Path: f, Reason: err.Error()})
+				continue
+			}
+			out = append(out, m)
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if !out[i].Created.Equal(out[j].Created) {
@@ -116,6 +141,15 @@ func List(dir string, only *retention.Identity) ([]Manifest, []Problem, error) {
 		return out[i].path < out[j].path
 	})
 	return out, problems, nil
+}
+
+// EnsureRoot makes <dir>/nomad-device-zfs when dir exists, so that List can
+// tell a backup_dir that holds no backup yet from one that is not there.
+func EnsureRoot(dir string) error {
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("backup_dir %s: %w", dir, err)
+	}
+	return os.MkdirAll(filepath.Join(dir, Root), 0o700)
 }
 
 func readManifest(path string) (Manifest, error) {

@@ -73,6 +73,15 @@ func TestList_ProblemsAndOthersFiles(t *testing.T) {
 
 	_, _, err = List(filepath.Join(dir, "missing"), nil)
 	must.ErrorContains(t, err, "backup_dir")
+	// A backup_dir without the plugin's directory (a share that is not
+	// mounted) is not "no backups".
+	empty := t.TempDir()
+	_, _, err = List(empty, &id)
+	must.ErrorContains(t, err, "is it mounted?")
+	must.NoError(t, EnsureRoot(empty))
+	ms, _, err = List(empty, &id)
+	must.NoError(t, err)
+	must.SliceEmpty(t, ms)
 }
 
 const sixtyFour = "0000000000000000000000000000000000000000000000000000000000000000"

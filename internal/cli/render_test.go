@@ -204,7 +204,7 @@ func sampleArchives(now time.Time) archivesReport {
 			row("state-0.default.build_nightly.ci.make.7f3e2a10.20261124T113000Z", web, 0, 30*time.Minute, 2<<30, nil),
 			row("state-1._._._._._.20261124T090000Z", retention.Identity{Class: "state", Index: -1, Unknown: true, Slot: 1}, 1, 3*time.Hour, 5<<20, nil),
 			row("state-0.default.build_nightly.ci.make.0b9d6c1e.20261123T120000Z", web, 0, 24*time.Hour, 1<<30,
-				&pruneWhy{Rule: "keep", Reason: "keep = 1: 1 newer archive(s) of default/\"build\\tnightly\"/ci[2]/make (state) are kept"}),
+				&pruneWhy{Rule: "keep", Reason: "keep = 1: the archives of 1 newer allocation(s) of default/\"build\\tnightly\"/ci[2]/make (state) are kept"}),
 			row("state-1.default.db.g.t.c4a1f9d2.20261114T120000Z", retention.Identity{Namespace: "default", Job: "db", Group: "g", Task: "t", Index: 0, Class: "state"}, 1, 240*time.Hour, 5<<20,
 				&pruneWhy{Rule: "max_age", Reason: "max_age = 168h0m0s: released 240h0m0s ago"}),
 		},

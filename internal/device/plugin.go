@@ -122,30 +122,39 @@ func (e slotEvents) ReleaseDone(class string, err error, took time.Duration) {
 	}
 }
 
-// archiveSource is where a restore finds an identity's data: the local
-// archive, else backup_dir, received into the local archive first.
+// archiveSource is where a restore finds an identity's data: the newest of
+// the local archive and backup_dir, received into the local archive first
+// when it is the backup.
 type archiveSource struct {
 	pruner *retention.Pruner
 	keeper *backup.Keeper
 }
 
-// Claim returns the local archives of o's identity, held against pruning;
-// when there are none, it fetches the identity's backup from backup_dir
-// (if any) and claims that.
+// Claim returns the archives of o's identity, held against pruning: the
+// local ones, unless backup_dir holds a newer backup of the identity (it
+// was on another node since), which is then received and claimed. A
+// backup_dir that cannot be read is an error, local archives or not: which
+// is newest cannot be known.
 func (a archiveSource) Claim(ctx context.Context, class string, o slots.Owner) ([]string, func(), error) {
-	names, release, err := a.pruner.Claim(ctx, class, o)
-	if err != nil || len(names) > 0 {
-		return names, release, err
+	names, at, release, err := a.pruner.ClaimNewest(ctx, class, o)
+	if err != nil {
+		return nil, release, err
+	}
+	got, err := a.keeper.Fetch(ctx, class, o, at)
+	switch {
+	case err != nil:
+		release()
+		return nil, func() {}, fmt.Errorf("fetching from backup_dir: %w", err)
+	case got == "":
+		return names, release, nil
 	}
 	release()
-	got, err := a.keeper.Fetch(ctx, class, o)
-	if err != nil {
-		return nil, func() {}, fmt.Errorf("fetching from backup_dir: %w", err)
+	names, _, release, err = a.pruner.ClaimNewest(ctx, class, o)
+	if err == nil && len(names) == 0 {
+		release()
+		return nil, func() {}, fmt.Errorf("received %s from backup_dir, but the archive does not hold it for %s", got, o)
 	}
-	if got == "" {
-		return nil, func() {}, nil
-	}
-	return a.pruner.Claim(ctx, class, o)
+	return names, release, err
 }
 
 // metricsSource is what the metrics read at scrape time: the slot

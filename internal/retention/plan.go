@@ -2,6 +2,7 @@ package retention
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -12,7 +13,9 @@ const DefaultKeep = 3
 
 // Policy is one class's retention.
 type Policy struct {
-	// Keep is how many of an identity's newest archives are kept (≥ 1).
+	// Keep is how many of an identity's newest allocations keep their
+	// archives (≥ 1): an allocation that held several devices left one
+	// archive each.
 	Keep int
 	// MaxAge prunes archives released longer ago than this; 0 for no limit.
 	MaxAge time.Duration
@@ -60,11 +63,21 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 	sortNewestFirst(sorted)
 	var out []Prune
 	pruned := make([]bool, len(sorted))
-	rank := map[Identity]int{}
+	// An identity's archives are ranked by allocation, newest first: the
+	// archives one allocation left (one per device it held) stand or fall
+	// together, so that a restore finds all of them.
+	allocs := map[Identity][]string{}
 	for i, a := range sorted {
 		p := r.policy(a.Class)
-		n := rank[a.Identity]
-		rank[a.Identity] = n + 1
+		key := a.AllocID
+		if key == "" {
+			key = a.Name // an unknown owner: each archive its own
+		}
+		n := slices.Index(allocs[a.Identity], key)
+		if n < 0 {
+			n = len(allocs[a.Identity])
+			allocs[a.Identity] = append(allocs[a.Identity], key)
+		}
 		keep := p.Keep
 		if keep < 1 {
 			keep = 1
@@ -73,7 +86,7 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 		switch {
 		case n >= keep:
 			out = append(out, Prune{Archive: a, Rule: "keep",
-				Reason: fmt.Sprintf("keep = %d: %d newer archive(s) of %s are kept", keep, n, a.Identity)})
+				Reason: fmt.Sprintf("keep = %d: the archives of %d newer allocation(s) of %s are kept", keep, n, a.Identity)})
 		case p.MaxAge > 0 && age > p.MaxAge:
 			out = append(out, Prune{Archive: a, Rule: "max_age",
 				Reason: fmt.Sprintf("max_age = %s: released %s ago", p.MaxAge, age.Truncate(time.Second))})

@@ -19,7 +19,12 @@ func TestPlan(t *testing.T) {
 	// arch makes an archive of id released hoursAgo, using mib MiB.
 	arch := func(id Identity, hoursAgo, mib int) Archive {
 		at := now.Add(-time.Duration(hoursAgo) * time.Hour)
-		return Archive{Name: fmt.Sprintf("p/.archive/%s-%d.%s.%s", id.Class, id.Slot, id.Job, at.Format("20060102T150405Z")),
+		name := fmt.Sprintf("p/.archive/%s-%d.%s.%s", id.Class, id.Slot, id.Job, at.Format("20060102T150405Z"))
+		alloc := name // one allocation per archive, unless a case says otherwise
+		if id.Unknown {
+			alloc = ""
+		}
+		return Archive{Name: name, AllocID: alloc,
 			Class: id.Class, Slot: id.Slot, Identity: id, ReleasedAt: at, UsedBytes: uint64(mib) << 20}
 	}
 	keep2 := Rules{Classes: map[string]Policy{"state": {Keep: 2}}, Default: Policy{Keep: DefaultKeep}}
@@ -93,6 +98,18 @@ func TestPlan(t *testing.T) {
 			rules:    Rules{Classes: map[string]Policy{"state": {Keep: 5}}, Quota: 12 << 20, Headroom: 10 << 20},
 			want:     []string{arch(web, 1, 10).Name},
 			rules2:   []string{"archive_quota"},
+		},
+		{
+			name: "an allocation's archives (one per device) are kept together",
+			archives: func() []Archive {
+				a0, a1 := arch(web, 1, 1), arch(web, 1, 1)
+				a1.Name, a1.Slot = a1.Name+"-dev1", 1
+				a1.AllocID = a0.AllocID
+				return []Archive{a0, a1, arch(web, 2, 1)}
+			}(),
+			rules:  Rules{Classes: map[string]Policy{"state": {Keep: 1}}},
+			want:   []string{arch(web, 2, 1).Name},
+			rules2: []string{"keep"},
 		},
 		{
 			name:     "keep below one keeps one",

@@ -272,16 +272,23 @@ func (p *Pruner) endDestroy() {
 // called; release must be called, also when names is empty. An owner whose
 // allocation index is unknown matches nothing. It reads ZFS once.
 func (p *Pruner) Claim(ctx context.Context, class string, o slots.Owner) (names []string, release func(), err error) {
+	names, _, release, err = p.ClaimNewest(ctx, class, o)
+	return names, release, err
+}
+
+// ClaimNewest is Claim that also returns when the claimed archives were
+// released (zero for none).
+func (p *Pruner) ClaimNewest(ctx context.Context, class string, o slots.Owner) (names []string, releasedAt time.Time, release func(), err error) {
 	release = func() {}
 	p.mu.Lock()
 	container := p.cfg.Container
 	p.mu.Unlock()
-	if container == "" || !o.Known() || o.AllocIndex() < 0 {
-		return nil, release, nil
+	if container == "" || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
+		return nil, releasedAt, release, nil
 	}
 	_, archives, _, err := Read(ctx, p.zfs, container)
 	if err != nil {
-		return nil, release, err
+		return nil, releasedAt, release, err
 	}
 	o = o.Bounded() // as recorded
 	want := Identity{Namespace: o.Namespace, Job: o.Job, Group: o.Group, Task: o.Task, Index: o.AllocIndex(), Class: class}
@@ -295,6 +302,9 @@ func (p *Pruner) Claim(ctx context.Context, class string, o slots.Owner) (names 
 		}
 		mine = append(mine, a)
 	}
+	if len(mine) > 0 {
+		releasedAt = mine[0].ReleasedAt
+	}
 	sort.SliceStable(mine, func(i, j int) bool { return mine[i].Slot < mine[j].Slot })
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -307,7 +317,7 @@ func (p *Pruner) Claim(ctx context.Context, class string, o slots.Owner) (names 
 	}
 	held := append([]string(nil), names...)
 	var once sync.Once
-	return names, func() {
+	return names, releasedAt, func() {
 		once.Do(func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()

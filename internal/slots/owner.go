@@ -140,7 +140,9 @@ func (o Owner) AllocIndex() int {
 // index, all known. A replacement allocation (a job update, a reschedule,
 // a stop and run) has its predecessor's identity.
 func SameIdentity(a, b Owner) bool {
-	a, b = a.Bounded(), b.Bounded()
+	if a.Truncated() || b.Truncated() {
+		return false // a cut name could be another's: no proof
+	}
 	return a.Known() && b.Known() && a.AllocIndex() >= 0 && a.AllocIndex() == b.AllocIndex() &&
 		a.Namespace == b.Namespace && a.Job == b.Job && a.Group == b.Group && a.Task == b.Task
 }
@@ -151,4 +153,16 @@ func SameIdentity(a, b Owner) bool {
 func (o Owner) Bounded() Owner {
 	return Owner{AllocID: bound(o.AllocID), Namespace: bound(o.Namespace), Job: bound(o.Job), Group: bound(o.Group),
 		Task: bound(o.Task), AllocName: bound(o.AllocName), NodeID: bound(o.NodeID)}
+}
+
+// Truncated reports whether a field of o may have been cut to
+// maxOwnerField bytes when recorded (it is that long or longer): two such
+// owners could be of different identities, so none is taken for another.
+func (o Owner) Truncated() bool {
+	for _, f := range []string{o.Namespace, o.Job, o.Group, o.Task, o.AllocName} {
+		if len(f) >= maxOwnerField {
+			return true
+		}
+	}
+	return false
 }

@@ -100,6 +100,20 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 		}
 		asker = h[0].Owner
 	}
+	switch {
+	case asker.Truncated():
+		// Its recorded identity could be another's.
+		return fail(fmt.Sprintf("the names of %s are too long (%d bytes or more) to tell its data from another's", asker, maxOwnerField), false)
+	case asker.AllocIndex() < 0:
+		// Its identity cannot be known, so neither can its data.
+		return fail(fmt.Sprintf("the index of %s in its group cannot be read from its name %q", asker, asker.AllocName), false)
+	}
+	// Its predecessor's data may not be in the archive yet: still in
+	// another slot, in use or on its way out. Wait for it to arrive
+	// there rather than start without it.
+	if other := m.predecessorSlot(c.Name, ids, asker); other != "" {
+		return fail(fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", other), true)
+	}
 	names, release, err := archives.Claim(ctx, c.Name, asker)
 	defer release()
 	if err != nil {
@@ -174,11 +188,16 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 		PropBackup: BackupNone,
 	}
 	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
-		// Back where it was; should that fail too, the dataset under the
-		// slot's name still says "archived", and the next pass archives
-		// it again.
-		if rerr := m.zfs.Rename(ctx, target, archive); rerr != nil {
-			m.log.Error("a restored dataset could not be marked nor renamed back; the next pass archives it again", "dataset", target, "error", rerr)
+		// Some marks may have been written (one property at a time, or a
+		// kernel that applies what it can): back where it was, an archive
+		// again. Should that fail too, the dataset under the slot's name
+		// says "reserved" or "archived": kept either way, never given to
+		// another (its owner, if written, is the asker).
+		rctx := context.WithoutCancel(ctx)
+		if rerr := m.zfs.Rename(rctx, target, archive); rerr != nil {
+			m.log.Error("a restored dataset could not be marked nor renamed back", "dataset", target, "error", rerr)
+		} else if rerr := m.zfs.SetMany(rctx, archive, map[string]string{PropState: string(StateArchived), "canmount": "noauto"}); rerr != nil {
+			m.log.Error("a restored dataset renamed back could not be marked archived again", "dataset", archive, "error", rerr)
 		}
 		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
 	}
@@ -235,4 +254,28 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slo
 	}
 	m.log.Info("slot reserved", "device", s.ID, "dataset", cur.Dataset, "owner", asker.String(), "how", "restored in place", "previous", s.Owner.String())
 	return got, nil
+}
+
+// predecessorSlot returns a slot of class whose dataset belongs to an
+// allocation of asker's identity other than asker: the one serving (in
+// slots other than ids, which the asker is reserving), or the old one on
+// its way to the archive (in any slot); "" for none.
+func (m *Manager) predecessorSlot(class string, ids []string, asker Owner) string {
+	mine := map[string]bool{}
+	for _, id := range ids {
+		mine[id] = true
+	}
+	for _, s := range m.Slots() {
+		if s.Class != class {
+			continue
+		}
+		held := s.State == StateReserved || s.State == StateReleasing || s.State == StateDestroying
+		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && SameIdentity(s.Owner, asker) {
+			return s.ID
+		}
+		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) {
+			return s.ID
+		}
+	}
+	return ""
 }

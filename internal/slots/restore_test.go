@@ -3,6 +3,7 @@ package slots_test
 import (
 	"context"
 	"os"
+	"strings"
 	"path/filepath"
 	"testing"
 	"time"
@@ -127,6 +128,9 @@ func TestRestore_Faults(t *testing.T) {
 		{slots.RestoreBestEffort, "incomplete view", "", "owner unknown"},
 		{slots.RestoreRequired, "rename fails", `class "scratch" has restore = "required" and restoring`, ""},
 		{slots.RestoreBestEffort, "rename fails", "", "started empty: restoring"},
+		{slots.RestoreRequired, "no index in the allocation's name", "cannot be read from its name", ""},
+		{slots.RestoreRequired, "names too long to tell apart", "are too long (256 bytes or more)", ""},
+		{slots.RestoreBestEffort, "no index in the allocation's name", "", "started empty: the index of"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode+"/"+tc.fault, func(t *testing.T) {
@@ -142,7 +146,12 @@ func TestRestore_Faults(t *testing.T) {
 			arch := archived(t, e)
 			must.SliceLen(t, 1, arch)
 
+			second := tenant(2, 0)
 			switch tc.fault {
+			case "no index in the allocation's name": // its identity cannot be known
+				second.AllocName = "job.grp"
+			case "names too long to tell apart": // recorded cut, it could be another's
+				second.Task = strings.Repeat("t", 300)
 			case "incomplete view": // who asks cannot be known
 				a.mu.Lock()
 				a.incomplete = "the token cannot list namespaces"
@@ -150,7 +159,6 @@ func TestRestore_Faults(t *testing.T) {
 			case "rename fails":
 				w.Fail("rename", "cannot rename: made to fail by the test")
 			}
-			second := tenant(2, 0)
 			a.hold("scratch-0", second)
 			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
@@ -169,4 +177,29 @@ func TestRestore_Faults(t *testing.T) {
 			must.Eq(t, first.AllocID, recordedOwner(t, e, arch[0]).AllocID)
 		})
 	}
+}
+
+// TestRestore_WaitsForAPredecessorStillInAnotherSlot: the replacement is
+// placed on another slot while its predecessor's dataset is still in the
+// first (ended, not yet archived). A required restore waits for it rather
+// than start empty, and gets it once it is archived.
+func TestRestore_WaitsForAPredecessorStillInAnotherSlot(t *testing.T) {
+	e, a := newRestoreEnv(t, 2, slots.RestoreRequired)
+	ctx := context.Background()
+	first := tenant(1, 0)
+	reserveAndWrite(t, e, a, "scratch-0", first)
+	a.end(first)
+
+	second := tenant(2, 0)
+	a.hold("scratch-1", second)
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := e.mgr.Reserve(rctx, []string{"scratch-1"})
+	must.ErrorContains(t, err, "the data of its predecessor is still in device scratch-0, not yet archived")
+
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.NoError(t, e.mgr.Wait(ctx))
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-1"})
+	must.NoError(t, err)
+	must.Eq(t, "tenant "+first.AllocID, readData(t, res[0]))
 }
