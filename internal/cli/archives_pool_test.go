@@ -36,6 +36,7 @@ func archivesOnPool(t *testing.T) (*zfstest.Pool, string, []string) {
 	now := time.Now().UTC()
 	var names []string
 	for h := 1; h <= 3; h++ {
+		o.AllocID = fmt.Sprintf("7f3e2a1%d-1b2c-4d5e-8f90-a1b2c3d4e5f6", h) // one allocation each
 		name := slots.ArchivedName(cfg, "state", 0, o, now.Add(-time.Duration(h)*time.Hour))
 		pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", slots.PropManaged+"="+slots.ManagedSlot,
 			"-o", slots.PropState+"="+string(slots.StateArchived), "-o", slots.PropOwner+"="+o.Encode(), name)

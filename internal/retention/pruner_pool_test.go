@@ -2,6 +2,7 @@ package retention_test
 
 import (
 	"context"
+	"fmt"
 	"crypto/rand"
 	"os"
 	"path/filepath"
@@ -86,15 +87,21 @@ func owner(job string, index int) slots.Owner {
 		Namespace: "default", Job: job, Group: "g", Task: "t", AllocName: job + ".g[" + string(rune('0'+index)) + "]"}
 }
 
+// again is o's identity in another allocation (the n-th replacement).
+func again(o slots.Owner, n int) slots.Owner {
+	o.AllocID = fmt.Sprintf("%08x%s", n, o.AllocID[8:])
+	return o
+}
+
 func TestPruner_KeepMaxAgeAndWhatItLeavesAlone(t *testing.T) {
 	f := newArchiveFixture(t)
 	ctx := context.Background()
 	web := owner("web", 0)
 	web1 := owner("web", 1)
 	db := owner("db", 0)
-	newest := f.add(t, "state", 0, web, 1*time.Hour, 0)
-	second := f.add(t, "state", 1, web, 2*time.Hour, 0)
-	oldest := f.add(t, "state", 0, web, 3*time.Hour, 0)
+	newest := f.add(t, "state", 0, again(web, 1), 1*time.Hour, 0)
+	second := f.add(t, "state", 1, again(web, 2), 2*time.Hour, 0)
+	oldest := f.add(t, "state", 0, again(web, 3), 3*time.Hour, 0)
 	otherIndex := f.add(t, "state", 2, web1, 4*time.Hour, 0)
 	tooOld := f.add(t, "state", 0, db, 48*time.Hour, 0)
 	unknown := f.add(t, "state", 3, slots.Owner{}, 5*time.Hour, 0)
@@ -106,7 +113,7 @@ func TestPruner_KeepMaxAgeAndWhatItLeavesAlone(t *testing.T) {
 	// the container.
 	notes := f.cfg.ArchiveDataset() + "/operator-notes"
 	f.pool.ZFS(t, "create", notes)
-	destroying := f.add(t, "state", 4, web, 100*time.Hour, 0)
+	destroying := f.add(t, "state", 4, again(web, 4), 100*time.Hour, 0)
 	f.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateDestroying), destroying)
 	byHand := f.cfg.ArchiveDataset() + "/renamed-by-hand"
 	f.pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedSlot, "-o", slots.PropState+"=archived", byHand)
@@ -133,7 +140,7 @@ func TestPruner_BatchesALongBacklog(t *testing.T) {
 	web := owner("web", 0)
 	n := retention.BatchSize + 3
 	for i := 0; i < n; i++ {
-		f.add(t, "state", 0, web, time.Duration(i+1)*time.Minute, 0)
+		f.add(t, "state", 0, again(web, i+1), time.Duration(i+1)*time.Minute, 0)
 	}
 	p := f.pruner(retention.Rules{Classes: map[string]retention.Policy{"state": {Keep: 1}}})
 	res, err := p.Pass(context.Background())
