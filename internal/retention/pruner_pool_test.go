@@ -2,8 +2,8 @@ package retention_test
 
 import (
 	"context"
-	"fmt"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
