@@ -17,7 +17,9 @@ type Capabilities struct {
 	// (OpenZFS). zfs-fuse reads the second assignment as a dataset name.
 	MultiSet bool
 	// RenameMounted: `zfs rename` of a mounted filesystem works, remounting
-	// it at its new mountpoint (OpenZFS). zfs-fuse answers "dataset is busy".
+	// it at its new mountpoint (OpenZFS). zfs-fuse answers "dataset is busy"
+	// most of the time but lets one through now and then: informational;
+	// releases always unmount first.
 	RenameMounted bool
 	// Version: the `zfs version` command exists (OpenZFS).
 	Version bool

@@ -30,7 +30,13 @@ func TestProbe(t *testing.T) {
 	_, kernel := os.Stat("/dev/zfs")
 	openzfs := kernel == nil
 	must.EqOp(t, openzfs, caps.MultiSet, must.Sprintf("%+v", caps))
-	must.EqOp(t, openzfs, caps.RenameMounted, must.Sprintf("%+v", caps))
+	if openzfs {
+		must.True(t, caps.RenameMounted, must.Sprintf("%+v", caps))
+	}
+	// zfs-fuse refuses a mounted rename as "busy" most of the time, and
+	// sometimes lets it through (seen twice in CI-like runs): the probe
+	// reports what it saw, and nothing relies on it (releases always
+	// unmount first), so either answer is right there.
 	must.EqOp(t, openzfs, caps.Version, must.Sprintf("%+v", caps))
 	if !openzfs {
 		must.EqOp(t, "zfs-fuse", caps.Implementation)
