@@ -223,8 +223,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner, newerTh
 	}
 	k.fetchMu.Lock()
 	defer k.fetchMu.Unlock()
-	b := o.Bounded()
-	id := retention.Identity{Namespace: b.Namespace, Job: b.Job, Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
+	id := retention.IdentityOf(class, o)
 	ms, problems, err := List(cfg.Dir, &id)
 	if err != nil {
 		return "", err

@@ -38,6 +38,13 @@ type Identity struct {
 	Slot    int  `json:"slot,omitempty"`
 }
 
+// IdentityOf returns the identity of owner o's data in class, as the
+// owner is recorded (each field bounded: see slots.Owner.Bounded).
+func IdentityOf(class string, o slots.Owner) Identity {
+	b := o.Bounded()
+	return Identity{Namespace: b.Namespace, Job: b.Job, Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
+}
+
 // String is the identity for logs and tables: "ns/job/group[N]/task
 // (class)", names quoted when they hold anything unusual.
 func (id Identity) String() string {
@@ -178,7 +185,7 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 		return a, ""
 	}
 	a.Owner, a.AllocID = o, o.AllocID
-	a.Identity = Identity{Namespace: o.Namespace, Job: o.Job, Group: o.Group, Task: o.Task, Index: o.AllocIndex(), Class: class}
+	a.Identity = IdentityOf(class, o)
 	return a, ""
 }
 

@@ -290,8 +290,7 @@ func (p *Pruner) ClaimNewest(ctx context.Context, class string, o slots.Owner) (
 	if err != nil {
 		return nil, releasedAt, release, err
 	}
-	o = o.Bounded() // as recorded
-	want := Identity{Namespace: o.Namespace, Job: o.Job, Group: o.Group, Task: o.Task, Index: o.AllocIndex(), Class: class}
+	want := IdentityOf(class, o) // as recorded
 	var mine []Archive
 	for _, a := range archives { // newest first
 		if a.Identity != want {
