@@ -11,6 +11,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -34,6 +35,8 @@ type statusReport struct {
 	Nomad   nomadStatus    `json:"nomad"`
 	Classes []classSummary `json:"classes"`
 	Slots   []slotRow      `json:"slots"`
+	// Shared are the shared classes (read only: never changed).
+	Shared []sharedSummary `json:"shared,omitempty"`
 	// Foreign datasets under the parent: reported, never touched.
 	Foreign    []string `json:"foreign,omitempty"`
 	Unreadable []string `json:"unreadable,omitempty"`
@@ -73,6 +76,21 @@ type classSummary struct {
 	Unhealthy  int    `json:"unhealthy"`
 }
 
+// sharedSummary is one shared class: the operator's dataset, whether it
+// can be handed out, and how many allocations hold it (nil when Nomad was
+// not read).
+type sharedSummary struct {
+	Name       string `json:"name"`
+	Dataset    string `json:"dataset"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	Slots      int    `json:"slots"`
+	ReadOnly   bool   `json:"read_only"`
+	Healthy    bool   `json:"healthy"`
+	Reason     string `json:"reason,omitempty"`
+	UsedBytes  uint64 `json:"used_bytes"`
+	InUse      *int   `json:"in_use,omitempty"`
+}
+
 type slotRow struct {
 	Class   string `json:"class"`
 	Device  string `json:"device"`
@@ -109,7 +127,7 @@ type archive struct {
 
 // gatherStatus reads ZFS (changing nothing) and, when it answers within
 // ctx, the node's allocations from Nomad.
-func gatherStatus(ctx context.Context, z slots.Reader, c *common, log hclog.Logger) (statusReport, error) {
+func gatherStatus(ctx context.Context, z statusReader, c *common, log hclog.Logger) (statusReport, error) {
 	cfg := c.settings.Slots
 	obs, err := slots.Observe(ctx, z, cfg)
 	if err != nil {
@@ -154,7 +172,44 @@ func gatherStatus(ctx context.Context, z slots.Reader, c *common, log hclog.Logg
 		r.Slots = append(r.Slots, row)
 	}
 	r.Classes = summarize(cfg, r.Slots)
+	r.Shared = sharedStatus(ctx, z, c, snap)
 	return r, nil
+}
+
+// statusReader is what status reads ZFS with. *zfs.Client implements it.
+type statusReader interface {
+	slots.Reader
+	shared.Reader
+}
+
+// sharedStatus reads the shared classes' datasets (one zfs get) and counts
+// the live allocations that hold each class's instances.
+func sharedStatus(ctx context.Context, z shared.Reader, c *common, snap *allocwatch.Snapshot) []sharedSummary {
+	if len(c.settings.Shared) == 0 {
+		return nil
+	}
+	set := shared.NewSet(z)
+	set.SetConfig(c.settings.Slots.Parent, c.settings.Shared)
+	set.Refresh(ctx)
+	var out []sharedSummary
+	for _, st := range set.States() {
+		cl := st.Class
+		sum := sharedSummary{Name: cl.Name, Dataset: cl.Dataset, Mountpoint: st.Mountpoint, Slots: cl.Slots,
+			ReadOnly: cl.ReadOnly, Healthy: st.Healthy, Reason: st.Why, UsedBytes: st.Usage.Used}
+		if snap != nil {
+			n := 0
+			for _, id := range shared.IDs(cl) {
+				for _, a := range snap.Allocs {
+					if task, ok := a.Devices[id]; ok && !a.Ended(task) {
+						n++
+					}
+				}
+			}
+			sum.InUse = &n
+		}
+		out = append(out, sum)
+	}
+	return out
 }
 
 // readNomad reads the node's allocations; the error says why not.
@@ -290,6 +345,20 @@ func renderStatus(w io.Writer, r statusReport) error {
 	for _, c := range r.Classes {
 		fmt.Fprintf(&b, "class %s: %s of %s: %d in use, %d free, %d releasing, %d unhealthy\n",
 			c.Name, plural(c.Slots, "slot"), bytesIEC(c.QuotaBytes), c.InUse, c.Free, c.Releasing, c.Unhealthy)
+	}
+	for _, sc := range r.Shared {
+		access, state, held := "read-write", "healthy", ""
+		if sc.ReadOnly {
+			access = "read-only"
+		}
+		if !sc.Healthy {
+			state = "unhealthy: " + oneLine(sc.Reason)
+		}
+		if sc.InUse != nil {
+			held = fmt.Sprintf(", %d in use", *sc.InUse)
+		}
+		fmt.Fprintf(&b, "shared class %s: %s (%s, %s used), %s%s: %s\n",
+			sc.Name, sc.Dataset, access, bytesIEC(sc.UsedBytes), plural(sc.Slots, "slot"), held, state)
 	}
 	switch {
 	case r.Pool.Error != "":

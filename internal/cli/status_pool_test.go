@@ -112,3 +112,53 @@ func TestStatus_ParentWithoutClasses(t *testing.T) {
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errb.String(), "no class of nomad-device-zfs under "+parent)
 }
+
+// status shows each shared class from the agent's configuration: its
+// dataset, whether it can be handed out and why not; it changes nothing.
+func TestStatus_SharedClasses(t *testing.T) {
+	pool, parent := slotsOnPool(t)
+	models, gone := pool.Dataset("models"), pool.Dataset("gone")
+	pool.ZFS(t, "create", models)
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset = %q
+    class "scratch" {
+      slots = 2
+      quota = "64M"
+    }
+    class "models" {
+      shared  = true
+      dataset = %q
+      slots   = 4
+    }
+    class "weights" {
+      shared  = true
+      dataset = %q
+      slots   = 1
+    }
+  }
+}
+`, parent, models, gone)), 0o644))
+
+	var out, errb bytes.Buffer
+	code := Main([]string{"status", "-json", "-address", deadAddress, "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	var r statusReport
+	must.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	must.SliceLen(t, 2, r.Shared)
+	must.Eq(t, sharedSummary{Name: "models", Dataset: models, Mountpoint: pool.Prop(t, models, "mountpoint"), Slots: 4,
+		ReadOnly: true, Healthy: true, UsedBytes: r.Shared[0].UsedBytes}, r.Shared[0])
+	must.Positive(t, r.Shared[0].UsedBytes)
+	must.False(t, r.Shared[1].Healthy)
+	must.StrContains(t, r.Shared[1].Reason, "does not exist")
+	must.Nil(t, r.Shared[1].InUse, must.Sprint("Nomad was not read: no count"))
+
+	out.Reset()
+	code = Main([]string{"status", "-address", deadAddress, "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	must.StrContains(t, out.String(), "shared class models: "+models+" (read-only, ")
+	must.StrContains(t, out.String(), "4 slots: healthy\n")
+	must.StrContains(t, out.String(), "shared class weights: "+gone+" (read-only, 0 B used), 1 slot: unhealthy: shared dataset "+gone+": does not exist")
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -72,12 +73,15 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	})),
 	"class": hclspec.NewBlockMap("class", []string{"name"}, hclspec.NewObject(map[string]*hclspec.Spec{
 		"slots":      hclspec.NewAttr("slots", "number", true),
-		"quota":      hclspec.NewAttr("quota", "string", true),
+		"quota":      hclspec.NewAttr("quota", "string", false),
 		"mount_path": hclspec.NewAttr("mount_path", "string", false),
-		"read_only": hclspec.NewDefault(
-			hclspec.NewAttr("read_only", "bool", false),
-			hclspec.NewLiteral("false"),
-		),
+		// read_only has no default here: a shared class defaults to true,
+		// an exclusive one to false (see validateClass).
+		"read_only":           hclspec.NewAttr("read_only", "bool", false),
+		"shared":              hclspec.NewAttr("shared", "bool", false),
+		"dataset":             hclspec.NewAttr("dataset", "string", false),
+		"allow_shared_writes": hclspec.NewAttr("allow_shared_writes", "bool", false),
+		"source":              hclspec.NewAttr("source", "string", false),
 		"owner": hclspec.NewDefault(
 			hclspec.NewAttr("owner", "string", false),
 			hclspec.NewLiteral(strconv.Quote(DefaultOwner)),
@@ -87,10 +91,9 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 			hclspec.NewLiteral(strconv.Quote(DefaultMode)),
 		),
 		"properties": hclspec.NewBlockAttrs("properties", "string", false),
-		"on_release": hclspec.NewDefault(
-			hclspec.NewAttr("on_release", "string", false),
-			hclspec.NewLiteral(strconv.Quote(DefaultOnRelease)),
-		),
+		// on_release has no default here: it is "archive", or "destroy"
+		// for a class with a source (see validateClass).
+		"on_release": hclspec.NewAttr("on_release", "string", false),
 		"restore": hclspec.NewDefault(
 			hclspec.NewAttr("restore", "string", false),
 			hclspec.NewLiteral(strconv.Quote(DefaultRestore)),
@@ -143,10 +146,20 @@ type TelemetryConfig struct {
 
 // ClassConfig is one `class "name" { ... }` block.
 type ClassConfig struct {
-	Slots      int               `codec:"slots"`
-	Quota      string            `codec:"quota"`
-	MountPath  string            `codec:"mount_path"`
-	ReadOnly   bool              `codec:"read_only"`
+	Slots     int    `codec:"slots"`
+	Quota     string `codec:"quota"`
+	MountPath string `codec:"mount_path"`
+	// ReadOnly is nil when not given: true for a shared class, false for
+	// an exclusive one.
+	ReadOnly *bool `codec:"read_only"`
+	// Shared makes the class one operator dataset (Dataset) that Slots
+	// tasks may hold at once; AllowSharedWrites lets read_only be false.
+	Shared            bool   `codec:"shared"`
+	Dataset           string `codec:"dataset"`
+	AllowSharedWrites bool   `codec:"allow_shared_writes"`
+	// Source is a snapshot that fresh slots are cloned from ("" for
+	// empty datasets).
+	Source     string            `codec:"source"`
 	Owner      string            `codec:"owner"`
 	Mode       string            `codec:"mode"`
 	Properties map[string]string `codec:"properties"`
@@ -174,6 +187,9 @@ type settings struct {
 	// whose archives go there (restore on).
 	backupDir     string
 	backupClasses map[string]bool
+	// shared are the shared classes (sorted by name); slots.Classes
+	// holds the others.
+	shared []shared.Class
 }
 
 // MaxKeep bounds a class's keep.
@@ -252,6 +268,14 @@ func (c *Config) validate() (settings, error) {
 		if cc == nil {
 			return s, fmt.Errorf("class %q: empty block", name)
 		}
+		if cc.Shared {
+			sc, err := validateShared(name, *cc, c.ParentDataset)
+			if err != nil {
+				return s, err
+			}
+			s.shared = append(s.shared, sc)
+			continue
+		}
 		cl, err := validateClass(name, *cc)
 		if err != nil {
 			return s, err
@@ -325,14 +349,94 @@ func validateRetention(name string, cc ClassConfig, cl slots.Class) (retention.P
 	return pol, nil
 }
 
-func validateClass(name string, cc ClassConfig) (slots.Class, error) {
-	cl := slots.Class{Name: name, Slots: cc.Slots, ReadOnly: cc.ReadOnly}
+// validateCommon checks what every class has: its name, slots and
+// mount_path (defaulted). It returns the mount path.
+func validateCommon(name string, cc ClassConfig) (string, error) {
 	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
 	if !classNameRE.MatchString(name) {
-		return cl, fmt.Errorf("class name %q: use lower-case letters, digits and '-', starting with a letter, at most 32 characters", name)
+		return "", fmt.Errorf("class name %q: use lower-case letters, digits and '-', starting with a letter, at most 32 characters", name)
 	}
 	if cc.Slots < 0 || cc.Slots > MaxSlots {
-		return cl, fmt.Errorf("%s = %d: must be from 0 to %d", field("slots"), cc.Slots, MaxSlots)
+		return "", fmt.Errorf("%s = %d: must be from 0 to %d", field("slots"), cc.Slots, MaxSlots)
+	}
+	mp := cc.MountPath
+	if mp == "" {
+		mp = "/zfs/" + name
+	}
+	if !path.IsAbs(mp) || path.Clean(mp) != mp || mp == "/" {
+		return "", fmt.Errorf("%s = %q: must be an absolute, clean path other than /, such as /zfs/%s", field("mount_path"), cc.MountPath, name)
+	}
+	return mp, nil
+}
+
+// validateShared checks a `shared = true` class. Fields that shape the
+// plugin's own datasets are errors there: the plugin never writes the
+// operator's dataset.
+func validateShared(name string, cc ClassConfig, parent string) (shared.Class, error) {
+	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
+	mp, err := validateCommon(name, cc)
+	if err != nil {
+		return shared.Class{}, err
+	}
+	sc := shared.Class{Name: name, Dataset: cc.Dataset, Slots: cc.Slots, MountPath: mp, ReadOnly: true}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"quota", cc.Quota != ""},
+		{"properties", len(cc.Properties) > 0},
+		{"on_release", cc.OnRelease != ""},
+		{"restore", cc.Restore != "" && cc.Restore != slots.RestoreOff},
+		{"keep", cc.Keep != nil},
+		{"max_age", cc.MaxAge != ""},
+		{"source", cc.Source != ""},
+	} {
+		if f.set {
+			return sc, fmt.Errorf("%s: not for a shared class (shared = true): the plugin only reads the operator's dataset, it never sizes, releases or replaces it", field(f.name))
+		}
+	}
+	if cc.Owner != "" && cc.Owner != DefaultOwner || cc.Mode != "" && cc.Mode != DefaultMode {
+		return sc, fmt.Errorf("%s: not for a shared class (shared = true): the operator's dataset keeps its own owner and mode", field("owner/mode"))
+	}
+	if cc.Dataset == "" {
+		return sc, fmt.Errorf("%s is required for a shared class: an existing dataset the operator fills, such as \"tank/models\"", field("dataset"))
+	}
+	if err := zfs.ValidateDatasetName(cc.Dataset); err != nil {
+		return sc, fmt.Errorf("%s = %q: %w", field("dataset"), cc.Dataset, err)
+	}
+	switch {
+	case cc.Dataset == parent || strings.HasPrefix(cc.Dataset, parent+"/"):
+		return sc, fmt.Errorf("%s = %q: is inside parent_dataset %q, which the plugin owns; a shared dataset is one the operator owns, outside it", field("dataset"), cc.Dataset, parent)
+	case strings.HasPrefix(parent, cc.Dataset+"/"):
+		return sc, fmt.Errorf("%s = %q: holds parent_dataset %q: every tenant's data would be visible through it", field("dataset"), cc.Dataset, parent)
+	}
+	if cc.ReadOnly != nil {
+		sc.ReadOnly = *cc.ReadOnly
+	}
+	if !sc.ReadOnly && !cc.AllowSharedWrites {
+		return sc, fmt.Errorf("%s = false: tasks holding a shared dataset at once could overwrite each other's files; set allow_shared_writes = true as well to allow it", field("read_only"))
+	}
+	if cc.AllowSharedWrites && sc.ReadOnly {
+		return sc, fmt.Errorf("%s = true with read_only = true: writes are allowed only with read_only = false", field("allow_shared_writes"))
+	}
+	return sc, nil
+}
+
+func validateClass(name string, cc ClassConfig) (slots.Class, error) {
+	cl := slots.Class{Name: name, Slots: cc.Slots, ReadOnly: cc.ReadOnly != nil && *cc.ReadOnly}
+	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
+	mp, err := validateCommon(name, cc)
+	if err != nil {
+		return cl, err
+	}
+	cl.MountPath = mp
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"dataset", cc.Dataset != ""}, {"allow_shared_writes", cc.AllowSharedWrites}} {
+		if f.set {
+			return cl, fmt.Errorf("%s: only for a shared class (shared = true); this class gives each task its own dataset", field(f.name))
+		}
 	}
 	if cc.Quota == "" {
 		return cl, fmt.Errorf("%s is required", field("quota"))
@@ -342,14 +446,6 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 		return cl, fmt.Errorf("%s = %q: %w", field("quota"), cc.Quota, err)
 	}
 	cl.Quota = q
-
-	cl.MountPath = cc.MountPath
-	if cl.MountPath == "" {
-		cl.MountPath = "/zfs/" + name
-	}
-	if !path.IsAbs(cl.MountPath) || path.Clean(cl.MountPath) != cl.MountPath || cl.MountPath == "/" {
-		return cl, fmt.Errorf("%s = %q: must be an absolute, clean path other than /, such as /zfs/%s", field("mount_path"), cc.MountPath, name)
-	}
 
 	owner := cc.Owner
 	if owner == "" {

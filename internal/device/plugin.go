@@ -25,6 +25,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -59,6 +60,9 @@ type Plugin struct {
 	log   hclog.Logger
 	zfs   *zfs.Client
 	slots *slots.Manager
+	// shared holds the shared classes (internal/shared): read, never
+	// written.
+	shared *shared.Set
 	// pruner keeps the archive within the retention rules.
 	pruner *retention.Pruner
 	// keeper sends archives to backup_dir and fetches them back.
@@ -87,7 +91,7 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 		runner.Logger = log.Named("zfs")
 	}
 	client := zfs.NewClient(runner)
-	p := &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots")),
+	p := &Plugin{log: log, zfs: client, slots: slots.NewManager(client, log.Named("slots")), shared: shared.NewSet(client),
 		pruner: retention.New(client, log.Named("retention")), keeper: backup.NewKeeper(client, log.Named("backup"))}
 	p.metrics = metrics.New(metricsSource{p})
 	if runner.Observer == nil {
@@ -173,9 +177,10 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.settings, p.set = s, true
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)
+	p.shared.SetConfig(s.slots.Parent, s.shared)
 	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention})
 	p.keeper.SetConfig(backup.Config{Dir: s.backupDir, Container: s.slots.ArchiveDataset(), Classes: s.backupClasses})
-	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes),
+	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes), "shared_classes", len(s.shared),
 		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
 	return nil
 }
@@ -324,7 +329,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.Fingerpr
 	var last []*device.DeviceGroup
 	sent := false
 	for {
-		changed := p.slots.Changed()
+		changed, sharedChanged := p.slots.Changed(), p.shared.Changed()
 		doSync := false
 		select {
 		case <-ctx.Done():
@@ -334,15 +339,18 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.Fingerpr
 		case <-changed:
 			// A release or a reservation changed a slot: send its health
 			// now rather than at the next period.
+		case <-sharedChanged:
+			// A Reserve found a shared dataset changed.
 		}
 		s, _ := p.current()
 		if doSync {
 			if err := p.slots.Sync(ctx); err != nil {
 				p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
 			}
+			p.refreshShared(ctx)
 			timer.Reset(s.fingerprintPeriod)
 		}
-		groups := deviceGroups(s, p.slots.Slots())
+		groups := append(deviceGroups(s, p.slots.Slots()), sharedGroups(p.shared.States())...)
 		if !sent || !reflect.DeepEqual(groups, last) {
 			select {
 			case ch <- device.NewFingerprint(groups...):
@@ -386,6 +394,7 @@ func deviceGroups(s settings, all []slots.Slot) []*device.DeviceGroup {
 				"mount_path": structs.NewStringAttribute(c.MountPath),
 				"read_only":  structs.NewBoolAttribute(c.ReadOnly),
 				"restore":    structs.NewStringAttribute(orOff(c.Restore)),
+				"shared":     structs.NewBoolAttribute(false),
 			},
 		}
 		for _, sl := range all {
@@ -438,6 +447,19 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.reserveTimeout)
 	defer cancel()
+	if len(ids) > 0 {
+		if c, ok := p.shared.Class(ids[0]); ok {
+			st, err := p.shared.Reserve(ctx, ids)
+			if err != nil {
+				return nil, err
+			}
+			hs := make([]held, len(ids))
+			for i := range hs {
+				hs[i] = held{dataset: c.Dataset, mountpoint: st.Mountpoint}
+			}
+			return reservation(c.Name, c.MountPath, c.ReadOnly, hs), nil
+		}
+	}
 	reserved, err := p.slots.Reserve(ctx, ids)
 	if err != nil {
 		return nil, err
@@ -448,30 +470,38 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 			class = c
 		}
 	}
-	return reservation(class, reserved), nil
+	hs := make([]held, len(reserved))
+	for i, sl := range reserved {
+		hs[i] = held{dataset: sl.Dataset, mountpoint: sl.Mountpoint}
+	}
+	return reservation(class.Name, class.MountPath, class.ReadOnly, hs), nil
 }
 
-// reservation builds the mounts and environment for reserved slots of one
-// class, in the order Nomad gave the IDs.
-func reservation(c slots.Class, reserved []slots.Slot) *device.ContainerReservation {
-	name := EnvName(c.Name)
+// held is one dataset Reserve hands a task: its name and where it is
+// mounted on the host.
+type held struct{ dataset, mountpoint string }
+
+// reservation builds the mounts and environment for the datasets reserved
+// for one request of a class, in the order Nomad gave the IDs.
+func reservation(class, mountPath string, readOnly bool, ds []held) *device.ContainerReservation {
+	name := EnvName(class)
 	res := &device.ContainerReservation{Envs: map[string]string{}}
-	for i, sl := range reserved {
-		taskPath := c.MountPath
-		if len(reserved) > 1 {
-			taskPath = path.Join(c.MountPath, strconv.Itoa(i))
+	for i, d := range ds {
+		taskPath := mountPath
+		if len(ds) > 1 {
+			taskPath = path.Join(mountPath, strconv.Itoa(i))
 		}
-		res.Mounts = append(res.Mounts, &device.Mount{TaskPath: taskPath, HostPath: sl.Mountpoint, ReadOnly: c.ReadOnly})
+		res.Mounts = append(res.Mounts, &device.Mount{TaskPath: taskPath, HostPath: d.mountpoint, ReadOnly: readOnly})
 		if i == 0 {
-			res.Envs["ZFS_"+name+"_DATASET"] = sl.Dataset
+			res.Envs["ZFS_"+name+"_DATASET"] = d.dataset
 			res.Envs["ZFS_"+name+"_PATH"] = taskPath
-			res.Envs["ZFS_"+name+"_HOST_PATH"] = sl.Mountpoint
+			res.Envs["ZFS_"+name+"_HOST_PATH"] = d.mountpoint
 		}
-		if len(reserved) > 1 {
+		if len(ds) > 1 {
 			prefix := "ZFS_" + name + "_" + strconv.Itoa(i) + "_"
-			res.Envs[prefix+"DATASET"] = sl.Dataset
+			res.Envs[prefix+"DATASET"] = d.dataset
 			res.Envs[prefix+"PATH"] = taskPath
-			res.Envs[prefix+"HOST_PATH"] = sl.Mountpoint
+			res.Envs[prefix+"HOST_PATH"] = d.mountpoint
 		}
 	}
 	return res
@@ -512,8 +542,12 @@ func (p *Plugin) statsLoop(ctx context.Context, interval time.Duration, ch chan<
 		if err := p.slots.RefreshIfOlder(ctx, s.statsPeriod); err != nil {
 			p.log.Warn("stats refresh failed; serving the last figures", "error", err)
 		}
+		if p.shared.Age() > s.statsPeriod {
+			p.refreshShared(ctx)
+		}
+		now := time.Now()
 		select {
-		case ch <- &device.StatsResponse{Groups: statsGroups(s, p.slots.Slots(), time.Now())}:
+		case ch <- &device.StatsResponse{Groups: append(statsGroups(s, p.slots.Slots(), now), sharedStats(p.shared.States(), now)...)}:
 		case <-ctx.Done():
 			return
 		}

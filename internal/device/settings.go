@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -27,6 +28,8 @@ type Settings struct {
 	Retention retention.Rules
 	// BackupDir is backup_dir ("" for none).
 	BackupDir string
+	// Shared are the shared classes (shared = true), sorted by name.
+	Shared []shared.Class
 }
 
 // SettingsFromAgentConfig turns the `config { … }` of a plugin block, as
@@ -67,5 +70,6 @@ func SettingsFromAgentConfig(config map[string]interface{}) (Settings, error) {
 		ReserveTimeout:    s.reserveTimeout,
 		Retention:         s.retention,
 		BackupDir:         s.backupDir,
+		Shared:            s.shared,
 	}, nil
 }

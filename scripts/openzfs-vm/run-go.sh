@@ -46,7 +46,7 @@ command -v go > /dev/null || die "no go on PATH"
 # driver under emulation) are left to TESTS=all. See docs/testing-openzfs.md.
 case $tests in
 all) pkgs=(./...) ;;
-ci) pkgs=(./internal/zfs/... ./internal/slots/... ./internal/cli/... ./internal/retention/... ./internal/backup/...) ;;
+ci) pkgs=(./internal/zfs/... ./internal/slots/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/...) ;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
 : "${GOTEST_TIMEOUT:=180m}"

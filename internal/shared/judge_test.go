@@ -1,0 +1,89 @@
+package shared
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+func TestJudge(t *testing.T) {
+	c := Class{Name: "models", Dataset: "tank/models", Slots: 3, MountPath: "/models", ReadOnly: true}
+	ds := func(kv ...string) zfs.Dataset {
+		d := zfs.Dataset{Name: "tank/models", Props: map[string]zfs.Prop{}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Props[kv[i]] = zfs.Prop{Value: kv[i+1], Source: "default"}
+		}
+		return d
+	}
+	good := []string{"type", "filesystem", "mounted", "yes", "mountpoint", "/tank/models", "used", "1024",
+		"available", "4096", "referenced", "512", "compressratio", "1.50x", "guid", "42"}
+	with := func(k, v string) []string {
+		out := append([]string(nil), good...)
+		for i := 0; i < len(out); i += 2 {
+			if out[i] == k {
+				out[i+1] = v
+			}
+		}
+		return out
+	}
+	mounted := hostfs.Table{{ID: 1, MountPoint: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Source: "tank/models", FSType: "zfs"}}
+	covered := append(append(hostfs.Table(nil), mounted...), hostfs.Mount{ID: 3, ParentID: 2, MountPoint: "/tank/models", Source: "tmpfs", FSType: "tmpfs"})
+
+	cases := []struct {
+		name     string
+		d        zfs.Dataset
+		readErr  error
+		parentMP string
+		table    hostfs.Table
+		tableErr error
+		wantWhy  string // "" for healthy
+	}{
+		{name: "healthy", d: ds(good...), parentMP: "/tank/nomad", table: mounted},
+		{name: "missing", readErr: fmt.Errorf("zfs get: %w", zfs.ErrNotExist), table: mounted, wantWhy: "does not exist"},
+		{name: "unreadable", readErr: errors.New("timed out"), table: mounted, wantWhy: "cannot be read: timed out"},
+		{name: "malformed", d: zfs.Dataset{Name: "tank/models", Err: errors.New("value with a newline")}, table: mounted, wantWhy: "do not parse"},
+		{name: "a volume", d: ds(with("type", "volume")...), table: mounted, wantWhy: "is a volume, not a filesystem"},
+		{name: "not mounted", d: ds(with("mounted", "no")...), table: mounted, wantWhy: "is not mounted (mounted=no"},
+		{name: "legacy mountpoint", d: ds(with("mountpoint", "legacy")...), table: mounted, wantWhy: `mountpoint "legacy" is not a path`},
+		{name: "mounted at /", d: ds(with("mountpoint", "/")...), table: mounted, wantWhy: `mountpoint "/" is not a path`},
+		{name: "holds the parent's mountpoint", d: ds(good...), parentMP: "/tank/models/nomad", table: mounted, wantWhy: "holds the plugin's parent dataset"},
+		{name: "nothing at the mountpoint", d: ds(good...), table: mounted[:1], wantWhy: "nothing is mounted at its mountpoint /tank/models"},
+		{name: "something else on top", d: ds(good...), table: covered, wantWhy: "the mount at /tank/models is tmpfs (tmpfs), not this dataset"},
+		{name: "no mount table", d: ds(good...), tableErr: errors.New("no /proc"), wantWhy: "the mount table cannot be read"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := judge(c, tc.d, tc.readErr, tc.parentMP, tc.table, tc.tableErr)
+			must.Eq(t, c, st.Class)
+			if tc.wantWhy == "" {
+				must.True(t, st.Healthy)
+				must.Eq(t, "", st.Why)
+				must.Eq(t, "/tank/models", st.Mountpoint)
+				must.Eq(t, "42", st.GUID)
+				must.Eq(t, Usage{Used: 1024, Available: 4096, Referenced: 512, CompressRatio: 1.5}, st.Usage)
+				return
+			}
+			must.False(t, st.Healthy)
+			must.StrContains(t, st.Why, "shared dataset tank/models: ")
+			must.StrContains(t, st.Why, tc.wantWhy)
+		})
+	}
+}
+
+func TestClassOfID(t *testing.T) {
+	s := NewSet(nil)
+	s.SetConfig("tank/nomad", []Class{{Name: "models", Dataset: "tank/models", Slots: 2}, {Name: "models-x", Dataset: "tank/x", Slots: 1}})
+	for _, tc := range []struct {
+		id, want string
+	}{{"models-0", "models"}, {"models-1", "models"}, {"models-2", ""}, {"models-01", ""}, {"models--1", ""},
+		{"models-x-0", "models-x"}, {"models-x", ""}, {"scratch-0", ""}} {
+		c, ok := s.Class(tc.id)
+		must.Eq(t, tc.want != "", ok, must.Sprint(tc.id))
+		must.Eq(t, tc.want, c.Name, must.Sprint(tc.id))
+	}
+}
