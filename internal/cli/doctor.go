@@ -300,6 +300,9 @@ func treeChecks(cfg slots.Config, obs slots.Observation) []check {
 	default:
 		add("slots", checkOK, summary, "")
 	}
+	if c, ok := sourceCheck(cfg, obs); ok {
+		out = append(out, c)
+	}
 	return out
 }
 

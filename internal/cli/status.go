@@ -74,6 +74,10 @@ type classSummary struct {
 	InUse      int    `json:"in_use"`
 	Releasing  int    `json:"releasing"`
 	Unhealthy  int    `json:"unhealthy"`
+	// Source is the snapshot fresh slots are cloned from ("" for none);
+	// Older are the slots still on another one.
+	Source string        `json:"source,omitempty"`
+	Older  []olderSource `json:"older_sources,omitempty"`
 }
 
 // sharedSummary is one shared class: the operator's dataset, whether it
@@ -172,6 +176,9 @@ func gatherStatus(ctx context.Context, z statusReader, c *common, log hclog.Logg
 		r.Slots = append(r.Slots, row)
 	}
 	r.Classes = summarize(cfg, r.Slots)
+	for i, cl := range cfg.Classes {
+		r.Classes[i].Source, r.Classes[i].Older = cl.Source, olderSources(cl, obs.Slots)
+	}
 	r.Shared = sharedStatus(ctx, z, c, snap)
 	return r, nil
 }
@@ -345,6 +352,13 @@ func renderStatus(w io.Writer, r statusReport) error {
 	for _, c := range r.Classes {
 		fmt.Fprintf(&b, "class %s: %s of %s: %d in use, %d free, %d releasing, %d unhealthy\n",
 			c.Name, plural(c.Slots, "slot"), bytesIEC(c.QuotaBytes), c.InUse, c.Free, c.Releasing, c.Unhealthy)
+		if c.Source != "" {
+			fmt.Fprintf(&b, "class %s: source %s", c.Name, c.Source)
+			if len(c.Older) > 0 {
+				fmt.Fprintf(&b, "; still on an older source: %s", describeOlder(c.Older))
+			}
+			b.WriteString("\n")
+		}
 	}
 	for _, sc := range r.Shared {
 		access, state, held := "read-write", "healthy", ""

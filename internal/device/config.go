@@ -276,7 +276,7 @@ func (c *Config) validate() (settings, error) {
 			s.shared = append(s.shared, sc)
 			continue
 		}
-		cl, err := validateClass(name, *cc)
+		cl, err := validateClass(name, *cc, c.ParentDataset)
 		if err != nil {
 			return s, err
 		}
@@ -422,7 +422,7 @@ func validateShared(name string, cc ClassConfig, parent string) (shared.Class, e
 	return sc, nil
 }
 
-func validateClass(name string, cc ClassConfig) (slots.Class, error) {
+func validateClass(name string, cc ClassConfig, parent string) (slots.Class, error) {
 	cl := slots.Class{Name: name, Slots: cc.Slots, ReadOnly: cc.ReadOnly != nil && *cc.ReadOnly}
 	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
 	mp, err := validateCommon(name, cc)
@@ -464,9 +464,22 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 	}
 	cl.Mode = os.FileMode(m)
 
+	if cc.Source != "" {
+		if err := validateSource(cc.Source, parent); err != nil {
+			return cl, fmt.Errorf("%s = %q: %w", field("source"), cc.Source, err)
+		}
+		cl.Source = cc.Source
+		if cc.OnRelease == slots.OnReleaseArchive {
+			return cl, fmt.Errorf("%s = %q: a class with a source does not archive: an archived clone would keep the golden snapshot %s from being destroyed; use on_release = %q (the default with a source)",
+				field("on_release"), cc.OnRelease, cc.Source, slots.OnReleaseDestroy)
+		}
+	}
 	switch cc.OnRelease {
 	case "":
 		cl.OnRelease = DefaultOnRelease
+		if cl.Source != "" {
+			cl.OnRelease = slots.OnReleaseDestroy
+		}
 	case slots.OnReleaseArchive, slots.OnReleaseDestroy:
 		cl.OnRelease = cc.OnRelease
 	default:
@@ -500,6 +513,26 @@ func validateClass(name string, cc ClassConfig) (slots.Class, error) {
 		cl.Properties[k] = v
 	}
 	return cl, nil
+}
+
+// validateSource checks a class's source: a snapshot (dataset@name) in the
+// parent's pool (a clone lives in its origin's pool) and outside the
+// parent (the plugin owns everything under it).
+func validateSource(src, parent string) error {
+	ds, snap, ok := strings.Cut(src, "@")
+	if !ok || snap == "" || strings.ContainsAny(snap, "@/# \t\n") {
+		return fmt.Errorf("not a snapshot name: want dataset@snapshot, such as \"tank/golden/ci@v42\"")
+	}
+	if err := zfs.ValidateDatasetName(ds); err != nil {
+		return err
+	}
+	switch {
+	case ds == parent || strings.HasPrefix(ds, parent+"/"):
+		return fmt.Errorf("is inside parent_dataset %q, which the plugin owns: keep golden datasets outside it", parent)
+	case zfs.PoolOf(ds) != zfs.PoolOf(parent):
+		return fmt.Errorf("is in pool %q, and parent_dataset %q in pool %q: a clone must be in its snapshot's pool", zfs.PoolOf(ds), parent, zfs.PoolOf(parent))
+	}
+	return nil
 }
 
 // validate checks the nomad block; a missing block means all defaults.

@@ -86,3 +86,43 @@ func TestConfig_SharedClassInvalid(t *testing.T) {
 		must.ErrorContains(t, err, "only for a shared class (shared = true)")
 	}
 }
+
+func TestConfig_Source(t *testing.T) {
+	s, err := decode(t, `config {
+  parent_dataset = "tank/nomad"
+  class "ci" {
+    slots  = 2
+    quota  = "1G"
+    source = "tank/golden/ci@v42"
+  }
+}`)
+	must.NoError(t, err)
+	c := s.slots.Classes[0]
+	must.Eq(t, "tank/golden/ci@v42", c.Source)
+	must.Eq(t, "destroy", c.OnRelease, must.Sprint("a class with a source does not archive"))
+
+	block := func(body string) string {
+		return `config {
+  parent_dataset = "tank/nomad"
+  class "ci" {
+    slots = 2
+    quota = "1G"
+    ` + body + `
+  }
+}`
+	}
+	for _, tc := range []struct{ name, body, wantErr string }{
+		{"not a snapshot", `source = "tank/golden/ci"`, `class "ci": source = "tank/golden/ci": not a snapshot name`},
+		{"empty snapshot", `source = "tank/golden/ci@"`, `not a snapshot name`},
+		{"bad dataset", `source = "tank//g@v1"`, `class "ci": source = "tank//g@v1"`},
+		{"inside the parent", `source = "tank/nomad/ci/0@v1"`, `is inside parent_dataset "tank/nomad"`},
+		{"another pool", `source = "other/golden@v1"`, `is in pool "other", and parent_dataset "tank/nomad" in pool "tank"`},
+		{"archive", "source = \"tank/g@v1\"\n on_release = \"archive\"", `class "ci": on_release = "archive": a class with a source does not archive`},
+		{"restore", "source = \"tank/g@v1\"\n restore = \"required\"", `class "ci": restore = "required": a restore brings back an archive`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decode(t, block(tc.body))
+			must.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}

@@ -168,6 +168,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err := p.probeCapabilities(ctx, s.slots.Parent); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
+	if err := checkSources(ctx, p.zfs, s.slots.Classes); err != nil {
+		return fmt.Errorf("nomad-device-zfs config: %w", err)
+	}
 	// Last, as it is the one check that changes something when it passes
 	// (the server at the old address, if another, stops).
 	if err := p.metrics.Serve(s.metricsAddress, p.log.Named("metrics")); err != nil {

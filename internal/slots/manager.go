@@ -20,6 +20,7 @@ type ZFS interface {
 	GetNames(ctx context.Context, names []string, props ...string) ([]zfs.Dataset, error)
 	GetExact(ctx context.Context, name, prop string) (zfs.Prop, error)
 	Create(ctx context.Context, name string, props map[string]string) error
+	Clone(ctx context.Context, snapshot, name string, props map[string]string) error
 	Set(ctx context.Context, name, prop, value string) error
 	SetMany(ctx context.Context, name string, props map[string]string) error
 	Destroy(ctx context.Context, name string) error
@@ -54,6 +55,9 @@ type Slot struct {
 	// configured count: it is kept until released, and offered to no one.
 	Surplus bool
 	Usage   Usage
+	// Origin is the snapshot Dataset was cloned from ("" when it was
+	// made empty): a class's source, or an older one (see Class.Source).
+	Origin string
 	// Spare is the slot's fresh dataset beside the one in use, mounted
 	// and ready: the next tenant gets it with one zfs command
 	// (handOverSpare). "" when there is none.

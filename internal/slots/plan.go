@@ -74,7 +74,7 @@ const (
 // that an earlier version stamped.
 var ObservedProps = append([]string{
 	"mounted", "mountpoint", "canmount", "used", "available", "referenced", "compressratio",
-	"refquota", PropManaged, PropState, PropOwner, PropReleasedAt,
+	"refquota", "origin", PropManaged, PropState, PropOwner, PropReleasedAt,
 }, legacyOwnerProps...)
 
 // Class is one validated class of the operator's configuration.
@@ -95,6 +95,10 @@ type Class struct {
 	// identity has a local archive gets that archive instead (RestoreOff,
 	// RestoreBestEffort, RestoreRequired; "" is RestoreOff).
 	Restore string
+	// Source is the snapshot (dataset@snap, outside the parent) that fresh
+	// datasets are cloned from; "" for empty datasets. A free dataset
+	// whose origin is another is made again (see MakePlan).
+	Source string
 }
 
 // Restore values: what Reserve does when the asker's identity has an
@@ -147,8 +151,8 @@ type ActionKind int
 
 const (
 	CreateClass     ActionKind = iota // create a class container dataset
-	CreateSlot                        // create a fresh slot dataset
-	DestroySlot                       // destroy a free slot beyond the count
+	CreateSlot                        // create a fresh slot dataset (a clone of the class's source, if any)
+	DestroySlot                       // destroy a free slot beyond the count, or made from an old source
 	SetQuota                          // bring a free slot's refquota to the class quota
 	CreateArchive                     // create the .archive container
 	SetProp                           // set one property (release bookkeeping)
@@ -288,6 +292,14 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 					continue
 				}
 				d := pr.ds[k]
+				if origin, _ := d.Value("origin"); origin != c.Source {
+					// Made from another source (the class's source
+					// changed): never handed over, so made again.
+					p.Actions = append(p.Actions,
+						Action{Kind: DestroySlot, Dataset: name, Class: c.Name, Index: i, Chain: name},
+						Action{Kind: CreateSlot, Dataset: name, Class: c.Name, Index: i, Props: c.SlotProps(), Chain: name})
+					continue
+				}
 				if q, _ := d.Value("refquota"); q != strconv.FormatUint(c.Quota, 10) {
 					p.Actions = append(p.Actions, Action{Kind: SetQuota, Dataset: name, Class: c.Name, Index: i,
 						Value: strconv.FormatUint(c.Quota, 10)})

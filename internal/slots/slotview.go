@@ -92,6 +92,7 @@ func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists
 		}
 	}
 	s.Usage = usageOf(d)
+	s.Origin, _ = d.Value("origin")
 	return s
 }
 

@@ -304,7 +304,12 @@ func dropFailed(actions []Action, failed map[string]string) []Action {
 
 func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 	switch a.Kind {
-	case CreateClass, CreateSlot, CreateArchive:
+	case CreateSlot:
+		if src := classByName(cfg, a.Class).Source; src != "" {
+			return m.zfs.Clone(ctx, src, a.Dataset, a.Props)
+		}
+		return m.zfs.Create(ctx, a.Dataset, a.Props)
+	case CreateClass, CreateArchive:
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
 	case DestroySlot:
 		return m.zfs.Destroy(ctx, a.Dataset)
