@@ -46,6 +46,10 @@ func run() int {
 	mobility := flag.Bool("mobility", false, "measure the data following a job (restore on the same node, the move through backup_dir) instead of the pool sizes")
 	mobilityOut := flag.String("mobility-out", "bench/mobility-results.json", "where -mobility writes its results as JSON")
 	mobilityMiB := flag.Int("mobility-mib", 64, "MiB of data the tenant leaves, for -mobility")
+	golden := flag.Bool("golden", false, "measure fresh slots of a class with a golden source (clones) against empty slots, the raw clone and create + copy, instead of the pool sizes")
+	goldenOut := flag.String("golden-out", "bench/golden-results.json", "where -golden writes its results as JSON")
+	goldenMiB := flag.Int("golden-mib", 64, "MiB of golden files, for -golden")
+	goldenFiles := flag.Int("golden-files", 256, "how many golden files, for -golden")
 	flag.Parse()
 
 	var ns []int
@@ -94,6 +98,12 @@ func run() int {
 		}()
 	}
 
+	if *golden {
+		res, err := bench.RunGolden(ctx, bench.GoldenOptions{Reps: *reps, Files: *goldenFiles, MiB: *goldenMiB, WorkDir: work, Progress: os.Stderr})
+		fmt.Println()
+		bench.WriteGolden(os.Stdout, res)
+		return finish("golden", res, err, *goldenOut)
+	}
 	if *mobility {
 		return runMobility(ctx, bench.MobilityOptions{Reps: *reps, DataMiB: *mobilityMiB, WorkDir: work, Progress: os.Stderr}, *mobilityOut)
 	}
