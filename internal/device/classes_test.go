@@ -97,3 +97,52 @@ func TestPlugin_SharedAndGoldenClasses(t *testing.T) {
 		t.Fatal("no stats")
 	}
 }
+
+// An encrypted class: on zfs-fuse SetConfig refuses it, naming the class
+// and the field; on OpenZFS the plugin makes the key directory (0700) and
+// offers encrypted slots, each with a key there. A key directory others
+// can read is refused.
+func TestPlugin_EncryptedClass(t *testing.T) {
+	pool := zfstest.NewPool(t, 0)
+	parent := pool.Dataset("nomad")
+	pool.ZFS(t, "create", parent)
+	keys := filepath.Join(t.TempDir(), "keys")
+	block := fmt.Sprintf(`config {
+  parent_dataset     = %q
+  fingerprint_period = "300ms"
+  key_dir            = %q
+  class "secret" {
+    slots      = 1
+    quota      = "64MiB"
+    encryption = true
+  }
+}`, parent, keys)
+	p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
+	err := p.SetConfig(encode(t, p, block))
+	if _, kernel := os.Stat("/dev/zfs"); kernel != nil {
+		must.ErrorContains(t, err, `class "secret": encryption = true: this ZFS (zfs-fuse) has no native encryption`)
+		must.Eq(t, "", pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent)[len(parent)+1:], must.Sprint("a refused config changes nothing"))
+		return
+	}
+	must.NoError(t, err)
+	fi, err := os.Stat(keys)
+	must.NoError(t, err)
+	must.Eq(t, os.FileMode(0o700), fi.Mode().Perm())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := p.Fingerprint(ctx)
+	must.NoError(t, err)
+	fp := recvFingerprint(t, ch, 60*time.Second)
+	must.True(t, group(t, fp.Devices, "secret").Devices[0].Healthy, must.Sprint(group(t, fp.Devices, "secret").Devices[0].HealthDesc))
+	must.True(t, *group(t, fp.Devices, "secret").Attributes["encrypted"].Bool)
+	res, err := p.Reserve([]string{"secret-0"})
+	must.NoError(t, err)
+	ds := res.Envs["ZFS_SECRET_DATASET"]
+	must.NotEq(t, "off", pool.Prop(t, ds, "encryption"))
+	must.FileExists(t, filepath.Join(keys, pool.Prop(t, ds, "nomad-device-zfs:key-id")+".key"))
+
+	must.NoError(t, os.Chmod(keys, 0o755))
+	p2 := device.New(hclog.NewNullLogger(), &zfs.Runner{})
+	must.ErrorContains(t, p2.SetConfig(encode(t, p2, block)), fmt.Sprintf(`key_dir = %q: %s has mode 0755`, keys, keys))
+}

@@ -36,6 +36,7 @@ const (
 	DefaultReserveTimeout    = "2m"
 	DefaultOnRelease         = "archive"
 	DefaultRestore           = "off"
+	DefaultKeyDir            = "/var/lib/nomad-device-zfs/keys"
 )
 
 // configSpec is the agent-side schema of the plugin block. Nomad parses agent
@@ -54,6 +55,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewLiteral(strconv.Quote(DefaultStatsPeriod)),
 	),
 	"archive_quota": hclspec.NewAttr("archive_quota", "string", false),
+	"key_dir":       hclspec.NewAttr("key_dir", "string", false),
 	"backup_dir":    hclspec.NewAttr("backup_dir", "string", false),
 	"reserve_timeout": hclspec.NewDefault(
 		hclspec.NewAttr("reserve_timeout", "string", false),
@@ -82,6 +84,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		"dataset":             hclspec.NewAttr("dataset", "string", false),
 		"allow_shared_writes": hclspec.NewAttr("allow_shared_writes", "bool", false),
 		"source":              hclspec.NewAttr("source", "string", false),
+		"encryption":          hclspec.NewAttr("encryption", "bool", false),
 		"owner": hclspec.NewDefault(
 			hclspec.NewAttr("owner", "string", false),
 			hclspec.NewLiteral(strconv.Quote(DefaultOwner)),
@@ -113,7 +116,10 @@ type Config struct {
 	ArchiveQuota string `codec:"archive_quota"`
 	// BackupDir is a directory every client can reach, for zfs send
 	// streams of the archives of classes with restore on ("" for none).
-	BackupDir string           `codec:"backup_dir"`
+	BackupDir string `codec:"backup_dir"`
+	// KeyDir holds the keys of encrypted classes' datasets ("" for
+	// DefaultKeyDir).
+	KeyDir    string           `codec:"key_dir"`
 	Nomad     *NomadConfig     `codec:"nomad"`
 	Telemetry *TelemetryConfig `codec:"telemetry"`
 	// Classes holds pointers: the msgpack decoder reuses one value for
@@ -159,7 +165,9 @@ type ClassConfig struct {
 	AllowSharedWrites bool   `codec:"allow_shared_writes"`
 	// Source is a snapshot that fresh slots are cloned from ("" for
 	// empty datasets).
-	Source     string            `codec:"source"`
+	Source string `codec:"source"`
+	// Encryption gives each slot its own key (OpenZFS only).
+	Encryption bool              `codec:"encryption"`
 	Owner      string            `codec:"owner"`
 	Mode       string            `codec:"mode"`
 	Properties map[string]string `codec:"properties"`
@@ -296,7 +304,27 @@ func (c *Config) validate() (settings, error) {
 			s.backupClasses[cl.Name] = true
 		}
 	}
+	encrypted := false
+	for _, cl := range s.slots.Classes {
+		encrypted = encrypted || cl.Encrypted
+	}
+	if encrypted {
+		s.slots.KeyDir = DefaultKeyDir
+		if c.KeyDir != "" {
+			s.slots.KeyDir = c.KeyDir
+		}
+		if kd := s.slots.KeyDir; !path.IsAbs(kd) || path.Clean(kd) != kd || kd == "/" {
+			return s, fmt.Errorf("key_dir = %q: must be an absolute, clean path other than /, such as %s", c.KeyDir, DefaultKeyDir)
+		}
+	} else if c.KeyDir != "" {
+		return s, fmt.Errorf("key_dir = %q: no class has encryption = true, so no key would be kept there", c.KeyDir)
+	}
 	if c.BackupDir != "" {
+		for _, cl := range s.slots.Classes {
+			if cl.Encrypted && s.backupClasses[cl.Name] {
+				return s, fmt.Errorf("backup_dir = %q: class %q is encrypted and restores: its archives are not sent to backup_dir (its keys never leave key_dir); restores of it work on this node only. Remove backup_dir, or turn restore off on that class", c.BackupDir, cl.Name)
+			}
+		}
 		if !path.IsAbs(c.BackupDir) || path.Clean(c.BackupDir) != c.BackupDir || c.BackupDir == "/" {
 			return s, fmt.Errorf("backup_dir = %q: must be an absolute, clean path other than /, such as /mnt/zfs-backups", c.BackupDir)
 		}
@@ -390,6 +418,7 @@ func validateShared(name string, cc ClassConfig, parent string) (shared.Class, e
 		{"keep", cc.Keep != nil},
 		{"max_age", cc.MaxAge != ""},
 		{"source", cc.Source != ""},
+		{"encryption", cc.Encryption},
 	} {
 		if f.set {
 			return sc, fmt.Errorf("%s: not for a shared class (shared = true): the plugin only reads the operator's dataset, it never sizes, releases or replaces it", field(f.name))
@@ -464,6 +493,10 @@ func validateClass(name string, cc ClassConfig, parent string) (slots.Class, err
 	}
 	cl.Mode = os.FileMode(m)
 
+	cl.Encrypted = cc.Encryption
+	if cc.Source != "" && cc.Encryption {
+		return cl, fmt.Errorf("%s: not with source = %q: a clone has its snapshot's encryption, not a key of its own", field("encryption"), cc.Source)
+	}
 	if cc.Source != "" {
 		if err := validateSource(cc.Source, parent); err != nil {
 			return cl, fmt.Errorf("%s = %q: %w", field("source"), cc.Source, err)

@@ -126,3 +126,75 @@ func TestConfig_Source(t *testing.T) {
 		})
 	}
 }
+
+func TestConfig_Encryption(t *testing.T) {
+	s, err := decode(t, `config {
+  parent_dataset = "tank/nomad"
+  class "secret" {
+    slots      = 2
+    quota      = "1G"
+    encryption = true
+  }
+  class "plain" {
+    slots = 1
+    quota = "1G"
+  }
+}`)
+	must.NoError(t, err)
+	must.Eq(t, DefaultKeyDir, s.slots.KeyDir)
+	must.True(t, s.slots.Classes[1].Encrypted)
+	must.False(t, s.slots.Classes[0].Encrypted)
+
+	for _, tc := range []struct{ name, block, wantErr string }{
+		{"key_dir without encryption", `config {
+  parent_dataset = "tank/nomad"
+  key_dir = "/srv/keys"
+  class "a" {
+    slots = 1
+    quota = "1G"
+  }
+}`, `key_dir = "/srv/keys": no class has encryption = true`},
+		{"relative key_dir", `config {
+  parent_dataset = "tank/nomad"
+  key_dir = "keys"
+  class "a" {
+    slots = 1
+    quota = "1G"
+    encryption = true
+  }
+}`, `key_dir = "keys": must be an absolute, clean path`},
+		{"with a source", `config {
+  parent_dataset = "tank/nomad"
+  class "a" {
+    slots = 1
+    quota = "1G"
+    encryption = true
+    source = "tank/g@v1"
+  }
+}`, `class "a": encryption: not with source = "tank/g@v1"`},
+		{"shared", `config {
+  parent_dataset = "tank/nomad"
+  class "a" {
+    shared = true
+    dataset = "tank/m"
+    slots = 1
+    encryption = true
+  }
+}`, `class "a": encryption: not for a shared class`},
+		{"backed up", `config {
+  parent_dataset = "tank/nomad"
+  backup_dir = "/mnt/b"
+  class "a" {
+    slots = 1
+    quota = "1G"
+    encryption = true
+    restore = "required"
+  }
+}`, `backup_dir = "/mnt/b": class "a" is encrypted and restores`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decode(t, tc.block)
+			must.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}

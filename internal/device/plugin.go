@@ -171,6 +171,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err := checkSources(ctx, p.zfs, s.slots.Classes); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
+	if err := p.checkEncryption(s.slots); err != nil {
+		return fmt.Errorf("nomad-device-zfs config: %w", err)
+	}
 	// Last, as it is the one check that changes something when it passes
 	// (the server at the old address, if another, stops).
 	if err := p.metrics.Serve(s.metricsAddress, p.log.Named("metrics")); err != nil {
@@ -181,7 +184,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)
 	p.shared.SetConfig(s.slots.Parent, s.shared)
-	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention})
+	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention, KeyDir: s.slots.KeyDir})
 	p.keeper.SetConfig(backup.Config{Dir: s.backupDir, Container: s.slots.ArchiveDataset(), Classes: s.backupClasses})
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes), "shared_classes", len(s.shared),
 		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
@@ -398,6 +401,7 @@ func deviceGroups(s settings, all []slots.Slot) []*device.DeviceGroup {
 				"read_only":  structs.NewBoolAttribute(c.ReadOnly),
 				"restore":    structs.NewStringAttribute(orOff(c.Restore)),
 				"shared":     structs.NewBoolAttribute(false),
+				"encrypted":  structs.NewBoolAttribute(c.Encrypted),
 			},
 		}
 		for _, sl := range all {

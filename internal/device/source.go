@@ -33,3 +33,25 @@ func checkSources(ctx context.Context, z snapshotReader, classes []slots.Class) 
 	}
 	return nil
 }
+
+// checkEncryption refuses an encrypted class where the ZFS has no native
+// encryption (zfs-fuse), and makes sure the key directory is the
+// plugin's alone (see slots.EnsureKeyDir). It runs after the capability
+// probe.
+func (p *Plugin) checkEncryption(cfg slots.Config) error {
+	p.mu.Lock()
+	caps := p.caps
+	p.mu.Unlock()
+	for _, c := range cfg.Classes {
+		if c.Encrypted && !caps.Encryption {
+			return fmt.Errorf("class %q: encryption = true: this ZFS (%s) has no native encryption; it needs OpenZFS 0.8 or later", c.Name, caps.Implementation)
+		}
+	}
+	if cfg.KeyDir == "" {
+		return nil
+	}
+	if err := slots.EnsureKeyDir(cfg.KeyDir); err != nil {
+		return fmt.Errorf("key_dir = %q: %w", cfg.KeyDir, err)
+	}
+	return nil
+}

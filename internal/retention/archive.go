@@ -88,6 +88,9 @@ type Archive struct {
 	UsedBytes uint64 `json:"used_bytes"`
 	// Backup is the GUID of its snapshot in backup_dir ("" for none).
 	Backup string `json:"backup,omitempty"`
+	// KeyID is its key's ID when it is encrypted ("" for none): pruning
+	// removes the key file after the dataset.
+	KeyID string `json:"-"`
 }
 
 // Skipped is a dataset in the archive container that retention leaves
@@ -120,7 +123,7 @@ const PropArchiveQuota = "nomad-device-zfs:archive-quota"
 const PropBackup = slots.PropBackup
 
 // Props are the properties Parse needs, in the order Pruner asks for them.
-var Props = append([]string{"used", "quota", slots.PropManaged, slots.PropState, slots.PropReleasedAt, PropArchiveQuota, PropBackup}, slots.OwnerProps...)
+var Props = append([]string{"used", "quota", slots.PropManaged, slots.PropState, slots.PropReleasedAt, PropArchiveQuota, PropBackup, slots.PropKeyID}, slots.OwnerProps...)
 
 // Parse sorts one read of the archive container (`zfs get -r -d 1` of
 // container, with Props) into the container, the archives retention may
@@ -179,6 +182,7 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 	if v, _ := d.Local(PropBackup); v != slots.BackupNone {
 		a.Backup = v
 	}
+	a.KeyID, _ = d.Local(slots.PropKeyID)
 	o, err := slots.RecordedOwner(d)
 	if err != nil || !o.Known() {
 		a.Identity = Identity{Class: class, Index: -1, Unknown: true, Slot: slot}

@@ -2,19 +2,24 @@ package retention
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 func TestParse_SavedZFSFuseOutput(t *testing.T) {
 	out, err := os.ReadFile("testdata/get-archive-zfs-fuse-0.7.txt")
 	must.NoError(t, err)
-	ds, err := zfs.ParseGet(out, append(append([]string(nil), Props...), "name"))
+	// Captured before Props held the key ID (no archive there is
+	// encrypted; zfs-fuse has no encryption): the props asked for then.
+	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == slots.PropKeyID })
+	ds, err := zfs.ParseGet(out, append(captured, "name"))
 	must.NoError(t, err)
 
 	c, arch, skipped := Parse("capt/nomad/.archive", ds)

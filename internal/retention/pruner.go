@@ -36,6 +36,8 @@ type Config struct {
 	// Container is the archive container, <parent>/.archive.
 	Container string
 	Rules     Rules
+	// KeyDir holds the keys of encrypted archives ("" for none).
+	KeyDir string
 }
 
 // Read reads the archive container and its children with one `zfs get`
@@ -194,6 +196,11 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 		if err != nil && !errors.Is(err, zfs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("pruning %s: %w", pr.Archive.Name, err))
 			continue
+		}
+		if pr.Archive.KeyID != "" && cfg.KeyDir != "" {
+			if err := slots.RemoveKey(cfg.KeyDir, pr.Archive.KeyID); err != nil {
+				errs = append(errs, fmt.Errorf("pruned %s, its key not removed: %w", pr.Archive.Name, err))
+			}
 		}
 		used = sub(used, pr.Archive.UsedBytes)
 		res.Destroyed = append(res.Destroyed, pr.Archive.Name)

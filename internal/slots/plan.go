@@ -74,7 +74,7 @@ const (
 // that an earlier version stamped.
 var ObservedProps = append([]string{
 	"mounted", "mountpoint", "canmount", "used", "available", "referenced", "compressratio",
-	"refquota", "origin", PropManaged, PropState, PropOwner, PropReleasedAt,
+	"refquota", "origin", PropManaged, PropState, PropOwner, PropReleasedAt, PropKeyID,
 }, legacyOwnerProps...)
 
 // Class is one validated class of the operator's configuration.
@@ -99,6 +99,8 @@ type Class struct {
 	// datasets are cloned from; "" for empty datasets. A free dataset
 	// whose origin is another is made again (see MakePlan).
 	Source string
+	// Encrypted: each fresh dataset gets its own key (see keys.go).
+	Encrypted bool
 }
 
 // Restore values: what Reserve does when the asker's identity has an
@@ -113,6 +115,9 @@ const (
 type Config struct {
 	Parent  string
 	Classes []Class // sorted by Name
+	// KeyDir holds the keys of encrypted classes' datasets ("" when no
+	// class is encrypted).
+	KeyDir string
 }
 
 // Pool returns the pool that holds the parent dataset.
@@ -198,6 +203,9 @@ type Action struct {
 	Prop    string            // for SetProp
 	Value   string            // for SetQuota and SetProp
 	Target  string            // for RenameToArchive
+	// KeyID is the key of an encrypted dataset that DestroySlot or
+	// DestroyArchived destroys: its key file is removed after it.
+	KeyID string
 	// Chain groups the steps of one release: when one fails, the later
 	// steps of the same chain are skipped until the next Sync.
 	Chain string
@@ -284,7 +292,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 				p.Actions = append(p.Actions, Action{Kind: CreateSlot, Dataset: create, Class: c.Name, Index: i, Props: c.SlotProps()})
 			}
 			if destroy != "" {
-				p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: destroy, Class: c.Name, Index: i})
+				p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: destroy, Class: c.Name, Index: i, KeyID: keyIDOf(byName[destroy])})
 			}
 			for k, name := range pr.names {
 				remake[name] = again[k]
@@ -296,7 +304,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 					// Made from another source (the class's source
 					// changed): never handed over, so made again.
 					p.Actions = append(p.Actions,
-						Action{Kind: DestroySlot, Dataset: name, Class: c.Name, Index: i, Chain: name},
+						Action{Kind: DestroySlot, Dataset: name, Class: c.Name, Index: i, Chain: name, KeyID: keyIDOf(d)},
 						Action{Kind: CreateSlot, Dataset: name, Class: c.Name, Index: i, Props: c.SlotProps(), Chain: name})
 					continue
 				}
@@ -352,7 +360,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name])...)
 			}
 		case index >= c.Slots && st == StateFree:
-			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index})
+			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index, KeyID: keyIDOf(d)})
 		}
 	}
 	sort.Strings(p.Foreign)
@@ -400,7 +408,7 @@ func finishArchived(d zfs.Dataset) []Action {
 	case StateReleasing:
 		return []Action{{Kind: SetProp, Dataset: d.Name, Index: -1, Prop: PropState, Value: string(StateArchived), Chain: d.Name}}
 	case StateDestroying:
-		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name}}
+		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name, KeyID: keyIDOf(d)}}
 	}
 	return nil
 }
@@ -500,6 +508,12 @@ func classByName(cfg Config, name string) Class {
 func isManaged(d zfs.Dataset, kind string) bool {
 	v, ok := d.Local(PropManaged)
 	return ok && v == kind
+}
+
+// keyIDOf returns the key ID an encrypted dataset records ("" for none).
+func keyIDOf(d zfs.Dataset) string {
+	v, _ := d.Local(PropKeyID)
+	return v
 }
 
 // slotState returns the recorded state of a slot, or "" when none is set.

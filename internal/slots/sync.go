@@ -305,14 +305,21 @@ func dropFailed(actions []Action, failed map[string]string) []Action {
 func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 	switch a.Kind {
 	case CreateSlot:
-		if src := classByName(cfg, a.Class).Source; src != "" {
-			return m.zfs.Clone(ctx, src, a.Dataset, a.Props)
+		c := classByName(cfg, a.Class)
+		switch {
+		case c.Source != "":
+			return m.zfs.Clone(ctx, c.Source, a.Dataset, a.Props)
+		case c.Encrypted:
+			return m.createEncrypted(ctx, cfg, a)
 		}
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
 	case CreateClass, CreateArchive:
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
 	case DestroySlot:
-		return m.zfs.Destroy(ctx, a.Dataset)
+		if err := m.zfs.Destroy(ctx, a.Dataset); err != nil {
+			return err
+		}
+		return m.removeKey(cfg, a)
 	case SetQuota:
 		return m.zfs.Set(ctx, a.Dataset, "refquota", a.Value)
 	case SetProp:
@@ -329,7 +336,10 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 		return err
 	case DestroyArchived:
 		// -r only ever inside the plugin's own archive tree.
-		return m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset())
+		if err := m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset()); err != nil {
+			return err
+		}
+		return m.removeKey(cfg, a)
 	}
 	return fmt.Errorf("unknown action %d", a.Kind)
 }

@@ -23,6 +23,9 @@ type Capabilities struct {
 	RenameMounted bool
 	// Version: the `zfs version` command exists (OpenZFS).
 	Version bool
+	// Encryption: native encryption (the encryption property exists;
+	// OpenZFS 0.8 and later). zfs-fuse has none.
+	Encryption bool
 }
 
 // probeProp is the user property a probe sets; it never names one of the
@@ -31,7 +34,8 @@ const probeProp = "nomad-device-zfs-probe:"
 
 // Probe learns the Capabilities by trying them on scratch, a dataset that
 // must not exist: it creates scratch (mounted where its parent's
-// mountpoint puts it), sets two user properties in one `zfs set`, renames
+// mountpoint puts it), sets two user properties in one `zfs set`, reads
+// its encryption property, renames
 // it while mounted, runs `zfs version`, and destroys it (plain destroy,
 // under whichever name it then has). About five commands, once at start.
 // On return the client's SetMany uses what was learned. On error nothing
@@ -58,6 +62,14 @@ func (c *Client) Probe(ctx context.Context, scratch string) (caps Capabilities, 
 	case multiSetRefused(serr, []string{b}):
 	default:
 		return caps, fmt.Errorf("probing zfs: setting two properties of %s: %w", scratch, serr)
+	}
+
+	switch _, eerr := c.GetExact(ctx, scratch, "encryption"); {
+	case eerr == nil:
+		caps.Encryption = true
+	case errors.Is(eerr, ErrInvalid): // "bad property list: invalid property 'encryption'"
+	default:
+		return caps, fmt.Errorf("probing zfs: reading encryption of %s: %w", scratch, eerr)
 	}
 
 	mounted, merr := c.GetExact(ctx, scratch, "mounted")

@@ -38,6 +38,7 @@ func TestProbe(t *testing.T) {
 	// reports what it saw, and nothing relies on it (releases always
 	// unmount first), so either answer is right there.
 	must.EqOp(t, openzfs, caps.Version, must.Sprintf("%+v", caps))
+	must.EqOp(t, openzfs, caps.Encryption, must.Sprintf("%+v", caps))
 	if !openzfs {
 		must.EqOp(t, "zfs-fuse", caps.Implementation)
 	}

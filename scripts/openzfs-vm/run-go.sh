@@ -24,7 +24,8 @@
 # `make test` runs it on the host.
 #
 # Env: GOTESTFLAGS (e.g. -v or -run X), GOTEST_TIMEOUT (go test -timeout,
-#      180m), BENCHFLAGS (zfsbench's, default -sizes 10,100), the
+#      180m), BENCHFLAGS (zfsbench's, default -sizes 10,100), BENCH_CHURN
+#      (0 leaves the churn of 160 exec jobs out: hours under emulation), the
 #      run-in-vm.sh and build-image.sh variables.
 set -euo pipefail
 
@@ -111,7 +112,13 @@ guest_script() {
 		printf 'bin/zfsbench -out %q/results.json' "$out"
 		for q in "${benchflags[@]}"; do printf ' %q' "$q"; done
 		printf ' || exit\n'
-		printf 'bin/zfsbench -churn -churn-out %q/churn-results.json\n' "$out"
+		printf 'bin/zfsbench -mobility -reps 5 -mobility-out %q/mobility-results.json || exit\n' "$out"
+		printf 'bin/zfsbench -golden -reps 9 -golden-out %q/golden-results.json || exit\n' "$out"
+		if [ "${BENCH_CHURN:-1}" = 1 ]; then
+			printf 'bin/zfsbench -churn -churn-out %q/churn-results.json\n' "$out"
+		else
+			printf 'echo "openzfs-vm: churn left out (BENCH_CHURN=0)"\n'
+		fi
 	fi
 }
 
