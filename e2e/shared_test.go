@@ -62,6 +62,7 @@ func operatorView(t *testing.T, pool *zfstest.Pool, ds string) string {
 		prop, _, _ := strings.Cut(line, "\t")
 		switch {
 		case prop == "used", prop == "available", prop == "referenced", prop == "written",
+			prop == "compressratio", prop == "refcompressratio",
 			strings.HasPrefix(prop, "usedby"), strings.HasPrefix(prop, "logical"):
 			continue
 		}

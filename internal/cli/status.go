@@ -196,7 +196,7 @@ func sharedStatus(ctx context.Context, z shared.Reader, c *common, snap *allocwa
 		return nil
 	}
 	set := shared.NewSet(z)
-	set.SetConfig(c.settings.Slots.Parent, c.settings.Shared)
+	set.SetConfig(c.settings.Slots.Parent, []string{c.settings.Slots.KeyDir, c.settings.BackupDir}, c.settings.Shared)
 	set.Refresh(ctx)
 	var out []sharedSummary
 	for _, st := range set.States() {

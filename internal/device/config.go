@@ -197,7 +197,9 @@ type settings struct {
 	backupClasses map[string]bool
 	// shared are the shared classes (sorted by name); slots.Classes
 	// holds the others.
-	shared []shared.Class
+	shared []shared.Class // encrypted: a class has encryption = true (key_dir is then made
+	// and checked at SetConfig).
+	encrypted bool
 }
 
 // MaxKeep bounds a class's keep.
@@ -308,17 +310,17 @@ func (c *Config) validate() (settings, error) {
 	for _, cl := range s.slots.Classes {
 		encrypted = encrypted || cl.Encrypted
 	}
-	if encrypted {
-		s.slots.KeyDir = DefaultKeyDir
-		if c.KeyDir != "" {
-			s.slots.KeyDir = c.KeyDir
-		}
-		if kd := s.slots.KeyDir; !path.IsAbs(kd) || path.Clean(kd) != kd || kd == "/" {
-			return s, fmt.Errorf("key_dir = %q: must be an absolute, clean path other than /, such as %s", c.KeyDir, DefaultKeyDir)
-		}
-	} else if c.KeyDir != "" {
-		return s, fmt.Errorf("key_dir = %q: no class has encryption = true, so no key would be kept there", c.KeyDir)
+	// key_dir is kept without an encrypted class too: datasets made while
+	// a class was encrypted still have their keys there, removed when
+	// they are destroyed.
+	s.slots.KeyDir = DefaultKeyDir
+	if c.KeyDir != "" {
+		s.slots.KeyDir = c.KeyDir
 	}
+	if kd := s.slots.KeyDir; !path.IsAbs(kd) || path.Clean(kd) != kd || kd == "/" {
+		return s, fmt.Errorf("key_dir = %q: must be an absolute, clean path other than /, such as %s", c.KeyDir, DefaultKeyDir)
+	}
+	s.encrypted = encrypted
 	if c.BackupDir != "" {
 		for _, cl := range s.slots.Classes {
 			if cl.Encrypted && s.backupClasses[cl.Name] {

@@ -144,16 +144,23 @@ func TestConfig_Encryption(t *testing.T) {
 	must.Eq(t, DefaultKeyDir, s.slots.KeyDir)
 	must.True(t, s.slots.Classes[1].Encrypted)
 	must.False(t, s.slots.Classes[0].Encrypted)
+	must.True(t, s.encrypted)
 
-	for _, tc := range []struct{ name, block, wantErr string }{
-		{"key_dir without encryption", `config {
+	// key_dir stays known without an encrypted class: keys of datasets
+	// made while one was encrypted are removed with them.
+	s, err = decode(t, `config {
   parent_dataset = "tank/nomad"
   key_dir = "/srv/keys"
   class "a" {
     slots = 1
     quota = "1G"
   }
-}`, `key_dir = "/srv/keys": no class has encryption = true`},
+}`)
+	must.NoError(t, err)
+	must.Eq(t, "/srv/keys", s.slots.KeyDir)
+	must.False(t, s.encrypted)
+
+	for _, tc := range []struct{ name, block, wantErr string }{
 		{"relative key_dir", `config {
   parent_dataset = "tank/nomad"
   key_dir = "keys"

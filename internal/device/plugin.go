@@ -171,7 +171,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err := checkSources(ctx, p.zfs, s.slots.Classes); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
-	if err := p.checkEncryption(s.slots); err != nil {
+	if err := p.checkEncryption(s.slots, s.encrypted); err != nil {
 		return fmt.Errorf("nomad-device-zfs config: %w", err)
 	}
 	// Last, as it is the one check that changes something when it passes
@@ -183,7 +183,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.settings, p.set = s, true
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)
-	p.shared.SetConfig(s.slots.Parent, s.shared)
+	p.shared.SetConfig(s.slots.Parent, []string{s.slots.KeyDir, s.backupDir}, s.shared)
 	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention, KeyDir: s.slots.KeyDir})
 	p.keeper.SetConfig(backup.Config{Dir: s.backupDir, Container: s.slots.ArchiveDataset(), Classes: s.backupClasses})
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes), "shared_classes", len(s.shared),
@@ -262,6 +262,7 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	}()
 	// Retention and backups need no Nomad: they run even when the
 	// watcher cannot.
+	go p.shared.Run(ctx, s.fingerprintPeriod, sharedReadTimeout)
 	go p.pruner.Run(ctx, RetentionPeriod)
 	go p.keeper.Run(ctx, RetentionPeriod)
 
@@ -353,7 +354,9 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.Fingerpr
 			if err := p.slots.Sync(ctx); err != nil {
 				p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
 			}
-			p.refreshShared(ctx)
+			if !p.shared.EverRead() {
+				p.refreshShared(ctx) // the first time; then shared.Run does
+			}
 			timer.Reset(s.fingerprintPeriod)
 		}
 		groups := append(deviceGroups(s, p.slots.Slots()), sharedGroups(p.shared.States())...)
@@ -549,9 +552,6 @@ func (p *Plugin) statsLoop(ctx context.Context, interval time.Duration, ch chan<
 		if err := p.slots.RefreshIfOlder(ctx, s.statsPeriod); err != nil {
 			p.log.Warn("stats refresh failed; serving the last figures", "error", err)
 		}
-		if p.shared.Age() > s.statsPeriod {
-			p.refreshShared(ctx)
-		}
 		now := time.Now()
 		select {
 		case ch <- &device.StatsResponse{Groups: append(statsGroups(s, p.slots.Slots(), now), sharedStats(p.shared.States(), now)...)}:
@@ -571,27 +571,29 @@ func statsGroups(s settings, all []slots.Slot, now time.Time) []*device.DeviceGr
 				continue
 			}
 			u := sl.Usage
-			g.InstanceStats[sl.ID] = &device.DeviceStats{
-				Summary: &structs.StatValue{
-					IntNumeratorVal:   intPtr(u.Used),
-					IntDenominatorVal: intPtr(c.Quota),
-					Unit:              "bytes",
-					Desc:              "used over quota",
-				},
-				Stats: &structs.StatObject{Attributes: map[string]*structs.StatValue{
-					"used":          {IntNumeratorVal: intPtr(u.Used), Unit: "bytes", Desc: "space used by the dataset and its snapshots"},
-					"available":     {IntNumeratorVal: intPtr(u.Available), Unit: "bytes", Desc: "space left to the dataset"},
-					"referenced":    {IntNumeratorVal: intPtr(u.Referenced), Unit: "bytes", Desc: "space referenced by the dataset"},
-					"compressratio": {FloatNumeratorVal: &u.CompressRatio, Unit: "x", Desc: "compression ratio"},
-				}},
-				Timestamp: now,
-			}
+			g.InstanceStats[sl.ID] = datasetStats(u.Used, u.Available, u.Referenced, u.CompressRatio, c.Quota, "used over quota", "the dataset", now)
 		}
 		if len(g.InstanceStats) > 0 {
 			groups = append(groups, g)
 		}
 	}
 	return groups
+}
+
+// datasetStats is one instance's stats: a dataset's space figures, with
+// used over denom as the summary; what names the dataset in the
+// descriptions.
+func datasetStats(used, available, referenced uint64, ratio float64, denom uint64, summary, what string, now time.Time) *device.DeviceStats {
+	return &device.DeviceStats{
+		Summary: &structs.StatValue{IntNumeratorVal: intPtr(used), IntDenominatorVal: intPtr(denom), Unit: "bytes", Desc: summary},
+		Stats: &structs.StatObject{Attributes: map[string]*structs.StatValue{
+			"used":          {IntNumeratorVal: intPtr(used), Unit: "bytes", Desc: "space used by " + what + " and its snapshots"},
+			"available":     {IntNumeratorVal: intPtr(available), Unit: "bytes", Desc: "space left to " + what},
+			"referenced":    {IntNumeratorVal: intPtr(referenced), Unit: "bytes", Desc: "space referenced by " + what},
+			"compressratio": {FloatNumeratorVal: &ratio, Unit: "x", Desc: "compression ratio"},
+		}},
+		Timestamp: now,
+	}
 }
 
 func intPtr(v uint64) *int64 {

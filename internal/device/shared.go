@@ -62,21 +62,8 @@ func sharedStats(states []shared.State, now time.Time) []*device.DeviceGroupStat
 		}
 		g := &device.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*device.DeviceStats{}}
 		for _, id := range shared.IDs(c) {
-			g.InstanceStats[id] = &device.DeviceStats{
-				Summary: &structs.StatValue{
-					IntNumeratorVal:   intPtr(u.Used),
-					IntDenominatorVal: intPtr(u.Used + u.Available),
-					Unit:              "bytes",
-					Desc:              "used by the shared dataset over used plus available",
-				},
-				Stats: &structs.StatObject{Attributes: map[string]*structs.StatValue{
-					"used":          {IntNumeratorVal: intPtr(u.Used), Unit: "bytes", Desc: "space used by the shared dataset and its snapshots"},
-					"available":     {IntNumeratorVal: intPtr(u.Available), Unit: "bytes", Desc: "space left to the shared dataset"},
-					"referenced":    {IntNumeratorVal: intPtr(u.Referenced), Unit: "bytes", Desc: "space referenced by the shared dataset"},
-					"compressratio": {FloatNumeratorVal: &u.CompressRatio, Unit: "x", Desc: "compression ratio"},
-				}},
-				Timestamp: now,
-			}
+			g.InstanceStats[id] = datasetStats(u.Used, u.Available, u.Referenced, u.CompressRatio, u.Used+u.Available,
+				"used by the shared dataset over used plus available", "the shared dataset", now)
 		}
 		groups = append(groups, g)
 	}

@@ -38,7 +38,7 @@ func checkSources(ctx context.Context, z snapshotReader, classes []slots.Class) 
 // encryption (zfs-fuse), and makes sure the key directory is the
 // plugin's alone (see slots.EnsureKeyDir). It runs after the capability
 // probe.
-func (p *Plugin) checkEncryption(cfg slots.Config) error {
+func (p *Plugin) checkEncryption(cfg slots.Config, encrypted bool) error {
 	p.mu.Lock()
 	caps := p.caps
 	p.mu.Unlock()
@@ -47,8 +47,8 @@ func (p *Plugin) checkEncryption(cfg slots.Config) error {
 			return fmt.Errorf("class %q: encryption = true: this ZFS (%s) has no native encryption; it needs OpenZFS 0.8 or later", c.Name, caps.Implementation)
 		}
 	}
-	if cfg.KeyDir == "" {
-		return nil
+	if !encrypted {
+		return nil // key_dir is only read (keys of datasets made while a class was encrypted)
 	}
 	if err := slots.EnsureKeyDir(cfg.KeyDir); err != nil {
 		return fmt.Errorf("key_dir = %q: %w", cfg.KeyDir, err)

@@ -31,11 +31,23 @@ func TestJudge(t *testing.T) {
 		}
 		return out
 	}
-	mounted := hostfs.Table{{ID: 1, MountPoint: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Source: "tank/models", FSType: "zfs"}}
-	covered := append(append(hostfs.Table(nil), mounted...), hostfs.Mount{ID: 3, ParentID: 2, MountPoint: "/tank/models", Source: "tmpfs", FSType: "tmpfs"})
+	mounted := hostfs.Table{{ID: 1, MountPoint: "/", Root: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Root: "/", Source: "tank/models", FSType: "zfs",
+		Options: []string{"ro", "nosuid", "nodev"}}}
+	with2 := func(ms ...hostfs.Mount) hostfs.Table { return append(append(hostfs.Table(nil), mounted...), ms...) }
+	covered := with2(hostfs.Mount{ID: 3, ParentID: 2, MountPoint: "/tank/models", Root: "/", Source: "tmpfs", FSType: "tmpfs"})
+	fuse := hostfs.Table{{ID: 1, MountPoint: "/", Root: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Root: "/", Source: "tank/models", FSType: "fuse",
+		SuperOptions: []string{"rw", "user_id=0", "group_id=0"}}}
+	userFuse := hostfs.Table{{ID: 1, MountPoint: "/", Root: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Root: "/", Source: "tank/models", FSType: "fuse.sshfs",
+		SuperOptions: []string{"rw", "user_id=1000", "group_id=1000"}}}
+	subdir := hostfs.Table{{ID: 1, MountPoint: "/", Root: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Root: "/other", Source: "tank/models", FSType: "zfs"}}
+	noFlags := hostfs.Table{{ID: 1, MountPoint: "/", Root: "/"}, {ID: 2, ParentID: 1, MountPoint: "/tank/models", Root: "/", Source: "tank/models", FSType: "zfs", Options: []string{"rw"}}}
+	writable := c
+	writable.ReadOnly = false
 
 	cases := []struct {
 		name     string
+		c        *Class // nil: c
+		private  []string
 		d        zfs.Dataset
 		readErr  error
 		parentMP string
@@ -53,13 +65,28 @@ func TestJudge(t *testing.T) {
 		{name: "mounted at /", d: ds(with("mountpoint", "/")...), table: mounted, wantWhy: `mountpoint "/" is not a path`},
 		{name: "holds the parent's mountpoint", d: ds(good...), parentMP: "/tank/models/nomad", table: mounted, wantWhy: "holds the plugin's parent dataset"},
 		{name: "nothing at the mountpoint", d: ds(good...), table: mounted[:1], wantWhy: "nothing is mounted at its mountpoint /tank/models"},
-		{name: "something else on top", d: ds(good...), table: covered, wantWhy: "the mount at /tank/models is tmpfs (tmpfs), not this dataset"},
+		{name: "something else on top", d: ds(good...), table: covered, wantWhy: "the mount at /tank/models is tmpfs (tmpfs, root /), not this dataset"},
+		{name: "zfs-fuse (FUSE run by root)", d: ds(good...), table: fuse},
+		{name: "a user's FUSE mount named like it", d: ds(good...), table: userFuse, wantWhy: "is tank/models (fuse.sshfs, root /), not this dataset"},
+		{name: "a bind of a directory", d: ds(good...), table: subdir, wantWhy: "root /other), not this dataset"},
+		{name: "its own child mounted inside", d: ds(good...), table: with2(hostfs.Mount{ID: 4, ParentID: 2, MountPoint: "/tank/models/llama", Root: "/", Source: "tank/models/llama", FSType: "zfs"})},
+		{name: "a slot mounted inside", d: ds(good...), table: with2(hostfs.Mount{ID: 4, ParentID: 2, MountPoint: "/tank/models/x", Root: "/", Source: "tank/nomad/ci/0", FSType: "zfs"}),
+			wantWhy: "tank/nomad/ci/0 (zfs) is mounted inside it at /tank/models/x"},
+		{name: "holds key_dir", private: []string{"/tank/models/keys"}, d: ds(good...), table: mounted, wantWhy: "holds /tank/models/keys, the plugin's own"},
+		{name: "private elsewhere", private: []string{"/var/lib/keys", "/tank/modelsx"}, d: ds(good...), table: mounted},
+		{name: "writable with nosuid,nodev", c: &writable, d: ds(good...), table: mounted},
+		{name: "writable without nosuid,nodev", c: &writable, d: ds(good...), table: noFlags, wantWhy: "writes are allowed and its mount at /tank/models lacks nosuid or nodev"},
+		{name: "read-only without nosuid,nodev", d: ds(good...), table: noFlags},
 		{name: "no mount table", d: ds(good...), tableErr: errors.New("no /proc"), wantWhy: "the mount table cannot be read"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			st := judge(c, tc.d, tc.readErr, tc.parentMP, tc.table, tc.tableErr)
-			must.Eq(t, c, st.Class)
+			cl := c
+			if tc.c != nil {
+				cl = *tc.c
+			}
+			st := judge(cl, tc.d, tc.readErr, tc.parentMP, tc.private, tc.table, tc.tableErr)
+			must.Eq(t, cl, st.Class)
 			if tc.wantWhy == "" {
 				must.True(t, st.Healthy)
 				must.Eq(t, "", st.Why)
@@ -77,7 +104,7 @@ func TestJudge(t *testing.T) {
 
 func TestClassOfID(t *testing.T) {
 	s := NewSet(nil)
-	s.SetConfig("tank/nomad", []Class{{Name: "models", Dataset: "tank/models", Slots: 2}, {Name: "models-x", Dataset: "tank/x", Slots: 1}})
+	s.SetConfig("tank/nomad", nil, []Class{{Name: "models", Dataset: "tank/models", Slots: 2}, {Name: "models-x", Dataset: "tank/x", Slots: 1}})
 	for _, tc := range []struct {
 		id, want string
 	}{{"models-0", "models"}, {"models-1", "models"}, {"models-2", ""}, {"models-01", ""}, {"models--1", ""},

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +87,7 @@ type Set struct {
 	// mu guards the fields below. No zfs command runs under it.
 	mu      sync.Mutex
 	parent  string
+	private []string         // paths no shared mount may hold (key_dir, backup_dir)
 	classes []Class          // sorted by Name
 	states  map[string]State // by class name
 	readAt  time.Time
@@ -99,15 +101,23 @@ func NewSet(z Reader) *Set {
 	return &Set{z: z, mounts: hostfs.ReadTable, states: map[string]State{}, changed: make(chan struct{}, 1)}
 }
 
-// SetConfig replaces the classes. parent is the plugin's parent dataset:
-// a shared dataset whose mountpoint would expose it is never healthy. The
-// states of classes that remain are kept until the next Refresh.
-func (s *Set) SetConfig(parent string, classes []Class) {
+// SetConfig replaces the classes. parent is the plugin's parent dataset,
+// and private the host paths of the plugin's own (its key directory, the
+// backup directory): a shared dataset whose mount would show either is
+// never healthy. The states of classes that remain are kept until the
+// next Refresh.
+func (s *Set) SetConfig(parent string, private []string, classes []Class) {
 	cs := append([]Class(nil), classes...)
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.parent, s.classes = parent, cs
+	s.private = nil
+	for _, p := range private {
+		if p != "" {
+			s.private = append(s.private, p)
+		}
+	}
 	states := make(map[string]State, len(cs))
 	for _, c := range cs {
 		st, ok := s.states[c.Name]
@@ -155,26 +165,61 @@ func (s *Set) States() []State {
 
 // Refresh reads every shared dataset in one `zfs get` (with the parent,
 // for its mountpoint) and the mount table once, and records each class's
-// state. When a dataset does not exist the batched read fails as a whole;
-// then each is read alone (a fault path: at most one command per shared
-// class). On return every class's state is from this read, unhealthy with
-// the reason when it could not be read.
+// state. When the batched read fails (a dataset does not exist, or cannot
+// be read) each is read alone (a fault path: at most one command per
+// shared class), so that one class's fault is its own. On return every
+// class's state is from this read, unhealthy with the reason when it
+// could not be read; Changed has a signal when any class's health changed.
 func (s *Set) Refresh(ctx context.Context) {
 	s.mu.Lock()
-	parent, classes := s.parent, append([]Class(nil), s.classes...)
+	parent, private, classes := s.parent, s.private, append([]Class(nil), s.classes...)
 	s.mu.Unlock()
 	if len(classes) == 0 {
 		return
 	}
-	states := s.read(ctx, parent, classes)
+	states := s.read(ctx, parent, private, classes)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range states {
-		if _, ok := s.states[st.Class.Name]; ok && s.parent == parent {
-			s.states[st.Class.Name] = st
-		}
+		s.recordLocked(st)
 	}
 	s.readAt = time.Now()
+}
+
+// recordLocked records st as its class's state, when the class is still
+// configured with the same dataset, and signals Changed when its health
+// changed. s.mu is held.
+func (s *Set) recordLocked(st State) {
+	old, ok := s.states[st.Class.Name]
+	if !ok || old.Class.Dataset != st.Class.Dataset {
+		return
+	}
+	s.states[st.Class.Name] = st
+	if old.Healthy != st.Healthy || old.Why != st.Why {
+		select {
+		case s.changed <- struct{}{}:
+		default: // a signal is already waiting
+		}
+	}
+}
+
+// Run refreshes the shared classes every period until ctx is done, apart
+// from the fingerprint and stats loops: a slow read of the operator's
+// datasets never delays the plugin's own classes.
+func (s *Set) Run(ctx context.Context, period time.Duration, timeout time.Duration) {
+	timer := time.NewTimer(period)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		s.Refresh(rctx)
+		cancel()
+		timer.Reset(period)
+	}
 }
 
 // Check reads one class's dataset now and returns its state: what Reserve
@@ -182,25 +227,17 @@ func (s *Set) Refresh(ctx context.Context) {
 // handed out. It records the state too.
 func (s *Set) Check(ctx context.Context, c Class) State {
 	s.mu.Lock()
-	parent := s.parent
+	parent, private := s.parent, s.private
 	s.mu.Unlock()
-	st := s.read(ctx, parent, []Class{c})[0]
+	st := s.read(ctx, parent, private, []Class{c})[0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.states[c.Name]; ok && old.Class.Dataset == c.Dataset {
-		s.states[c.Name] = st
-		if old.Healthy != st.Healthy || old.Why != st.Why {
-			select {
-			case s.changed <- struct{}{}:
-			default: // a signal is already waiting
-			}
-		}
-	}
+	s.recordLocked(st)
 	return st
 }
 
 // read returns one state per class, in order.
-func (s *Set) read(ctx context.Context, parent string, classes []Class) []State {
+func (s *Set) read(ctx context.Context, parent string, private []string, classes []Class) []State {
 	names := []string{parent}
 	for _, c := range classes {
 		names = append(names, c.Dataset)
@@ -208,8 +245,10 @@ func (s *Set) read(ctx context.Context, parent string, classes []Class) []State 
 	byName := map[string]zfs.Dataset{}
 	readErr := map[string]error{}
 	ds, err := s.z.GetNames(ctx, names, Props...)
-	if errors.Is(err, zfs.ErrNotExist) {
-		// One of them is missing: read each alone to learn which.
+	if err != nil {
+		// One of them is missing or cannot be read: read each alone,
+		// so that one class's fault is its own.
+		ds = nil
 		for _, n := range names {
 			one, err := s.z.GetNames(ctx, []string{n}, Props...)
 			if err != nil {
@@ -219,10 +258,6 @@ func (s *Set) read(ctx context.Context, parent string, classes []Class) []State 
 			for _, d := range one {
 				byName[d.Name] = d
 			}
-		}
-	} else if err != nil {
-		for _, n := range names {
-			readErr[n] = err
 		}
 	}
 	for _, d := range ds {
@@ -235,13 +270,13 @@ func (s *Set) read(ctx context.Context, parent string, classes []Class) []State 
 	}
 	out := make([]State, len(classes))
 	for i, c := range classes {
-		out[i] = judge(c, byName[c.Dataset], readErr[c.Dataset], parentMP, table, tableErr)
+		out[i] = judge(c, byName[c.Dataset], readErr[c.Dataset], parentMP, private, table, tableErr)
 	}
 	return out
 }
 
 // judge decides one class's state from what was read. It is pure.
-func judge(c Class, d zfs.Dataset, readErr error, parentMP string, table hostfs.Table, tableErr error) State {
+func judge(c Class, d zfs.Dataset, readErr error, parentMP string, private []string, table hostfs.Table, tableErr error) State {
 	st := State{Class: c}
 	bad := func(format string, args ...any) State {
 		st.Healthy, st.Why = false, "shared dataset "+c.Dataset+": "+fmt.Sprintf(format, args...)
@@ -270,8 +305,13 @@ func judge(c Class, d zfs.Dataset, readErr error, parentMP string, table hostfs.
 	if !path.IsAbs(mp) || path.Clean(mp) != mp || mp == "/" {
 		return bad("mountpoint %q is not a path a task can be given", mp)
 	}
-	if parentMP != "" && path.IsAbs(parentMP) && (parentMP == mp || strings.HasPrefix(parentMP, mp+"/")) {
+	if parentMP != "" && path.IsAbs(parentMP) && within(parentMP, mp) {
 		return bad("its mountpoint %s holds the plugin's parent dataset (mounted at %s): every tenant's data would be visible", mp, parentMP)
+	}
+	for _, p := range private {
+		if within(p, mp) {
+			return bad("its mountpoint %s holds %s, the plugin's own: every task holding it would see it", mp, p)
+		}
 	}
 	if tableErr != nil {
 		return bad("the mount table cannot be read: %v", tableErr)
@@ -280,11 +320,36 @@ func judge(c Class, d zfs.Dataset, readErr error, parentMP string, table hostfs.
 	if !ok {
 		return bad("nothing is mounted at its mountpoint %s", mp)
 	}
-	if m.Source != c.Dataset {
-		return bad("the mount at %s is %s (%s), not this dataset", mp, m.Source, m.FSType)
+	if m.Source != c.Dataset || m.Root != "/" || !zfsMount(m) {
+		return bad("the mount at %s is %s (%s, root %s), not this dataset", mp, m.Source, m.FSType, m.Root)
+	}
+	// A bind mount carries what is mounted below: only the dataset's own
+	// children may be there.
+	for _, o := range table {
+		if o.MountPoint != mp && within(o.MountPoint, mp) && !within(o.Source, c.Dataset) {
+			return bad("%s (%s) is mounted inside it at %s: every task holding it would see it", o.Source, o.FSType, o.MountPoint)
+		}
+	}
+	if !c.ReadOnly && (!m.HasOption("nosuid") || !m.HasOption("nodev")) {
+		return bad("writes are allowed and its mount at %s lacks nosuid or nodev (options %s): a task could leave a setuid program or a device node for the others; set setuid=off and devices=off on it (zfs-fuse: mount it with -o nosuid,nodev)",
+			mp, strings.Join(m.Options, ","))
 	}
 	st.Healthy, st.Why = true, ""
 	return st
+}
+
+// within reports whether path p is dir or below it (both clean).
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// zfsMount reports whether a mount is a ZFS filesystem: the kernel
+// module's, or zfs-fuse's (FUSE, run by root).
+func zfsMount(m hostfs.Mount) bool {
+	if m.FSType == "zfs" {
+		return true
+	}
+	return strings.HasPrefix(m.FSType, "fuse") && slices.Contains(m.SuperOptions, "user_id=0")
 }
 
 func usageOf(d zfs.Dataset) Usage {
@@ -332,16 +397,13 @@ func (s *Set) Reserve(ctx context.Context, ids []string) (State, error) {
 	return st, nil
 }
 
-// Changed returns a channel that receives when a Check found a class's
-// health changed since the last read (the fingerprint loop sends it then).
+// Changed returns a channel that receives when a read found a class's
+// health changed (the fingerprint loop sends it then).
 func (s *Set) Changed() <-chan struct{} { return s.changed }
 
-// Age returns how long ago the last Refresh ended (a long time when never).
-func (s *Set) Age() time.Duration {
+// EverRead reports whether a Refresh has ended.
+func (s *Set) EverRead() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readAt.IsZero() {
-		return time.Duration(1<<63 - 1)
-	}
-	return time.Since(s.readAt)
+	return !s.readAt.IsZero()
 }

@@ -27,6 +27,7 @@ func fingerprint(t *testing.T, pool *zfstest.Pool, ds string) string {
 		prop, _, _ := strings.Cut(line, "\t")
 		switch {
 		case prop == "used", prop == "available", prop == "referenced", prop == "written",
+			prop == "compressratio", prop == "refcompressratio",
 			strings.HasPrefix(prop, "usedby"), strings.HasPrefix(prop, "logical"):
 			continue
 		}
@@ -60,7 +61,7 @@ func TestSet_RealPool(t *testing.T) {
 		{Name: "gone", Dataset: gone, Slots: 1, MountPath: "/gone", ReadOnly: true},
 		{Name: "wide", Dataset: wide, Slots: 1, MountPath: "/wide", ReadOnly: true},
 	}
-	set.SetConfig(parent, classes)
+	set.SetConfig(parent, nil, classes)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

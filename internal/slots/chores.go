@@ -146,7 +146,11 @@ func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 		return s, fmt.Errorf("%s has no mountpoint (mountpoint=%s)", s.Dataset, orDash(mp))
 	}
 	if mounted, _ := ds[0].Value("mounted"); mounted != "yes" {
-		if err := m.zfs.Mount(ctx, s.Dataset); err != nil {
+		mount := m.zfs.Mount
+		if c.Encrypted {
+			mount = m.zfs.MountLoadKey // the key may not be loaded (a reboot)
+		}
+		if err := mount(ctx, s.Dataset); err != nil {
 			return s, err
 		}
 		m.log.Info("mounted a reserved slot before handing it to its owner", "device", s.ID, "dataset", s.Dataset)

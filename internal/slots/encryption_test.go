@@ -156,4 +156,16 @@ func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 		}
 	}
 	must.SliceContainsAll(t, live, keyFiles(t, keys))
+
+	// Encryption turned off: the free datasets are made again, plain, and
+	// the keys of those destroyed go with them.
+	for i := range e.cfg.Classes {
+		e.cfg.Classes[i].Encrypted = false
+	}
+	e.mgr.SetConfig(e.cfg)
+	for _, s := range e.sync(t) {
+		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
+		must.Eq(t, "off", e.pool.Prop(t, s.Dataset, "encryption"))
+	}
+	must.SliceEmpty(t, keyFiles(t, keys))
 }

@@ -57,6 +57,7 @@ func TestGolden_ClonesTheSourceAndFollowsItsChanges(t *testing.T) {
 
 	// A tenant overwrites the golden file: the snapshot and the next
 	// tenant still see the golden one.
+	var err error
 	o := owner(1)
 	s := reserveAndWrite(t, e, a, "scratch-0", o)
 	must.NoError(t, os.WriteFile(filepath.Join(s.Mountpoint, "seed.txt"), []byte("tenant"), 0o644))
@@ -83,7 +84,7 @@ func TestGolden_ClonesTheSourceAndFollowsItsChanges(t *testing.T) {
 	must.Eq(t, v2, e.pool.Prop(t, inUse.Spare, "origin"))
 
 	// v1 is held by the slot in use: zfs refuses to destroy it.
-	_, err := e.pool.Runner.ZFSCmd(context.Background(), "destroy", v1)
+	_, err = e.pool.Runner.ZFSCmd(context.Background(), "destroy", v1)
 	must.Error(t, err)
 
 	// The tenant ends: its dataset is destroyed, the next tenant gets v2,
@@ -97,6 +98,27 @@ func TestGolden_ClonesTheSourceAndFollowsItsChanges(t *testing.T) {
 	must.Eq(t, v2, next.Origin)
 	must.Eq(t, "golden v2", readSeed(t, next.Mountpoint))
 	e.pool.ZFS(t, "destroy", v1)
+
+	// The operator renames the snapshot the class names: the free
+	// datasets now read as made from another one, and the class's source
+	// does not exist. They are kept (unhealthy, saying why), never
+	// destroyed for a source that cannot be cloned.
+	v3 := e.pool.Dataset("golden") + "@v3"
+	before := e.guid(t, next.Dataset)
+	e.pool.ZFS(t, "rename", v2, v3)
+	err = e.mgr.Sync(context.Background())
+	must.ErrorContains(t, err, "source "+v2+" cannot be read, so the free dataset is kept")
+	kept := slotByID(t, e, "scratch-0")
+	must.Eq(t, before, e.guid(t, kept.Dataset))
+	must.False(t, kept.Healthy)
+	must.StrContains(t, kept.HealthDesc, "so the free dataset is kept")
+	// The class follows the rename: nothing to make again.
+	e.cfg.Classes[0].Source = v3
+	e.mgr.SetConfig(e.cfg)
+	for _, s := range e.sync(t) {
+		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
+	}
+	must.Eq(t, before, e.guid(t, slotByID(t, e, "scratch-0").Dataset))
 
 	// Without a source, slots are empty again.
 	e.cfg.Classes[0].Source = ""

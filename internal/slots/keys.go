@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // Per-slot encryption (Class.Encrypted): each fresh dataset of an
@@ -156,6 +158,16 @@ func (m *Manager) createEncrypted(ctx context.Context, cfg Config, a Action) err
 		props[k] = v
 	}
 	if err := m.zfs.Create(ctx, a.Dataset, props); err != nil {
+		// A create can fail and still have made the dataset (a timeout,
+		// "created, but not mounted"): the key goes only when ZFS says
+		// the dataset does not exist. Otherwise it stays (an unused key
+		// costs 32 bytes; a missing one costs the data).
+		_, gerr := m.zfs.GetExact(context.WithoutCancel(ctx), a.Dataset, PropKeyID)
+		if !errors.Is(gerr, zfs.ErrNotExist) {
+			m.log.Warn("creating an encrypted dataset failed, and it may exist: its key is kept",
+				"dataset", a.Dataset, "key", KeyPath(cfg.KeyDir, id), "error", err, "read", gerr)
+			return err
+		}
 		if rerr := RemoveKey(cfg.KeyDir, id); rerr != nil {
 			m.log.Warn("key of a dataset that was not made could not be removed", "key", KeyPath(cfg.KeyDir, id), "error", rerr)
 		}
@@ -170,9 +182,15 @@ func (m *Manager) removeKey(cfg Config, a Action) error {
 	if a.KeyID == "" || cfg.KeyDir == "" {
 		return nil
 	}
-	if err := RemoveKey(cfg.KeyDir, a.KeyID); err != nil {
-		return fmt.Errorf("%s destroyed, its key %s not removed: %w", a.Dataset, KeyPath(cfg.KeyDir, a.KeyID), err)
+	path := KeyPath(cfg.KeyDir, a.KeyID)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("destroyed an encrypted dataset whose key is not in key_dir (was key_dir changed? remove the key where it is)",
+			"dataset", a.Dataset, "key_id", a.KeyID, "key_dir", cfg.KeyDir)
+		return nil
 	}
-	m.log.Info("key removed", "dataset", a.Dataset, "key", KeyPath(cfg.KeyDir, a.KeyID))
+	if err := RemoveKey(cfg.KeyDir, a.KeyID); err != nil {
+		return fmt.Errorf("%s destroyed, its key %s not removed: %w", a.Dataset, path, err)
+	}
+	m.log.Info("key removed", "dataset", a.Dataset, "key", path)
 	return nil
 }

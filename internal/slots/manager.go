@@ -26,6 +26,7 @@ type ZFS interface {
 	Destroy(ctx context.Context, name string) error
 	DestroyRecursive(ctx context.Context, name, within string) error
 	Mount(ctx context.Context, name string) error
+	MountLoadKey(ctx context.Context, name string) error
 	Unmount(ctx context.Context, name string) error
 	Rename(ctx context.Context, from, to string) error
 	PoolHealth(ctx context.Context, pool string) (string, error)

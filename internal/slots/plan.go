@@ -10,6 +10,7 @@ package slots
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"sort"
 	"strconv"
@@ -206,6 +207,10 @@ type Action struct {
 	// KeyID is the key of an encrypted dataset that DestroySlot or
 	// DestroyArchived destroys: its key file is removed after it.
 	KeyID string
+	// CheckSource, on a DestroySlot that makes a free dataset again from
+	// the class's source: the snapshot must exist first, or the free
+	// dataset is kept. Why says why it is made again.
+	CheckSource, Why string
 	// Chain groups the steps of one release: when one fails, the later
 	// steps of the same chain are skipped until the next Sync.
 	Chain string
@@ -259,6 +264,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			p.Unreadable = append(p.Unreadable, d)
 		}
 	}
+	keys := keyUsers(datasets)
 	archive := cfg.ArchiveDataset()
 	ad, archiveExists := byName[archive]
 	archiveOK := archiveExists && ad.Err == nil && isManaged(ad, ManagedArchive)
@@ -292,7 +298,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 				p.Actions = append(p.Actions, Action{Kind: CreateSlot, Dataset: create, Class: c.Name, Index: i, Props: c.SlotProps()})
 			}
 			if destroy != "" {
-				p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: destroy, Class: c.Name, Index: i, KeyID: keyIDOf(byName[destroy])})
+				p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: destroy, Class: c.Name, Index: i, KeyID: keys.of(byName[destroy])})
 			}
 			for k, name := range pr.names {
 				remake[name] = again[k]
@@ -300,11 +306,14 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 					continue
 				}
 				d := pr.ds[k]
-				if origin, _ := d.Value("origin"); origin != c.Source {
-					// Made from another source (the class's source
-					// changed): never handed over, so made again.
+				if why := staleFresh(c, d); why != "" {
+					// Made to another configuration (the class's source
+					// or encryption changed): never handed over, so made
+					// again. Toward a source, only once it is known to
+					// exist (see Action.CheckSource).
 					p.Actions = append(p.Actions,
-						Action{Kind: DestroySlot, Dataset: name, Class: c.Name, Index: i, Chain: name, KeyID: keyIDOf(d)},
+						Action{Kind: DestroySlot, Dataset: name, Class: c.Name, Index: i, Chain: name, KeyID: keys.of(d),
+							CheckSource: c.Source, Why: why},
 						Action{Kind: CreateSlot, Dataset: name, Class: c.Name, Index: i, Props: c.SlotProps(), Chain: name})
 					continue
 				}
@@ -333,7 +342,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		}
 		if first == ArchiveName {
 			if nested && archiveOK && isManaged(d, ManagedSlot) {
-				p.Actions = append(p.Actions, finishArchived(d)...)
+				p.Actions = append(p.Actions, finishArchived(d, keys)...)
 			} else if !nested && !archiveOK {
 				p.Foreign = append(p.Foreign, d.Name)
 			}
@@ -360,7 +369,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name])...)
 			}
 		case index >= c.Slots && st == StateFree:
-			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index, KeyID: keyIDOf(d)})
+			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index, KeyID: keys.of(d)})
 		}
 	}
 	sort.Strings(p.Foreign)
@@ -403,12 +412,12 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 }
 
 // finishArchived returns what is left to do for a dataset in the archive.
-func finishArchived(d zfs.Dataset) []Action {
+func finishArchived(d zfs.Dataset, keys keyUse) []Action {
 	switch slotState(d) {
 	case StateReleasing:
 		return []Action{{Kind: SetProp, Dataset: d.Name, Index: -1, Prop: PropState, Value: string(StateArchived), Chain: d.Name}}
 	case StateDestroying:
-		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name, KeyID: keyIDOf(d)}}
+		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name, KeyID: keys.of(d)}}
 	}
 	return nil
 }
@@ -514,6 +523,44 @@ func isManaged(d zfs.Dataset, kind string) bool {
 func keyIDOf(d zfs.Dataset) string {
 	v, _ := d.Local(PropKeyID)
 	return v
+}
+
+// keyUse counts, per key ID, the datasets of one read that record it.
+type keyUse map[string]int
+
+func keyUsers(datasets []zfs.Dataset) keyUse {
+	k := keyUse{}
+	for _, d := range datasets {
+		if id := keyIDOf(d); id != "" {
+			k[id]++
+		}
+	}
+	return k
+}
+
+// of returns the key ID of d when d alone records it ("" otherwise): a
+// key that another dataset also names (set by hand, or a copy) is never
+// removed with d.
+func (k keyUse) of(d zfs.Dataset) string {
+	if id := keyIDOf(d); id != "" && k[id] == 1 {
+		return id
+	}
+	return ""
+}
+
+// staleFresh says why a free dataset of class c no longer matches the
+// class ("" when it does): cloned from another snapshot than the class's
+// source (or from one at all, or from none), or encrypted when the class
+// is not, or the other way round.
+func staleFresh(c Class, d zfs.Dataset) string {
+	origin, _ := d.Value("origin")
+	if origin != c.Source {
+		return fmt.Sprintf("made from %q, the class's source is %q", origin, c.Source)
+	}
+	if encrypted := keyIDOf(d) != ""; encrypted != c.Encrypted {
+		return fmt.Sprintf("encrypted=%v, the class's encryption is %v", encrypted, c.Encrypted)
+	}
+	return ""
 }
 
 // slotState returns the recorded state of a slot, or "" when none is set.

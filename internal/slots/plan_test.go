@@ -439,3 +439,70 @@ func TestBuildSlots_Pair(t *testing.T) {
 		})
 	}
 }
+
+// Free datasets made to another configuration (source, encryption) are
+// made again; a destroyed dataset's key goes with it only when no other
+// dataset of the read records the same key ID.
+func TestMakePlan_StaleFreeAndKeys(t *testing.T) {
+	parent := ds("tank/nomad")
+	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
+	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
+	const id, other = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	withProps := func(d zfs.Dataset, kv ...string) zfs.Dataset {
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Props[kv[i]] = zfs.Prop{Value: kv[i+1], Source: "local"}
+		}
+		return d
+	}
+	cases := []struct {
+		name    string
+		class   Class
+		free    zfs.Dataset
+		extra   []zfs.Dataset
+		recycle bool
+		keyID   string
+		check   string
+	}{
+		{name: "as configured", class: Class{}, free: slotDS("tank/nomad/scratch/0", StateFree)},
+		{name: "clone, source moved", class: Class{Source: "tank/g@v2"},
+			free:    inherited(slotDS("tank/nomad/scratch/0", StateFree), "origin", "tank/g@v1", "-"),
+			recycle: true, check: "tank/g@v2"},
+		{name: "clone, source removed", class: Class{},
+			free:    inherited(slotDS("tank/nomad/scratch/0", StateFree), "origin", "tank/g@v1", "-"),
+			recycle: true},
+		{name: "plain, class now encrypted", class: Class{Encrypted: true}, free: slotDS("tank/nomad/scratch/0", StateFree), recycle: true},
+		{name: "encrypted, class no longer", class: Class{},
+			free:    withProps(slotDS("tank/nomad/scratch/0", StateFree), PropKeyID, id),
+			recycle: true, keyID: id},
+		{name: "encrypted, its key ID also on another dataset", class: Class{},
+			free:    withProps(slotDS("tank/nomad/scratch/0", StateFree), PropKeyID, id),
+			extra:   []zfs.Dataset{withProps(ds("tank/nomad/.archive/x"), PropKeyID, id)},
+			recycle: true, keyID: ""},
+		{name: "encrypted as configured", class: Class{Encrypted: true},
+			free:  withProps(slotDS("tank/nomad/scratch/0", StateFree), PropKeyID, other),
+			extra: []zfs.Dataset{withProps(ds("tank/nomad/.archive/x"), PropKeyID, id)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(1)
+			cfg.Classes[0].Source, cfg.Classes[0].Encrypted = tc.class.Source, tc.class.Encrypted
+			obs := append([]zfs.Dataset{parent, class, arch, tc.free}, tc.extra...)
+			p := MakePlan(cfg, obs, time.Now())
+			var destroy *Action
+			for i, a := range p.Actions {
+				if a.Kind == DestroySlot && a.Dataset == tc.free.Name {
+					destroy = &p.Actions[i]
+				}
+			}
+			if !tc.recycle {
+				must.Nil(t, destroy, must.Sprintf("%+v", p.Actions))
+				return
+			}
+			must.NotNil(t, destroy, must.Sprintf("%+v", p.Actions))
+			must.Eq(t, tc.keyID, destroy.KeyID)
+			must.Eq(t, tc.check, destroy.CheckSource)
+			must.NotEq(t, "", destroy.Why)
+			must.Eq(t, []step{{DestroySlot, tc.free.Name}, {CreateSlot, tc.free.Name}}, steps(p)[len(steps(p))-2:])
+		})
+	}
+}

@@ -316,6 +316,11 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 	case CreateClass, CreateArchive:
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
 	case DestroySlot:
+		if a.CheckSource != "" {
+			if _, err := m.zfs.GetExact(ctx, a.CheckSource, "guid"); err != nil {
+				return fmt.Errorf("not made again (%s): source %s cannot be read, so the free dataset is kept: %w", a.Why, a.CheckSource, err)
+			}
+		}
 		if err := m.zfs.Destroy(ctx, a.Dataset); err != nil {
 			return err
 		}
@@ -325,6 +330,9 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 	case SetProp:
 		return m.zfs.Set(ctx, a.Dataset, a.Prop, a.Value)
 	case MountSlot:
+		if classByName(cfg, a.Class).Encrypted {
+			return m.zfs.MountLoadKey(ctx, a.Dataset)
+		}
 		return m.zfs.Mount(ctx, a.Dataset)
 	case Unmount:
 		return m.zfs.Unmount(ctx, a.Dataset)

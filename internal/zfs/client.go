@@ -205,6 +205,17 @@ func (c *Client) Mount(ctx context.Context, name string) error {
 	return err
 }
 
+// MountLoadKey runs `zfs mount -l name`: it loads the dataset's key from
+// its keylocation first when it is not loaded (after a reboot). For
+// encrypted datasets; zfs-fuse has no -l.
+func (c *Client) MountLoadKey(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "mount", "-l", name)
+	return err
+}
+
 // PoolHealth runs `zpool list -H -o name,health pool` and returns the health.
 func (c *Client) PoolHealth(ctx context.Context, pool string) (string, error) {
 	if err := checkName(pool); err != nil {
