@@ -128,5 +128,33 @@ plugin "nomad-device-zfs" {
         atime       = "off"
       }
     }
+
+    # More kinds of class (docs/configuration.md):
+    #
+    # One dataset the operator fills, held by up to 16 tasks at once,
+    # read-only; the plugin never writes, renames or destroys it:
+    #   class "models" {
+    #     shared     = true
+    #     dataset    = "tank/models"
+    #     slots      = 16
+    #     mount_path = "/models"
+    #   }
+    #
+    # Each fresh dataset a zfs clone of a golden snapshot (outside
+    # parent_dataset, in its pool); such a class destroys at release:
+    #   class "ci" {
+    #     slots  = 8
+    #     quota  = "20GiB"
+    #     source = "tank/golden/ci@v42"
+    #   }
+    #
+    # Each dataset encrypted with its own key in key_dir (a top-level
+    # setting, default /var/lib/nomad-device-zfs/keys), removed after the
+    # dataset; OpenZFS only:
+    #   class "secret" {
+    #     slots      = 4
+    #     quota      = "10GiB"
+    #     encryption = true
+    #   }
   }
 }
