@@ -45,6 +45,9 @@ type Config struct {
 	Container string
 	// Classes are the classes whose archives go to Dir (restore on).
 	Classes map[string]bool
+	// KeyDir holds the keys of encrypted archives: sent beside their raw
+	// streams, installed there at a receive.
+	KeyDir string
 }
 
 // Keeper sends archives into backup_dir in the background, and receives
@@ -201,9 +204,22 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 	sctx, cancel := context.WithTimeout(ctx, SendTimeout)
 	defer cancel()
 	m := Manifest{Identity: a.Identity, AllocID: a.AllocID, Node: node, Dataset: a.Name, Slot: a.Slot,
-		Snapshot: strings.SplitN(snap.Name, "@", 2)[1], GUID: snap.GUID, BaseGUID: base.GUID, ReleasedAt: a.ReleasedAt}
+		Snapshot: strings.SplitN(snap.Name, "@", 2)[1], GUID: snap.GUID, BaseGUID: base.GUID, ReleasedAt: a.ReleasedAt,
+		KeyID: a.KeyID}
+	keySaved := false
+	if a.KeyID != "" {
+		cfg, _ := k.config()
+		if keySaved, err = saveKey(cfg.KeyDir, dir, a.Identity, a.KeyID); err != nil {
+			return m, fmt.Errorf("saving its key: %w", err)
+		}
+	}
 	m, err = Write(sctx, k.zfs, dir, snap.Name, base.Name, m)
 	if err != nil {
+		if keySaved { // no stream of it made it: its key goes too
+			if rerr := slots.RemoveKey(IdentityDir(dir, a.Identity), a.KeyID); rerr != nil {
+				k.log.Warn("the key saved for a failed send could not be removed", "key_id", a.KeyID, "error", rerr)
+			}
+		}
 		return m, err
 	}
 	return m, k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10))
@@ -256,9 +272,36 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner, newerTh
 	} else if !errors.Is(err, zfs.ErrNotExist) {
 		return "", err
 	}
-	if err := Receive(ctx, k.zfs, chain, target); err != nil {
+	keyID := newest.KeyID
+	for _, m := range chain {
+		if m.KeyID != keyID {
+			return "", fmt.Errorf("backup chain of %s mixes keys (%q in %s, %q in the newest): not received", id, m.KeyID, m.Path(), keyID)
+		}
+	}
+	installed := false
+	if keyID != "" {
+		if installed, err = installKey(cfg.Dir, id, cfg.KeyDir, keyID); err != nil {
+			return "", fmt.Errorf("backup of %s: %w", id, err)
+		}
+	}
+	received := func() error {
+		if err := Receive(ctx, k.zfs, chain, target); err != nil {
+			return err
+		}
+		if keyID == "" {
+			return nil
+		}
+		// The sender's keylocation came with the stream; the key is
+		// here now.
+		return k.zfs.Set(ctx, target, "keylocation", slots.KeyLocation(cfg.KeyDir, keyID))
+	}
+	if err := received(); err != nil {
 		if derr := k.zfs.DestroyRecursive(context.WithoutCancel(ctx), target, cfg.Container); derr != nil && !errors.Is(derr, zfs.ErrNotExist) {
 			k.log.Error("a failed receive left a dataset that cannot be destroyed", "dataset", target, "error", derr)
+		} else if installed {
+			if rerr := slots.RemoveKey(cfg.KeyDir, keyID); rerr != nil {
+				k.log.Warn("the key installed for a failed receive could not be removed", "key_id", keyID, "error", rerr)
+			}
 		}
 		return "", err
 	}

@@ -59,6 +59,9 @@ type Manifest struct {
 	Stream string `json:"stream"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// KeyID is the key of an encrypted archive (a raw stream): its key
+	// file is KeyFile beside the manifest. "" for a plain one.
+	KeyID string `json:"key_id,omitempty"`
 
 	// path is where the manifest was read from (List); not stored.
 	path string

@@ -21,6 +21,7 @@ var ErrCorrupt = errors.New("backup stream does not match its manifest")
 // Sender is what Write needs from ZFS. *zfs.Client implements it.
 type Sender interface {
 	Send(ctx context.Context, snapshot, base string, w io.Writer) error
+	SendRaw(ctx context.Context, snapshot, base string, w io.Writer) error
 }
 
 // Receiver is what Receive needs from ZFS. *zfs.Client implements it.
@@ -53,7 +54,11 @@ func Write(ctx context.Context, z Sender, dir, snapshot, base string, m Manifest
 	defer os.Remove(tmp.Name()) // gone once renamed
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(tmp, h)}
-	if err := z.Send(ctx, snapshot, base, cw); err != nil {
+	send := z.Send
+	if m.KeyID != "" {
+		send = z.SendRaw // encrypted: the stream stays ciphertext
+	}
+	if err := send(ctx, snapshot, base, cw); err != nil {
 		tmp.Close()
 		return m, fmt.Errorf("sending %s: %w", snapshot, err)
 	}

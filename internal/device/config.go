@@ -322,11 +322,6 @@ func (c *Config) validate() (settings, error) {
 	}
 	s.encrypted = encrypted
 	if c.BackupDir != "" {
-		for _, cl := range s.slots.Classes {
-			if cl.Encrypted && s.backupClasses[cl.Name] {
-				return s, fmt.Errorf("backup_dir = %q: class %q is encrypted and restores: its archives are not sent to backup_dir (its keys never leave key_dir); restores of it work on this node only. Remove backup_dir, or turn restore off on that class", c.BackupDir, cl.Name)
-			}
-		}
 		if !path.IsAbs(c.BackupDir) || path.Clean(c.BackupDir) != c.BackupDir || c.BackupDir == "/" {
 			return s, fmt.Errorf("backup_dir = %q: must be an absolute, clean path other than /, such as /mnt/zfs-backups", c.BackupDir)
 		}

@@ -188,16 +188,6 @@ func TestConfig_Encryption(t *testing.T) {
     encryption = true
   }
 }`, `class "a": encryption: not for a shared class`},
-		{"backed up", `config {
-  parent_dataset = "tank/nomad"
-  backup_dir = "/mnt/b"
-  class "a" {
-    slots = 1
-    quota = "1G"
-    encryption = true
-    restore = "required"
-  }
-}`, `backup_dir = "/mnt/b": class "a" is encrypted and restores`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decode(t, tc.block)

@@ -185,7 +185,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.slots.SetConfig(s.slots)
 	p.shared.SetConfig(s.slots.Parent, []string{s.slots.KeyDir, s.backupDir}, s.shared)
 	p.pruner.SetConfig(retention.Config{Container: s.slots.ArchiveDataset(), Rules: s.retention, KeyDir: s.slots.KeyDir})
-	p.keeper.SetConfig(backup.Config{Dir: s.backupDir, Container: s.slots.ArchiveDataset(), Classes: s.backupClasses})
+	p.keeper.SetConfig(backup.Config{Dir: s.backupDir, Container: s.slots.ArchiveDataset(), Classes: s.backupClasses, KeyDir: s.slots.KeyDir})
 	p.log.Info("configured", "parent_dataset", s.slots.Parent, "classes", len(s.slots.Classes), "shared_classes", len(s.shared),
 		"fingerprint_period", s.fingerprintPeriod, "stats_period", s.statsPeriod, "prometheus_address", s.metricsAddress)
 	return nil

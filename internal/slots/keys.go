@@ -62,15 +62,31 @@ func NewKey(dir string) (string, error) {
 	if _, err := rand.Read(key); err != nil {
 		return "", fmt.Errorf("making a key: %w", err)
 	}
+	if err := WriteKey(dir, id, key); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// WriteKey writes key as the key file of id in dir: to a temporary name,
+// mode 0600, fsynced, renamed, and the directory fsynced. On a nil error
+// the file is whole; on an error nothing is left behind.
+func WriteKey(dir, id string, key []byte) error {
+	if !ValidKeyID(id) {
+		return fmt.Errorf("writing key: %q is not a key ID the plugin makes", id)
+	}
+	if len(key) != KeyLen {
+		return fmt.Errorf("writing key %s: %d bytes, want %d", id, len(key), KeyLen)
+	}
 	path := KeyPath(dir, id)
 	tmp, err := os.CreateTemp(dir, ".tmp-"+id+"-*")
 	if err != nil {
-		return "", fmt.Errorf("writing key %s: %w", path, err)
+		return fmt.Errorf("writing key %s: %w", path, err)
 	}
-	fail := func(err error) (string, error) {
+	fail := func(err error) error {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return "", fmt.Errorf("writing key %s: %w", path, err)
+		return fmt.Errorf("writing key %s: %w", path, err)
 	}
 	if err := tmp.Chmod(0o600); err != nil {
 		return fail(err)
@@ -86,12 +102,12 @@ func NewKey(dir string) (string, error) {
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		os.Remove(tmp.Name())
-		return "", fmt.Errorf("writing key %s: %w", path, err)
+		return fmt.Errorf("writing key %s: %w", path, err)
 	}
 	if err := syncDir(dir); err != nil {
-		return "", fmt.Errorf("writing key %s: %w", path, err)
+		return fmt.Errorf("writing key %s: %w", path, err)
 	}
-	return id, nil
+	return nil
 }
 
 // RemoveKey removes the key file of id from dir and fsyncs the directory.

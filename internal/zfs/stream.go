@@ -50,10 +50,20 @@ func (c *Client) SnapshotGUID(ctx context.Context, name string) (uint64, error) 
 // base (a snapshot of the same dataset, "@name" or "dataset@name") when base
 // is not empty. ctx must have a deadline (see ZFSStream).
 func (c *Client) Send(ctx context.Context, snapshot, base string, w io.Writer) error {
+	return c.send(ctx, []string{"send", "-p"}, snapshot, base, w)
+}
+
+// SendRaw is Send of an encrypted dataset: `zfs send -w -p`, the blocks
+// as they are on disk (still encrypted: the stream holds no key, and the
+// received dataset needs the sender's key to be opened).
+func (c *Client) SendRaw(ctx context.Context, snapshot, base string, w io.Writer) error {
+	return c.send(ctx, []string{"send", "-w", "-p"}, snapshot, base, w)
+}
+
+func (c *Client) send(ctx context.Context, args []string, snapshot, base string, w io.Writer) error {
 	if err := checkSnapshot(snapshot); err != nil {
 		return err
 	}
-	args := []string{"send", "-p"}
 	if base != "" {
 		if strings.HasPrefix(base, "@") {
 			base = strings.SplitN(snapshot, "@", 2)[0] + base
