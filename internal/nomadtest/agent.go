@@ -223,9 +223,9 @@ client {
   # AWS one stops the agent when AWS_CA_BUNDLE is set (see ENVIRONMENT.md).
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
+  }%s
 }
-`, level, ports[0], ports[1], ports[2])
+`, level, ports[0], ports[1], ports[2], clientNetwork(opts))
 	if opts.ACL {
 		b.WriteString("\nacl {\n  enabled = true\n}\n")
 	}
@@ -238,6 +238,17 @@ client {
 		b.WriteString("\n" + opts.PluginConfig + "\n")
 	}
 	return b.String()
+}
+
+// clientNetwork is what a client-only agent (Options.Join) needs beyond
+// -dev's defaults: outside -dev, Nomad fingerprints the interface of the
+// default route, and a machine without one (the OpenZFS VM has no
+// network) stops the agent with "No default interface found".
+func clientNetwork(opts Options) string {
+	if opts.Join == "" {
+		return ""
+	}
+	return "\n  network_interface = \"lo\""
 }
 
 // waitReady waits until the API answers, bootstraps ACLs when asked, and
