@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -188,6 +189,14 @@ func TestWrapperPausedSignal(t *testing.T) {
 
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
+			// Under nohup (or any parent that ignores the signal) the
+			// wrapper's shell inherits the signal ignored and, by POSIX,
+			// cannot trap it. Catching it here makes exec give the
+			// child the default disposition again.
+			if signal.Ignored(sig) {
+				signal.Notify(make(chan os.Signal, 1), sig)
+				t.Cleanup(func() { signal.Reset(sig) })
+			}
 			to := p.Dataset("b")
 			cmd := viaPATH(w.Env(os.Environ()), "zfs", "rename", from, to)
 			must.NoError(t, cmd.Start())
