@@ -130,13 +130,6 @@ func (s *Set) SetConfig(parent string, private []string, classes []Class) {
 	s.states = states
 }
 
-// Classes returns the configured classes, sorted by name.
-func (s *Set) Classes() []Class {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Class(nil), s.classes...)
-}
-
 // Class returns the class that offers device id, if any.
 func (s *Set) Class(id string) (Class, bool) {
 	s.mu.Lock()
