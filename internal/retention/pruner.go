@@ -132,12 +132,21 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 	})
 }
 
-// Loop runs pass at once, then every period, at each value on kick, and
-// again at once while pass says more is due; it returns when ctx is done.
-// The archive's background work (retention, backups) runs in it.
+// KickGap is the least time between the start of a pass and that of a
+// pass a kick asks for. Under a churn of short jobs every release kicks;
+// the kicks that come within KickGap of a pass are served by one pass at
+// its end, so that the archive is read once for many releases rather than
+// once per release.
+const KickGap = 2 * time.Second
+
+// Loop runs pass at once, then every period, at each value on kick (no
+// sooner than KickGap after the last pass began), and again at once while
+// pass says more is due; it returns when ctx is done. The archive's
+// background work (retention, backups) runs in it.
 func Loop(ctx context.Context, period time.Duration, kick <-chan struct{}, pass func(context.Context) (more bool, err error)) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var last time.Time // when the last pass began
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,8 +158,16 @@ func Loop(ctx context.Context, period time.Duration, kick <-chan struct{}, pass 
 				default:
 				}
 			}
+			if wait := KickGap - time.Since(last); wait > 0 {
+				// Kicks that come meanwhile find the channel's one place
+				// taken or are absorbed here: the pass at the timer
+				// serves them all.
+				timer.Reset(wait)
+				continue
+			}
 		case <-timer.C:
 		}
+		last = time.Now()
 		next := period
 		if more, _ := pass(ctx); more {
 			next = 0

@@ -154,6 +154,11 @@ type Manager struct {
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
 	// restore = "best-effort" started empty; gone when its release starts.
 	emptyStarts map[string]string
+	// asked is when the latest Reserve arrived. A release pass started by
+	// a kick decides from any read of the allocations that began after
+	// it (see Run): that read shows every allocation a dataset may have
+	// been handed to, so none is taken for gone.
+	asked time.Time
 	// incomplete is why the latest allocation view may miss allocations
 	// (the token does not see every namespace); "" when it sees them all.
 	incomplete string

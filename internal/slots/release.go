@@ -15,18 +15,32 @@ import (
 // waits for a release: each runs in its own goroutine (see goRelease), so
 // that the end of one allocation is acted on while another slot's release
 // is still running.
+//
+// A pass that a kick starts decides from the latest read of the
+// allocations when that read began after the latest Reserve arrived (the
+// read that a new allocation list kicks with, or the Reserve's own), and
+// reads again only otherwise: under a churn of short jobs every change of
+// an allocation kicks, and the node's list, which carries the job of every
+// allocation it still holds, is the plugin's largest cost. The periodic
+// pass always reads anew, so that an API that stopped answering shows in
+// the slots' health within a period.
 func (m *Manager) Run(ctx context.Context, period time.Duration) {
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	for {
+		var since time.Time
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.kick:
+			m.mu.Lock()
+			since = m.asked
+			m.mu.Unlock()
 		case <-timer.C:
 			timer.Reset(period)
+			since = time.Now()
 		}
-		if _, err := m.releasePass(ctx); err != nil && ctx.Err() == nil {
+		if _, err := m.releasePass(ctx, since); err != nil && ctx.Err() == nil {
 			m.log.Error("release pass incomplete", "error", err)
 		}
 	}
@@ -37,7 +51,7 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 // on return, every slot that could be released has been, and every owner
 // identified at Reserve is recorded (or its error is returned).
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
-	runs, err := m.releasePass(ctx)
+	runs, err := m.releasePass(ctx, time.Now())
 	errs := []error{err}
 	for _, r := range runs {
 		select {
@@ -53,22 +67,22 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// releasePass, from one read of the node's allocations that began now,
-// starts the release of every reserved slot that may be released (decide),
+// releasePass, from one read of the node's allocations that began after
+// since (no earlier than the latest Reserve's arrival), starts the release of every reserved slot that may be released (decide),
 // makes sure every started release is being carried out, then records the
 // owners identified at Reserve. It returns the release runs it started or
 // joined, without waiting for them. A slot that may not be
 // released is kept, with why in its health: unhealthy when its owner is
 // unknown or cannot be verified, or when something holds it that should
 // not (conflict). No lock is held while the API is read.
-func (m *Manager) releasePass(ctx context.Context) ([]*releaseRun, error) {
+func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseRun, error) {
 	m.mu.Lock()
 	nomad := m.nomad
 	m.mu.Unlock()
 	if nomad == nil {
 		return nil, nil
 	}
-	runs, err := m.startReleases(ctx, nomad)
+	runs, err := m.startReleases(ctx, nomad, since)
 	// Then the owners identified at Reserve, after the releases have
 	// started: a release records its owner itself.
 	return runs, errors.Join(err, m.recordOwners(ctx))
@@ -91,7 +105,7 @@ func (m *Manager) recordOwners(ctx context.Context) error {
 
 // startReleases is the part of releasePass that reads the API and starts
 // the releases.
-func (m *Manager) startReleases(ctx context.Context, nomad Nomad) ([]*releaseRun, error) {
+func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Time) ([]*releaseRun, error) {
 	var errs []error
 	// Every device's health warns while the token may not see every
 	// namespace, whether or not a slot is in use.
@@ -116,7 +130,12 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad) ([]*releaseRun
 	if len(reserved) == 0 {
 		return runs, errors.Join(errs...)
 	}
-	v, err := nomad.View(ctx, time.Now())
+	m.mu.Lock()
+	if since.Before(m.asked) {
+		since = m.asked // never older than the latest handover
+	}
+	m.mu.Unlock()
+	v, err := nomad.View(ctx, since)
 	if err != nil {
 		for _, s := range reserved {
 			text := fmt.Sprintf("owner unverified: the node's allocations cannot be read (%v); its data is kept", err)

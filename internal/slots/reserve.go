@@ -37,6 +37,11 @@ const identifyGrace = 2 * time.Second
 // No lock is held while Reserve waits or reads the API.
 func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	arrived := time.Now()
+	m.mu.Lock()
+	if arrived.After(m.asked) {
+		m.asked = arrived
+	}
+	m.mu.Unlock()
 	waited := false
 	res, err := m.reserve(ctx, ids, arrived, &waited)
 	if o := m.observer(); o != nil {
@@ -189,6 +194,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 				// archived behind it.
 				got, err := m.handOverSpare(ctx, s, d.asker)
 				if err == nil {
+					m.log.Info("slot reserved", "device", s.ID, "dataset", got.Dataset, "owner", d.asker.String(), "how", "spare", "took", time.Since(arrived))
 					res = append(res, got)
 					continue
 				}

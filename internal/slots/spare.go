@@ -108,6 +108,5 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	if herr != nil {
 		return Slot{}, fmt.Errorf("reserving the spare %s of %s: %w", cur.Spare, s.ID, herr)
 	}
-	m.log.Info("slot reserved", "device", s.ID, "dataset", out.Dataset, "owner", asker.String(), "how", "spare")
 	return out, nil
 }
