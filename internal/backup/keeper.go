@@ -108,9 +108,10 @@ func (k *Keeper) Kick() {
 	}
 }
 
-// Run makes a pass at once, every period and at each Kick, until ctx is done.
+// Run makes a pass at once, every period and at each Kick (kicks within
+// retention.KickGap of a pass share the next one), until ctx is done.
 func (k *Keeper) Run(ctx context.Context, period time.Duration) {
-	retention.Loop(ctx, period, k.kick, func(ctx context.Context) (bool, error) {
+	retention.Loop(ctx, period, retention.KickGap, k.kick, func(ctx context.Context) (bool, error) {
 		sent, more, err := k.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			k.log.Error("backup pass incomplete", "error", err)

@@ -93,7 +93,7 @@ func (m *metaPublisher) Update(archives []retention.Archive) {
 // Run publishes each new value until ctx is done; a failed call is tried
 // again at the next Update or after retry.
 func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Duration) {
-	retention.Loop(ctx, retry, m.kick, func(ctx context.Context) (bool, error) {
+	retention.Loop(ctx, retry, 0, m.kick, func(ctx context.Context) (bool, error) {
 		m.mu.Lock()
 		want, have, denied := m.want, m.have, m.denied
 		m.mu.Unlock()

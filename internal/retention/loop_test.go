@@ -39,7 +39,7 @@ func runLoop(t *testing.T, kick chan struct{}) *passLog {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		retention.Loop(ctx, time.Hour, kick, log.pass)
+		retention.Loop(ctx, time.Hour, retention.KickGap, kick, log.pass)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return log

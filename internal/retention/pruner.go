@@ -110,8 +110,8 @@ func (p *Pruner) SetConfig(cfg Config) {
 	p.cfg, p.set = cfg, true
 }
 
-// Kick asks Run for a pass now (after a release added an archive). It
-// never blocks.
+// Kick asks Run for a pass now, or KickGap after the last one began (after
+// a release added an archive). It never blocks.
 func (p *Pruner) Kick() {
 	select {
 	case p.kick <- struct{}{}:
@@ -123,7 +123,7 @@ func (p *Pruner) Kick() {
 // once while a pass leaves prunes for the next; it returns when ctx is
 // done. A failed pass is logged and tried again at the next.
 func (p *Pruner) Run(ctx context.Context, period time.Duration) {
-	Loop(ctx, period, p.kick, func(ctx context.Context) (bool, error) {
+	Loop(ctx, period, KickGap, p.kick, func(ctx context.Context) (bool, error) {
 		res, err := p.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Error("retention pass incomplete", "error", err)
@@ -132,18 +132,17 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 	})
 }
 
-// KickGap is the least time between the start of a pass and that of a
-// pass a kick asks for. Under a churn of short jobs every release kicks;
-// the kicks that come within KickGap of a pass are served by one pass at
-// its end, so that the archive is read once for many releases rather than
-// once per release.
+// KickGap is the gap of the archive's passes (retention, backups): under a
+// churn of short jobs every release kicks them, and the kicks that come
+// within KickGap of a pass are served by one pass at its end, so that the
+// archive is read once for many releases rather than once per release.
 const KickGap = 2 * time.Second
 
 // Loop runs pass at once, then every period, at each value on kick (no
-// sooner than KickGap after the last pass began), and again at once while
+// sooner than gap after the last pass began), and again at once while
 // pass says more is due; it returns when ctx is done. The archive's
 // background work (retention, backups) runs in it.
-func Loop(ctx context.Context, period time.Duration, kick <-chan struct{}, pass func(context.Context) (more bool, err error)) {
+func Loop(ctx context.Context, period, gap time.Duration, kick <-chan struct{}, pass func(context.Context) (more bool, err error)) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var last time.Time // when the last pass began
@@ -158,7 +157,7 @@ func Loop(ctx context.Context, period time.Duration, kick <-chan struct{}, pass 
 				default:
 				}
 			}
-			if wait := KickGap - time.Since(last); wait > 0 {
+			if wait := gap - time.Since(last); wait > 0 {
 				// Kicks that come meanwhile find the channel's one place
 				// taken or are absorbed here: the pass at the timer
 				// serves them all.
