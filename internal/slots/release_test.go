@@ -15,6 +15,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -809,4 +810,113 @@ func TestRelease_NothingWhenParentMissing(t *testing.T) {
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
 	must.SliceEmpty(t, archived(t, e))
+}
+
+// cachedAllocs is allocs behind a cache, as the watcher serves views: a
+// View whose since is no later than the cached read's start is answered
+// from the cache; otherwise it is a new read, cached.
+type cachedAllocs struct {
+	*allocs
+	mu     sync.Mutex
+	cached *slots.View
+	reads  int         // new reads
+	sinces []time.Time // every since asked for
+}
+
+func (c *cachedAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	c.mu.Lock()
+	c.sinces = append(c.sinces, since)
+	if c.cached != nil && !c.cached.Began.Before(since) {
+		v := c.cached
+		c.mu.Unlock()
+		return v, nil
+	}
+	c.reads++
+	c.mu.Unlock()
+	v, err := c.allocs.View(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.cached = v
+	c.mu.Unlock()
+	return v, nil
+}
+
+func (c *cachedAllocs) counts() (reads int, latest time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.sinces {
+		if s.After(latest) {
+			latest = s
+		}
+	}
+	return c.reads, latest
+}
+
+// A pass that a kick starts decides from the latest read only when that
+// read began after the latest Reserve arrived: a read from before shows
+// no holder of a device just handed out, and an owner never identified
+// would be taken for gone. A newer read is reused, not read again.
+func TestRun_KickedPassDecidesFromNoReadOlderThanTheLatestReserve(t *testing.T) {
+	e := newEnv(t, 1)
+	a := &cachedAllocs{allocs: newAllocs()}
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.mgr.Run(ctx, time.Hour)
+
+	// A read from before the Reserve: nothing holds the device.
+	_, err := a.View(ctx, time.Now())
+	must.NoError(t, err)
+
+	// o is handed the fresh slot while the API fails: its owner is never
+	// identified. o writes.
+	o := owner(40)
+	a.hold("scratch-0", o)
+	a.setErr(errors.New("connection refused"))
+	arrived := time.Now()
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	a.start(o)
+	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("o's"), 0o644))
+	guid := e.guid(t, res[0].Dataset)
+	must.NoError(t, e.mgr.Wait(ctx))
+
+	// The API is back, and a new allocation list kicks a pass.
+	a.setErr(nil)
+	a.mu.Lock()
+	asked := len(a.sinces)
+	a.mu.Unlock()
+	e.mgr.Kick()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		a.mu.Lock()
+		n := len(a.sinces)
+		a.mu.Unlock()
+		return n > asked || len(archived(t, e)) > 0
+	}), wait.Timeout(30*time.Second), wait.Gap(20*time.Millisecond)), must.Sprint("the kicked pass asks for a view"))
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.SliceEmpty(t, archived(t, e), must.Sprint("o's data was taken for no one's"))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+	got := slotByID(t, e, "scratch-0")
+	must.StrContains(t, got.HealthDesc, "owner unknown")
+	_, latest := a.counts()
+	must.False(t, latest.Before(arrived), must.Sprint("the kicked pass asked for a read that began after the Reserve"))
+
+	// The next kick finds a read newer than the Reserve: no new read.
+	reads, _ := a.counts()
+	a.mu.Lock()
+	asked = len(a.sinces)
+	a.mu.Unlock()
+	e.mgr.Kick()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.sinces) > asked
+	}), wait.Timeout(30*time.Second), wait.Gap(20*time.Millisecond)), must.Sprint("the kicked pass asks for a view"))
+	must.NoError(t, e.mgr.Wait(ctx))
+	after, _ := a.counts()
+	must.Eq(t, reads, after, must.Sprint("a read that began after the latest Reserve is reused"))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
 }
