@@ -68,9 +68,10 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 }
 
 // releasePass, from one read of the node's allocations that began after
-// since (no earlier than the latest Reserve's arrival), starts the release of every reserved slot that may be released (decide),
-// makes sure every started release is being carried out, then records the
-// owners identified at Reserve. It returns the release runs it started or
+// since (and after the latest Reserve arrived), starts the release of
+// every reserved slot that may be released (decide), makes sure every
+// started release is being carried out, then records the owners
+// identified at Reserve. It returns the release runs it started or
 // joined, without waiting for them. A slot that may not be
 // released is kept, with why in its health: unhealthy when its owner is
 // unknown or cannot be verified, or when something holds it that should
