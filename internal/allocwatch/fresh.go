@@ -22,18 +22,20 @@ const (
 // Fresh returns a snapshot of the node's allocations read by a request that
 // began at or after since: the latest snapshot when it qualifies, else the
 // answer of a non-blocking, consistent read started for it (shared by every
-// caller that can use it). It returns an error when the read fails or ctx
-// is done first; the read itself has its own deadline (callTimeout), so it
-// never outlives its use for long.
+// caller that can use it). The latest snapshot is not used while the read
+// after it failed: the caller then learns that the API does not answer,
+// rather than decide from what it said before. It returns an error when the
+// read fails or ctx is done first; the read itself has its own deadline
+// (callTimeout), so it never outlives its use for long.
 func (w *Watcher) Fresh(ctx context.Context, since time.Time) (*Snapshot, error) {
 	w.mu.Lock()
-	if w.snap != nil && !w.snap.Began.Before(since) {
+	if w.snap != nil && !w.snap.Began.Before(since) && w.lastErr == nil {
 		s := w.snap
 		w.mu.Unlock()
 		return s, nil
 	}
 	f := w.flight
-	if f == nil || f.began.Before(since) {
+	if f == nil || f.began.Before(since) || f.over() {
 		f = &flight{began: time.Now(), done: make(chan struct{})}
 		w.flight = f
 		go w.fly(f)
@@ -44,6 +46,17 @@ func (w *Watcher) Fresh(ctx context.Context, since time.Time) (*Snapshot, error)
 		return f.snap, f.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for a read of the node's allocations: %w", ctx.Err())
+	}
+}
+
+// over reports whether the read has answered: a caller that comes after
+// that reads anew (a read that succeeded is the latest snapshot already).
+func (f *flight) over() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -82,6 +82,13 @@ func TestFresh_CachedOrNewRead(t *testing.T) {
 	must.EqOp(t, s2, latest, must.Sprint("a failed read keeps the last snapshot"))
 	must.Error(t, lastErr)
 	must.Eq(t, 3, f.nodeReads())
+
+	// While the last read failed, a snapshot that would qualify is not
+	// used: the caller learns whether the API answers now.
+	s3, err := fresh(t, w, s2.Began)
+	must.NoError(t, err)
+	must.NotEqOp(t, s2, s3, must.Sprint("a new read after a failed one"))
+	must.Eq(t, 4, f.nodeReads())
 }
 
 type freshResult struct {

@@ -18,8 +18,9 @@ import (
 //
 // A pass that a kick starts decides from the latest read of the
 // allocations when that read began after the latest Reserve arrived (the
-// read that a new allocation list kicks with, or the Reserve's own), and
-// reads again only otherwise: under a churn of short jobs every change of
+// read that a new allocation list kicks with, or the Reserve's own), the
+// read after it did not fail, and no reserved slot's owner is unknown; it
+// reads again otherwise: under a churn of short jobs every change of
 // an allocation kicks, and the node's list, which carries the job of every
 // allocation it still holds, is the plugin's largest cost. The periodic
 // pass always reads anew, so that an API that stopped answering shows in
@@ -136,6 +137,16 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		since = m.asked // never older than the latest handover
 	}
 	m.mu.Unlock()
+	for _, s := range reserved {
+		if !s.Owner.Known() {
+			// Its release would rest on no allocation holding the
+			// device: only a read made now, under the token and the
+			// policies of now, says so (an older read may predate a
+			// widened token and miss the holder).
+			since = time.Now()
+			break
+		}
+	}
 	v, err := nomad.View(ctx, since)
 	if err != nil {
 		for _, s := range reserved {
