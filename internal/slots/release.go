@@ -18,11 +18,12 @@ import (
 //
 // A pass that a kick starts decides from the latest read of the
 // allocations when that read began after the latest Reserve arrived (the
-// read that a new allocation list kicks with, or the Reserve's own), the
-// read after it did not fail, and no reserved slot's owner is unknown; it
-// reads again otherwise: under a churn of short jobs every change of
-// an allocation kicks, and the node's list, which carries the job of every
-// allocation it still holds, is the plugin's largest cost. The periodic
+// read that a new allocation list kicks with, or the Reserve's own) and
+// the read after it did not fail, and it reads again otherwise; a slot
+// whose owner is unknown is decided only from a read made for the pass.
+// Under a churn of short jobs every change of an allocation kicks, and the
+// node's list, which carries the job of every allocation it still holds,
+// is the plugin's largest cost. The periodic
 // pass always reads anew, so that an API that stopped answering shows in
 // the slots' health within a period.
 func (m *Manager) Run(ctx context.Context, period time.Duration) {
@@ -137,16 +138,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		since = m.asked // never older than the latest handover
 	}
 	m.mu.Unlock()
-	for _, s := range reserved {
-		if !s.Owner.Known() {
-			// Its release would rest on no allocation holding the
-			// device: only a read made now, under the token and the
-			// policies of now, says so (an older read may predate a
-			// widened token and miss the holder).
-			since = time.Now()
-			break
-		}
-	}
+	began := time.Now()
 	v, err := nomad.View(ctx, since)
 	if err != nil {
 		for _, s := range reserved {
@@ -160,7 +152,17 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		return runs, errors.Join(errs...)
 	}
 	m.setIncomplete(v.Incomplete)
+	reused := v.Began.Before(began) // read before this pass, not for it
 	for _, s := range reserved {
+		if reused && !s.Owner.Known() {
+			// Its release would rest on no allocation holding the
+			// device: only a read made for this pass, under the token
+			// and the policies of now, may say so (an earlier read may
+			// predate a widened token and miss the holder). The
+			// periodic pass reads anew; so does any pass whose read is
+			// older than the latest Reserve.
+			continue
+		}
 		d := m.decide(ctx, nomad, v, s, false)
 		switch d.kind {
 		case inUse:
