@@ -35,7 +35,7 @@ func (w *Watcher) Fresh(ctx context.Context, since time.Time) (*Snapshot, error)
 		return s, nil
 	}
 	f := w.flight
-	if f == nil || f.began.Before(since) || f.over() {
+	if f == nil || f.began.Before(since) || f.failed() {
 		f = &flight{began: time.Now(), done: make(chan struct{})}
 		w.flight = f
 		go w.fly(f)
@@ -49,12 +49,12 @@ func (w *Watcher) Fresh(ctx context.Context, since time.Time) (*Snapshot, error)
 	}
 }
 
-// over reports whether the read has answered: a caller that comes after
-// that reads anew (a read that succeeded is the latest snapshot already).
-func (f *flight) over() bool {
+// failed reports whether the read has answered with an error: a caller
+// that comes after that reads anew rather than take the old error.
+func (f *flight) failed() bool {
 	select {
 	case <-f.done:
-		return true
+		return f.err != nil
 	default:
 		return false
 	}
