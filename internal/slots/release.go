@@ -23,21 +23,18 @@ import (
 // whose owner is unknown is decided only from a read made for the pass.
 // Under a churn of short jobs every change of an allocation kicks, and the
 // node's list, which carries the job of every allocation it still holds,
-// is the plugin's largest cost. The periodic
-// pass always reads anew, so that an API that stopped answering shows in
-// the slots' health within a period.
+// is the plugin's largest cost. The periodic pass always reads anew, so
+// that an API that stopped answering shows in the slots' health within a
+// period.
 func (m *Manager) Run(ctx context.Context, period time.Duration) {
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	for {
-		var since time.Time
+		var since time.Time // a kick: any read after the latest Reserve (startReleases)
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.kick:
-			m.mu.Lock()
-			since = m.asked
-			m.mu.Unlock()
 		case <-timer.C:
 			timer.Reset(period)
 			since = time.Now()
