@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // identifyGrace is how long Reserve on a fresh slot waits, after its one
@@ -166,7 +167,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 		}
 		switch d := m.decide(ctx, nomad, *view, s, true); d.kind {
 		case handOver:
-			back, err := m.mountForOwner(ctx, s)
+			back, err := m.mountForOwner(zfs.Foreground(ctx), s)
 			if err != nil {
 				return nil, "", fmt.Errorf("device %s (dataset %s) cannot go back to its owner %s: %w", s.ID, s.Dataset, s.Owner, err)
 			}
@@ -370,7 +371,8 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		m.updateSlot(id, func(x *Slot) { x.setHealth(false, err.Error()) })
 		return Slot{}, fmt.Errorf("device %s (dataset %s) cannot be reserved: %w", id, s.Dataset, err)
 	}
-	if err := m.zfs.Set(ctx, s.Dataset, PropState, string(StateReserved)); err != nil {
+	// Foreground: the task's start waits for this command.
+	if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, PropState, string(StateReserved)); err != nil {
 		return Slot{}, fmt.Errorf("reserving device %s (dataset %s): %w", id, s.Dataset, err)
 	}
 	m.updateSlot(id, func(x *Slot) { x.State = StateReserved; x.Owner, x.stamped = Owner{}, Owner{} })

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // errChanged: the slot changed since the caller decided; decide again.
@@ -34,17 +35,29 @@ func promoteSpare(x *Slot, state State) {
 	x.setHealth(true, "")
 }
 
+// unmarkSpare records the spare of cur as free again after it was marked
+// reserved for an asker that does not get it (the old dataset's fate could
+// not be written): nobody has had it, so it is still fresh. When ZFS
+// refuses that too, the spare is no longer offered, and the next Sync
+// finds both datasets recorded in use: a conflict that keeps both.
+func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) {
+	if err := m.zfs.Set(ctx, cur.Spare, PropState, string(StateFree)); err != nil {
+		m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
+		m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; both datasets are kept until one is released", "device", cur.ID, "spare", cur.Spare, "error", err)
+	}
+}
+
 // handOverSpare gives the asker of a Reserve the spare of reserved slot s,
 // whose owner has ended (decide said so, from a read that began after the
 // Reserve arrived, and the asker is the one other holder of the device):
-// it records the fate of the owner's dataset, then the spare as reserved,
-// two zfs commands, and returns the slot as the asker gets it; the asker
-// is recorded as owner off its path, as for a fresh slot. The owner's
-// dataset is then archived (or destroyed) in the background, in a run
-// registered before the slot's lock is given up, and its name made again
-// as the slot's next spare. It returns errChanged when
-// the slot is no longer what s says, and an error when ZFS refuses; the
-// owner's data is kept either way.
+// it records the fate of the owner's dataset and the spare as reserved,
+// two zfs commands side by side, and returns the slot as the asker gets
+// it; the asker is recorded as owner off its path, as for a fresh slot.
+// The owner's dataset is then archived (or destroyed) in the background,
+// in a run registered before the slot's lock is given up, and its name
+// made again as the slot's next spare. It returns errChanged when the slot
+// is no longer what s says, and an error when ZFS refuses; the owner's
+// data is kept either way, and the spare stays fresh (unmarkSpare).
 func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, s.ID)
 	if err != nil {
@@ -64,13 +77,24 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
 		return Slot{}, errChanged
 	}
-	state, err := m.writeFate(ctx, c, cur, cur.Owner, cur.Spare)
+	// The spare's mark and the old dataset's fate go to ZFS side by side,
+	// so that the asker waits for one transaction group rather than two.
+	// Either order is safe: a plugin stopped between them leaves the old
+	// dataset archived beside a free spare, or both datasets recorded in
+	// use, a conflict that keeps both until one is released (pair.go).
+	fg := zfs.Foreground(ctx)
+	marked := make(chan error, 1)
+	go func() { marked <- m.zfs.Set(fg, cur.Spare, PropState, string(StateReserved)) }()
+	state, err := m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
+	herr := <-marked
 	if err != nil {
+		if herr == nil {
+			m.unmarkSpare(ctx, cur)
+		}
 		unlock()
 		return Slot{}, err
 	}
 	given := StateReserved
-	herr := m.zfs.Set(ctx, cur.Spare, PropState, string(StateReserved))
 	if herr != nil {
 		given = StateFree // the spare serves as a fresh slot: the next round takes it so
 	}

@@ -33,7 +33,8 @@ const (
 )
 
 // Runner runs zfs and zpool. The zero value is usable: it finds both on PATH.
-// A Runner is safe for concurrent use; it holds no mutable state but a counter.
+// A Runner is safe for concurrent use; it holds no mutable state but a
+// counter and the count of foreground commands running (see Foreground).
 type Runner struct {
 	// ZFS and Zpool are the commands to run; "zfs" and "zpool" (found on
 	// PATH) when empty.
@@ -49,8 +50,13 @@ type Runner struct {
 	// Observer, when set, is told of every process the runner ran (each
 	// busy retry is one). Set it before the runner is first used.
 	Observer Observer
+	// MaxYield is how long a command waits at most, before it starts, for
+	// the foreground commands running then (see Foreground);
+	// DefaultMaxYield when zero, no wait when negative.
+	MaxYield time.Duration
 
 	runs atomic.Int64
+	prio priority
 }
 
 // Runs reports how many processes the runner has started so far. Tests and
@@ -184,6 +190,17 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	cmd.Stdin = io.in
 
+	var yielded time.Duration
+	if isForeground(ctx) {
+		r.prio.enter()
+		defer r.prio.leave()
+	} else {
+		maxYield := r.MaxYield
+		if maxYield == 0 {
+			maxYield = DefaultMaxYield
+		}
+		yielded = r.prio.yield(ctx, maxYield)
+	}
 	start := time.Now()
 	r.runs.Add(1)
 	err := cmd.Run()
@@ -195,7 +212,7 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	took := time.Since(start)
 	if r.Logger != nil {
-		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "error", err)
+		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "yielded", yielded, "error", err)
 	}
 	if err == nil {
 		r.observe(bin, args, nil, took)

@@ -26,7 +26,8 @@ const pausePoll = 100 * time.Millisecond
 // wrapperScript is the zfs and zpool wrapper. It is run by other processes
 // (a plugin started by a Nomad agent, say), so every control is a file in
 // the control directory: pause.<cmd>.<sub> pauses, fail.<cmd>.<sub> holds
-// the stderr of a failure. It records the call, then pauses, then fails,
+// the stderr of a failure, failfor.<cmd>.<sub> the argument that fails a
+// run, then its stderr. It records the call, then pauses, then fails,
 // and otherwise execs the real command with the arguments as given, so that
 // the PID its caller started becomes the real command.
 const wrapperScript = `#!/bin/sh
@@ -73,6 +74,16 @@ fi
 if [ -e "$ctl/fail.$name.$sub" ]; then
 	cat "$ctl/fail.$name.$sub" >&2
 	exit 1
+fi
+# A failfor file names an argument on its first line, the stderr after it.
+if [ -e "$ctl/failfor.$name.$sub" ]; then
+	want=$(head -n 1 "$ctl/failfor.$name.$sub" 2>/dev/null)
+	for a in "$@"; do
+		if [ "$a" = "$want" ]; then
+			tail -n +2 "$ctl/failfor.$name.$sub" >&2
+			exit 1
+		fi
+	done
 fi
 
 exec "$real" "$@"
@@ -212,9 +223,16 @@ func (w *Wrapper) Fail(sub, stderr string) {
 	w.writeControl("fail", sub, []byte(stderr+"\n"))
 }
 
-// Unfail ends Fail for sub.
+// FailFor is Fail for the runs of sub given arg as one of their arguments
+// (a dataset name, say); other runs of sub go on. Unfail ends it.
+func (w *Wrapper) FailFor(sub, arg, stderr string) {
+	w.writeControl("failfor", sub, []byte(arg+"\n"+stderr+"\n"))
+}
+
+// Unfail ends Fail and FailFor for sub.
 func (w *Wrapper) Unfail(sub string) {
 	w.removeControl("fail", sub)
+	w.removeControl("failfor", sub)
 }
 
 // WaitPaused waits until a run of sub is paused and returns its arguments

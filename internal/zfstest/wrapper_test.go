@@ -318,6 +318,32 @@ func TestWrapperFail(t *testing.T) {
 	}
 }
 
+// TestWrapperFailFor fails only the runs given the named argument.
+func TestWrapperFailFor(t *testing.T) {
+	p := NewPool(t, 0)
+	w := NewWrapper(t)
+	a, b := p.Dataset("a"), p.Dataset("b")
+	p.ZFS(t, "create", a)
+	p.ZFS(t, "create", b)
+	env := w.Env(os.Environ())
+	const msg = "cannot set property: out of space"
+
+	w.FailFor("set", a, msg)
+	_, stderr, err := run(t, viaPATH(env, "zfs", "set", "user:x=1", a))
+	var exitErr *exec.ExitError
+	must.True(t, errors.As(err, &exitErr), must.Sprintf("error %v", err))
+	must.EqOp(t, msg+"\n", stderr)
+	must.EqOp(t, "", p.Prop(t, a, "user:x"))
+	_, stderr, err = run(t, viaPATH(env, "zfs", "set", "user:x=1", b))
+	must.NoError(t, err, must.Sprint(stderr))
+	must.EqOp(t, "1", p.Prop(t, b, "user:x"))
+
+	w.Unfail("set")
+	_, stderr, err = run(t, viaPATH(env, "zfs", "set", "user:x=1", a))
+	must.NoError(t, err, must.Sprint(stderr))
+	must.EqOp(t, "1", p.Prop(t, a, "user:x"))
+}
+
 // TestWrapperArgsExact passes values with tabs, spaces, newlines, quotes,
 // globs and dollars through the wrapper byte for byte, to the real zfs and
 // into the call log.
