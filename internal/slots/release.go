@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // Run records owners and starts the release of the slots of ended
@@ -385,7 +387,9 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 	if !cur.Surplus {
 		spare = cur.Spare // it serves while the release runs
 	}
-	state, err := m.writeFate(ctx, c, cur, s.Owner, spare)
+	// Foreground: a Reserve of the slot's next tenant may be waiting for
+	// the slot's lock, held across this command (see zfs.Foreground).
+	state, err := m.writeFate(zfs.Foreground(ctx), c, cur, s.Owner, spare)
 	if err != nil {
 		return false, err
 	}
