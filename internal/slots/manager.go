@@ -154,6 +154,9 @@ type Manager struct {
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
 	// restore = "best-effort" started empty; gone when its release starts.
 	emptyStarts map[string]string
+	// held are the slots whose owner a kicked release pass found ended and
+	// left to the next tenant's Reserve for spareHold, by ID (holdFor).
+	held map[string]heldSlot
 	// asked is when the latest Reserve arrived. A release pass started by
 	// a kick decides from any read of the allocations that began after
 	// it (see Run): that read shows every allocation a dataset may have
@@ -183,6 +186,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, runs: map[string]*releaseRun{},
+		held: map[string]heldSlot{},
 	}
 }
 

@@ -47,8 +47,9 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 	}
 }
 
-// ReleaseEnded is one pass of Run that also waits for the releases it
-// started or found running, then records the owners that those held up:
+// ReleaseEnded is one pass of Run (holding back no slot for its next
+// tenant: see spareHold) that also waits for the releases it started or
+// found running, then records the owners that those held up:
 // on return, every slot that could be released has been, and every owner
 // identified at Reserve is recorded (or its error is returned).
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
@@ -84,7 +85,10 @@ func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseR
 	if nomad == nil {
 		return nil, nil
 	}
-	runs, err := m.startReleases(ctx, nomad, since)
+	// A kicked pass (since is zero) follows the allocations as they
+	// change, and leaves a slot with a spare to its next tenant for a
+	// while; the others release every slot they may.
+	runs, err := m.startReleases(ctx, nomad, since, since.IsZero())
 	// Then the owners identified at Reserve, after the releases have
 	// started: a release records its owner itself.
 	return runs, errors.Join(err, m.recordOwners(ctx))
@@ -106,8 +110,9 @@ func (m *Manager) recordOwners(ctx context.Context) error {
 }
 
 // startReleases is the part of releasePass that reads the API and starts
-// the releases.
-func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Time) ([]*releaseRun, error) {
+// the releases. With hold, a slot whose spare is ready is left to its next
+// tenant for spareHold after its owner was first found ended (holdFor).
+func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Time, hold bool) ([]*releaseRun, error) {
 	var errs []error
 	// Every device's health warns while the token may not see every
 	// namespace, whether or not a slot is in use.
@@ -167,6 +172,9 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		case inUse:
 			m.setNote(s.ID, note{})
 		case startRelease:
+			if hold && m.holdFor(s) {
+				continue
+			}
 			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.reason)
 			runs = append(runs, m.goRelease(ctx, s, true, Owner{}))
 		default:
@@ -174,6 +182,75 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		}
 	}
 	return runs, errors.Join(errs...)
+}
+
+// spareHold is how long a release pass started by a kick leaves a slot
+// whose owner has ended and whose spare is ready to the slot's next tenant.
+// Nomad hands a freed device to the next allocation at once, and its
+// Reserve, arriving some 100–300 ms after the owner's end, then hands over
+// the spare as it would a fresh slot: the old dataset's fate and the
+// spare's mark side by side, the asker identified by a read made at the
+// same time (reserveFresh). Had the pass begun the release, the Reserve
+// would wait for the fate to be written, then mark the spare. A held slot
+// is offered no less than before, and its data is kept meanwhile.
+const spareHold = 500 * time.Millisecond
+
+// heldSlot is a slot held for its next tenant: whose end was seen when,
+// and whether a kick is set for when the hold is over.
+type heldSlot struct {
+	owner   string // the ended owner's allocation ID
+	seen    time.Time
+	kickSet bool
+}
+
+// holdFor reports whether a kicked pass leaves slot s (whose owner has
+// ended, decided from a read that showed no other live holder) alone for
+// now: its spare is ready, and its owner's end was first seen less than
+// spareHold ago. A kick is set for the end of the hold, so that the slot
+// is released then if no Reserve came for it.
+func (m *Manager) holdFor(s Slot) bool {
+	if s.Spare == "" || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.held[s.ID]
+	if !ok || h.owner != s.Owner.AllocID {
+		h = heldSlot{owner: s.Owner.AllocID, seen: time.Now()}
+		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", spareHold)
+	}
+	left := spareHold - time.Since(h.seen)
+	if left <= 0 {
+		delete(m.held, s.ID)
+		return false
+	}
+	if !h.kickSet {
+		h.kickSet = true
+		id := s.ID
+		time.AfterFunc(left, func() {
+			m.mu.Lock()
+			if h, ok := m.held[id]; ok {
+				h.kickSet = false // a pass that finds time left sets another
+				m.held[id] = h
+			}
+			m.mu.Unlock()
+			m.Kick()
+		})
+	}
+	m.held[s.ID] = h
+	return true
+}
+
+// heldForNext reports whether reserved slot s is held for its next tenant
+// (holdFor): a release pass found its owner, still the one s shows, ended.
+func (m *Manager) heldForNext(s Slot) bool {
+	if !s.Owner.Known() || s.Spare == "" || !s.ok {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.held[s.ID]
+	return ok && h.owner == s.Owner.AllocID
 }
 
 // runTimeout bounds one release run.

@@ -122,6 +122,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	nomad := m.nomad
 	m.mu.Unlock()
 	var fresh []string
+	var spares []Slot // held slots: their spare goes to the asker as a fresh slot does
 	var release []decidedRelease
 	// renew: the wait is for something outside this plugin, so the next
 	// round needs a new read. A wait for releases only keeps the read: it
@@ -150,6 +151,14 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 		}
 		if s.State != StateReserved || s.unreadable {
 			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+		}
+		if m.heldForNext(s) {
+			// A release pass found its owner ended ("ended" never goes
+			// back) and left the slot, its spare ready, to its next
+			// tenant (spareHold): the spare is handed over as a fresh
+			// slot is.
+			spares = append(spares, s)
+			continue
 		}
 		// A slot a tenant may have written: proof first.
 		if nomad == nil {
@@ -241,7 +250,11 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 		res = append(res, o.restored...)
 		fresh, notes = o.fresh, o.notes
 	}
-	reserved, err := m.reserveFresh(ctx, nomad, fresh, arrived, *view)
+	reserved, err := m.reserveFresh(ctx, nomad, fresh, spares, arrived, *view)
+	if retry := (retryReserve{}); errors.As(err, &retry) {
+		renew = !errors.Is(err, errChanged)
+		return nil, retry.Error(), nil
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -260,14 +273,25 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	return out, "", nil
 }
 
-// reserveFresh marks fresh slots reserved (one zfs command each) and, while
-// that runs, reads who holds them. It returns once the slots are reserved
-// and the read is done, or identifyGrace after the zfs work when it is not:
-// an identification only counts from a read that began after the call
-// arrived and ended before the dataset was handed over, when no tenant can
-// have written to it yet.
-func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, arrived time.Time, have *View) ([]Slot, error) {
-	if len(ids) == 0 {
+// retryReserve is an error of one round of Reserve that the next round may
+// not meet (the slot changed, ZFS refused for now): Reserve waits and
+// tries again, until its context is done.
+type retryReserve struct{ err error }
+
+func (r retryReserve) Error() string { return r.err.Error() }
+func (r retryReserve) Unwrap() error { return r.err }
+
+// reserveFresh marks fresh slots reserved (one zfs command each), hands
+// over the spares of held slots (handOverSpare: two zfs commands side by
+// side), and, while that runs, reads who holds them. It returns once the
+// slots are reserved and the read is done, or identifyGrace after the zfs
+// work when it is not: an identification only counts from a read that
+// began after the call arrived and ended before the dataset was handed
+// over, when no tenant can have written to it yet. A spare that cannot be
+// handed over (the slot changed since it was seen, or ZFS refused) is a
+// retryReserve error.
+func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, spares []Slot, arrived time.Time, have *View) ([]Slot, error) {
+	if len(ids) == 0 && len(spares) == 0 {
 		return nil, nil
 	}
 	type read struct {
@@ -290,12 +314,24 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 	}
 
 	var out []Slot
+	how := map[string]string{}
+	// The spares first: a handover that fails is tried again in the next
+	// round, where a slot marked reserved meanwhile would need proof.
+	for _, held := range spares {
+		s, err := m.handOverSpare(ctx, held, Owner{})
+		if err != nil {
+			return nil, retryReserve{fmt.Errorf("device %s: handing over its spare: %w", held.ID, err)}
+		}
+		out = append(out, s)
+		how[s.ID] = "spare"
+	}
 	for _, id := range ids {
 		s, err := m.markReserved(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, s)
+		how[id] = "fresh"
 	}
 
 	var r read
@@ -340,7 +376,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, a
 			m.setNote(s.ID, note{})
 			m.updateSlot(s.ID, func(x *Slot) { x.Owner = out[i].Owner })
 		}
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "how", "fresh", "took", time.Since(arrived))
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "how", how[s.ID], "took", time.Since(arrived))
 	}
 	m.Kick() // record owners in the background, off Reserve's path
 	for _, s := range out {

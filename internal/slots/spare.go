@@ -49,7 +49,9 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) {
 
 // handOverSpare gives the asker of a Reserve the spare of reserved slot s,
 // whose owner has ended (decide said so, from a read that began after the
-// Reserve arrived, and the asker is the one other holder of the device):
+// Reserve arrived, and the asker is the one other holder of the device;
+// or a release pass did, and the asker, unknown here, is identified by
+// the caller as for a fresh slot: see reserveFresh):
 // it records the fate of the owner's dataset and the spare as reserved,
 // two zfs commands side by side, and returns the slot as the asker gets
 // it; the asker is recorded as owner off its path, as for a fresh slot.
@@ -107,7 +109,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		}
 		out = *x
 	})
-	if given == StateReserved {
+	if given == StateReserved && asker.Known() {
 		m.mu.Lock()
 		m.owners[s.ID] = asker
 		m.mu.Unlock()

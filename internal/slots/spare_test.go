@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
@@ -219,6 +220,57 @@ func TestSpare_StoppedBetweenTheMarks(t *testing.T) {
 	got = slotByID(t, e, "scratch-0")
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 	must.Eq(t, slots.StateFree, got.State)
+}
+
+// TestSpare_KickedPassLeavesTheSpareToTheNextTenant (issue 10): a release
+// pass started by a kick (a new allocation list) leaves a slot whose owner
+// has ended and whose spare is ready to the next tenant's Reserve for a
+// while, and that Reserve hands the spare over as it would a fresh slot:
+// the fate and the spare's mark side by side, the asker identified by the
+// read made beside them. When no Reserve comes, the slot is released once
+// the hold is over.
+func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
+	for _, next := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the next tenant comes", false: "no tenant comes"}[next], func(t *testing.T) {
+			c := newSpareCase(t)
+			w, e, a, o2, s0, spare, guid := c.w, c.e, c.a, c.o2, c.s0, c.spare, c.guid
+			w.Resume("rename")
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan struct{})
+			go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
+			t.Cleanup(func() { cancel(); <-ran })
+
+			e.mgr.Kick()
+			time.Sleep(200 * time.Millisecond)
+			must.Eq(t, "reserved", e.pool.Prop(t, s0.Dataset, slots.PropState), must.Sprint("held for the next tenant"))
+			if next {
+				a.hold("scratch-0", o2)
+				rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer rcancel()
+				res, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
+				must.NoError(t, err)
+				must.Eq(t, spare, res[0].Dataset)
+				must.Eq(t, o2.AllocID, res[0].Owner.AllocID, must.Sprint("identified by the read made beside the marks"))
+			}
+			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+				return len(archived(t, e)) == 1
+			}), wait.Timeout(20*time.Second), wait.Gap(50*time.Millisecond)), must.Sprint("the ended owner's dataset archived"))
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer wcancel()
+			must.NoError(t, e.mgr.Wait(wctx))
+			must.Eq(t, guid, e.guid(t, archived(t, e)[0]))
+			got := slotByID(t, e, "scratch-0")
+			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+			must.Eq(t, spare, got.Dataset)
+			if next {
+				must.Eq(t, slots.StateReserved, got.State)
+				must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+				must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
+			} else {
+				must.Eq(t, slots.StateFree, got.State)
+			}
+		})
+	}
 }
 
 // TestSpare_ReleasedSlotServesAtOnce (issue 10): when the release loop
