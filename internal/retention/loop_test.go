@@ -51,15 +51,21 @@ func waitFor(t *testing.T, cond func() bool) {
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(cond), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
 }
 
-// kickEvery sends n kicks, one each gap, as every release of a churn does.
-func kickEvery(kick chan struct{}, n int, gap time.Duration) {
-	for range n {
+// kickEvery sends n kicks, one each gap, as every release of a churn does,
+// and returns when it sent the last one (taken just before the send: the
+// pass that serves it may begin before kickEvery returns).
+func kickEvery(kick chan struct{}, n int, gap time.Duration) (last time.Time) {
+	for i := range n {
+		if i > 0 {
+			time.Sleep(gap)
+		}
+		last = time.Now()
 		select {
 		case kick <- struct{}{}:
 		default:
 		}
-		time.Sleep(gap)
 	}
+	return last
 }
 
 func TestLoop_KicksWithinTheGapShareOnePass(t *testing.T) {
@@ -84,12 +90,11 @@ func TestLoop_KicksWithinTheGapShareOnePass(t *testing.T) {
 				time.Sleep(retention.KickGap)
 			}
 			sent := time.Now()
-			kickEvery(kick, tc.kicks, tc.gap)
+			last := kickEvery(kick, tc.kicks, tc.gap)
 			// Every kick is served: a pass begins after the last one.
-			last := time.Now()
 			waitFor(t, func() bool {
 				at := log.times()
-				return at[len(at)-1].After(last.Add(-tc.gap))
+				return at[len(at)-1].After(last)
 			})
 			time.Sleep(retention.KickGap + 200*time.Millisecond) // nothing more comes
 			at := log.times()

@@ -242,15 +242,18 @@ func (m *Manager) holdFor(s Slot) bool {
 }
 
 // heldForNext reports whether reserved slot s is held for its next tenant
-// (holdFor): a release pass found its owner, still the one s shows, ended.
+// (holdFor) now: a release pass found its owner, still the one s shows,
+// ended less than spareHold ago, from a complete view with no other live
+// holder, and the slot still qualifies (a spare ready, not surplus, its
+// class not restoring).
 func (m *Manager) heldForNext(s Slot) bool {
-	if !s.Owner.Known() || s.Spare == "" || !s.ok {
+	if !s.Owner.Known() || s.Spare == "" || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.held[s.ID]
-	return ok && h.owner == s.Owner.AllocID
+	return ok && h.owner == s.Owner.AllocID && time.Since(h.seen) < spareHold
 }
 
 // runTimeout bounds one release run.

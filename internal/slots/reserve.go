@@ -289,7 +289,8 @@ func (r retryReserve) Unwrap() error { return r.err }
 // began after the call arrived and ended before the dataset was handed
 // over, when no tenant can have written to it yet. A spare that cannot be
 // handed over (the slot changed since it was seen, or ZFS refused) is a
-// retryReserve error.
+// retryReserve error; the slots handed over before a failure are
+// identified all the same.
 func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, spares []Slot, arrived time.Time, have *View) ([]Slot, error) {
 	if len(ids) == 0 && len(spares) == 0 {
 		return nil, nil
@@ -315,23 +316,34 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 
 	var out []Slot
 	how := map[string]string{}
-	// The spares first: a handover that fails is tried again in the next
-	// round, where a slot marked reserved meanwhile would need proof.
+	// failed: a handover that failed. The slots handed over before it are
+	// still identified below, so that the next round, which finds them
+	// reserved, gives them back to their owner (the asker) rather than
+	// keep them for want of one.
+	var failed error
 	for _, held := range spares {
 		s, err := m.handOverSpare(ctx, held, Owner{})
 		if err != nil {
-			return nil, retryReserve{fmt.Errorf("device %s: handing over its spare: %w", held.ID, err)}
+			failed = retryReserve{fmt.Errorf("device %s: handing over its spare: %w", held.ID, err)}
+			break
 		}
 		out = append(out, s)
 		how[s.ID] = "spare"
 	}
 	for _, id := range ids {
+		if failed != nil {
+			break
+		}
 		s, err := m.markReserved(ctx, id)
 		if err != nil {
-			return nil, err
+			failed = err
+			break
 		}
 		out = append(out, s)
 		how[id] = "fresh"
+	}
+	if len(out) == 0 {
+		return nil, failed
 	}
 
 	var r read
@@ -381,6 +393,9 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 	m.Kick() // record owners in the background, off Reserve's path
 	for _, s := range out {
 		m.goTend(ctx, s.ID) // the spare, for the next tenant
+	}
+	if failed != nil {
+		return nil, failed
 	}
 	return out, nil
 }

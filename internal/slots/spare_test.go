@@ -240,17 +240,36 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 			go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
 			t.Cleanup(func() { cancel(); <-ran })
 
+			// The kicked pass has read the allocations and decided: it
+			// holds the slot rather than write the owner's dataset's fate.
+			views := a.views.Load()
+			kicked := time.Now()
 			e.mgr.Kick()
-			time.Sleep(200 * time.Millisecond)
+			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return a.views.Load() > views }),
+				wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+			time.Sleep(50 * time.Millisecond)
 			must.Eq(t, "reserved", e.pool.Prop(t, s0.Dataset, slots.PropState), must.Sprint("held for the next tenant"))
 			if next {
 				a.hold("scratch-0", o2)
+				before := len(w.Calls())
 				rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer rcancel()
 				res, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
 				must.NoError(t, err)
 				must.Eq(t, spare, res[0].Dataset)
 				must.Eq(t, o2.AllocID, res[0].Owner.AllocID, must.Sprint("identified by the read made beside the marks"))
+				var fate bool
+				for _, c := range w.Calls()[before:] {
+					fate = fate || slices.Equal(c.Args, []string{"set", slots.PropState + "=archived", s0.Dataset})
+				}
+				must.True(t, fate, must.Sprint("the Reserve wrote the owner's dataset's fate, not the pass"))
+			} else {
+				// Released by the pass at the end of the hold, not before.
+				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+					st, err := e.pool.TryProp(s0.Dataset, slots.PropState)
+					return err != nil || st != "reserved"
+				}), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
+				must.GreaterEq(t, 400*time.Millisecond, time.Since(kicked), must.Sprint("released before the hold was over"))
 			}
 			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 				return len(archived(t, e)) == 1
@@ -271,6 +290,51 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpare_HeldPairHandedOverInPart (issue 10): a Reserve of two held
+// slots whose second spare cannot be marked (a wrapper refuses it) fails,
+// but the first slot, already handed to the asker, is identified all the
+// same: the next Reserve gives it back to its owner, the asker, instead of
+// keeping it for want of one.
+func TestSpare_HeldPairHandedOverInPart(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 2)
+	o1, o2 := owner(1), owner(2)
+	_, spare0 := withSpare(t, e, a, "scratch-0", o1)
+	_, spare1 := withSpare(t, e, a, "scratch-1", o1)
+	a.end(o1)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	views := a.views.Load()
+	e.mgr.Kick()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return a.views.Load() > views }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	time.Sleep(50 * time.Millisecond)
+
+	a.hold("scratch-0", o2)
+	a.hold("scratch-1", o2)
+	w.FailFor("set", spare1, "cannot set property for '"+spare1+"': out of space")
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err := e.mgr.Reserve(rctx, []string{"scratch-0", "scratch-1"})
+	rcancel()
+	must.ErrorContains(t, err, "out of space")
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, spare0, got.Dataset)
+	must.Eq(t, o2.AllocID, got.Owner.AllocID, must.Sprint("handed over, and identified"))
+
+	w.Unfail("set")
+	rctx, rcancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
+	res, err := e.mgr.Reserve(rctx, []string{"scratch-0", "scratch-1"})
+	must.NoError(t, err)
+	must.Eq(t, spare0, res[0].Dataset)
+	must.Eq(t, spare1, res[1].Dataset)
+	must.NoError(t, e.mgr.Wait(rctx))
+	must.SliceLen(t, 2, archived(t, e))
 }
 
 // TestSpare_ReleasedSlotServesAtOnce (issue 10): when the release loop

@@ -137,6 +137,19 @@ func (r *Runner) runWith(ctx context.Context, bin string, args []string, io stre
 // command has exited or been killed; after a timeout or cancel, what is left
 // of its group has had SIGTERM and gets SIGKILL killGrace after it.
 func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io streams) ([]byte, error) {
+	// Before the command's own timeout starts: a wait for foreground
+	// commands (MaxYield at most) does not eat into it.
+	var yielded time.Duration
+	if isForeground(ctx) {
+		r.prio.enter()
+		defer r.prio.leave()
+	} else {
+		maxYield := r.MaxYield
+		if maxYield == 0 {
+			maxYield = DefaultMaxYield
+		}
+		yielded = r.prio.yield(ctx, maxYield)
+	}
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -190,17 +203,6 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	cmd.Stdin = io.in
 
-	var yielded time.Duration
-	if isForeground(ctx) {
-		r.prio.enter()
-		defer r.prio.leave()
-	} else {
-		maxYield := r.MaxYield
-		if maxYield == 0 {
-			maxYield = DefaultMaxYield
-		}
-		yielded = r.prio.yield(ctx, maxYield)
-	}
 	start := time.Now()
 	r.runs.Add(1)
 	err := cmd.Run()
