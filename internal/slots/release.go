@@ -209,7 +209,7 @@ type heldSlot struct {
 // spareHold ago. A kick is set for the end of the hold, so that the slot
 // is released then if no Reserve came for it.
 func (m *Manager) holdFor(s Slot) bool {
-	if s.Spare == "" || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
+	if !m.holdable(s) {
 		return false
 	}
 	m.mu.Lock()
@@ -241,13 +241,20 @@ func (m *Manager) holdFor(s Slot) bool {
 	return true
 }
 
+// holdable reports whether slot s may be held for its next tenant: its
+// spare is ready, it is not surplus, and its class does not restore (the
+// replacement of its owner gets the owner's data, not a spare).
+func (m *Manager) holdable(s Slot) bool {
+	return s.Spare != "" && !s.Surplus && s.ok && !restores(m.classOf([]string{s.ID}))
+}
+
 // heldForNext reports whether reserved slot s is held for its next tenant
 // (holdFor) now: a release pass found its owner, still the one s shows,
 // ended less than spareHold ago, from a complete view with no other live
 // holder, and the slot still qualifies (a spare ready, not surplus, its
 // class not restoring).
 func (m *Manager) heldForNext(s Slot) bool {
-	if !s.Owner.Known() || s.Spare == "" || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
+	if !s.Owner.Known() || !m.holdable(s) {
 		return false
 	}
 	m.mu.Lock()

@@ -222,6 +222,25 @@ func TestSpare_StoppedBetweenTheMarks(t *testing.T) {
 	must.Eq(t, slots.StateFree, got.State)
 }
 
+// kickedPass runs the release loop until the test ends, kicks it, and
+// returns once the pass that the kick started has read the allocations and
+// decided (what it holds, it holds from then on). It returns when it
+// kicked.
+func kickedPass(t *testing.T, e *env, a *allocs) (kicked time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	views := a.views.Load()
+	kicked = time.Now()
+	e.mgr.Kick()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return a.views.Load() > views }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	time.Sleep(50 * time.Millisecond)
+	return kicked
+}
+
 // TestSpare_KickedPassLeavesTheSpareToTheNextTenant (issue 10): a release
 // pass started by a kick (a new allocation list) leaves a slot whose owner
 // has ended and whose spare is ready to the next tenant's Reserve for a
@@ -235,19 +254,7 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 			c := newSpareCase(t)
 			w, e, a, o2, s0, spare, guid := c.w, c.e, c.a, c.o2, c.s0, c.spare, c.guid
 			w.Resume("rename")
-			ctx, cancel := context.WithCancel(context.Background())
-			ran := make(chan struct{})
-			go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
-			t.Cleanup(func() { cancel(); <-ran })
-
-			// The kicked pass has read the allocations and decided: it
-			// holds the slot rather than write the owner's dataset's fate.
-			views := a.views.Load()
-			kicked := time.Now()
-			e.mgr.Kick()
-			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return a.views.Load() > views }),
-				wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
-			time.Sleep(50 * time.Millisecond)
+			kicked := kickedPass(t, e, a)
 			must.Eq(t, "reserved", e.pool.Prop(t, s0.Dataset, slots.PropState), must.Sprint("held for the next tenant"))
 			if next {
 				a.hold("scratch-0", o2)
@@ -305,15 +312,7 @@ func TestSpare_HeldPairHandedOverInPart(t *testing.T) {
 	_, spare0 := withSpare(t, e, a, "scratch-0", o1)
 	_, spare1 := withSpare(t, e, a, "scratch-1", o1)
 	a.end(o1)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
-	t.Cleanup(func() { cancel(); <-ran })
-	views := a.views.Load()
-	e.mgr.Kick()
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return a.views.Load() > views }),
-		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
-	time.Sleep(50 * time.Millisecond)
+	kickedPass(t, e, a)
 
 	a.hold("scratch-0", o2)
 	a.hold("scratch-1", o2)
