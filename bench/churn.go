@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -158,7 +159,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 	if err != nil {
 		return nil, err
 	}
-	chroot, err := chrootEnv(ctx, "/bin/sh", "/bin/sleep")
+	chroot, err := localagent.ChrootEnv(ctx, []string{"/bin/sh", "/bin/sleep"}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +352,7 @@ func churnJob(id string, device bool) *api.Job {
 		res.Devices = []*api.RequestedDevice{{Name: "zfs/dataset/" + churnClass, Count: ptr(uint64(1))}}
 	}
 	task := api.NewTask("t", "exec").SetConfig("command", "/bin/sh").SetConfig("args", []string{"-c", script}).Require(res)
-	task.Env = map[string]string{"PATH": "/bin"} // the chroot holds /bin/sh and /bin/sleep (chrootEnv)
+	task.Env = map[string]string{"PATH": "/bin"} // the chroot holds /bin/sh and /bin/sleep (localagent.ChrootEnv)
 	tg := api.NewTaskGroup("g", 1).AddTask(task)
 	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}

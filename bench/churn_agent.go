@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -235,46 +233,6 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	return os.WriteFile(to, b, mode)
-}
-
-// chrootEnv returns a client `chroot_env` block holding only the given
-// programs and the shared objects ldd lists for them (and ld.so.cache),
-// each under the path the program asks for, linked from its real file.
-// The exec driver's default chroot links or copies all of /usr into every
-// task directory, which takes ~14 s per task on a small machine and would
-// hide what the plugin costs.
-func chrootEnv(ctx context.Context, programs ...string) (string, error) {
-	files := map[string]bool{"/etc/ld.so.cache": true}
-	for _, p := range programs {
-		files[p] = true
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		out, err := exec.CommandContext(lctx, "ldd", p).Output()
-		cancel()
-		if err != nil {
-			return "", fmt.Errorf("ldd %s: %w", p, err)
-		}
-		for _, l := range strings.Split(string(out), "\n") {
-			for _, f := range strings.Fields(l) {
-				if strings.HasPrefix(f, "/") {
-					files[f] = true
-				}
-			}
-		}
-	}
-	var b strings.Builder
-	b.WriteString("  chroot_env {\n")
-	for _, dst := range slices.Sorted(maps.Keys(files)) {
-		src, err := filepath.EvalSymlinks(dst)
-		if err != nil {
-			if dst == "/etc/ld.so.cache" {
-				continue
-			}
-			return "", err
-		}
-		fmt.Fprintf(&b, "    %q = %q\n", src, dst)
-	}
-	b.WriteString("  }\n")
-	return b.String(), nil
 }
 
 // procStatusBytes reads one "Vm…: N kB" field of /proc/PID/status, in bytes.

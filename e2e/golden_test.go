@@ -128,8 +128,21 @@ func TestGoldenSourceEndToEnd(t *testing.T) {
 	pool.ZFS(t, "destroy", look)
 
 	// The operator's documented step: a new snapshot, the class moved to
-	// it, the agent restarted.
+	// it, the agent restarted. The restart comes once the second tenant's
+	// dataset is released: the slot serves its spare at once, so a healthy
+	// device does not say so. (The next agent is a new dev cluster that
+	// has never heard of the second tenant; a dataset still in its name
+	// would rightly be kept, and the slot shown unhealthy.)
 	agent.WaitForDevice(t, "zfs", "dataset", "ci", 1, deviceTimeout)
+	agent.Wait(t, "the second tenant's dataset released", deviceTimeout, func() (bool, string) {
+		states := pool.ZFS(t, "get", "-H", "-o", "name,value", "-r", "nomad-device-zfs:state", parent+"/ci")
+		for _, l := range strings.Split(strings.TrimSpace(states), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] != parent+"/ci" && !strings.Contains(f[0], "@") && f[1] != "free" {
+				return false, states
+			}
+		}
+		return true, states
+	})
 	must.NoError(t, agent.Stop())
 	v2 := snapshot("v2", "golden v2")
 	agent = agentWith(v2)

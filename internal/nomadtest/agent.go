@@ -136,7 +136,11 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "agent.hcl")
-	if err := os.WriteFile(cfgPath, []byte(agentConfig(opts, ports)), 0o644); err != nil {
+	chroot, err := taskChroot()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfgPath, []byte(agentConfig(opts, ports, chroot)), 0o644); err != nil {
 		return nil, err
 	}
 	logFile, err := os.Create(a.LogPath)
@@ -202,7 +206,7 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 	return a, nil
 }
 
-func agentConfig(opts Options, ports []int) string {
+func agentConfig(opts Options, ports []int, chroot string) string {
 	level := opts.LogLevel
 	if level == "" {
 		level = "DEBUG"
@@ -224,8 +228,9 @@ client {
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }%s
-}
-`, level, ports[0], ports[1], ports[2], clientNetwork(opts))
+  # The exec driver's chroot: the tasks' programs only (taskChroot).
+%s}
+`, level, ports[0], ports[1], ports[2], clientNetwork(opts), chroot)
 	if opts.ACL {
 		b.WriteString("\nacl {\n  enabled = true\n}\n")
 	}
