@@ -368,7 +368,10 @@ file_written() {
 }
 wait_for "the dataset reserved for $ALLOC_ID to hold the task's file" 60 file_written
 file_written
-INSTANCE="scratch-${DATASET##*/}"
+# A slot serves from <parent>/<class>/<index> or from <index>.alt, the
+# other name holding its spare (docs/release-lifecycle.md).
+SLOT_NAME=${DATASET%.alt}
+INSTANCE="scratch-${SLOT_NAME##*/}"
 step "While the task runs: $INSTANCE is $DATASET, mounted on the host at $MOUNTPOINT"
 run zfs get -r -o name,property,value nomad-device-zfs:state,nomad-device-zfs:owner "$POOL/nomad/scratch"
 run ls -ln "$MOUNTPOINT"
@@ -417,14 +420,26 @@ archived_dataset() {
 	zfs get -H -r -o name,value nomad-device-zfs:owner "$POOL/nomad/.archive" 2>/dev/null |
 		awk -v id="alloc=$ALLOC_ID" 'index($2, id) && $1 !~ /@/ { print $1; exit }'
 }
+# fresh_dataset prints the slot's fresh dataset: under the slot's other
+# name (the spare the plugin kept ready), or under the same name again.
+fresh_dataset() {
+	local ds
+	for ds in "$SLOT_NAME" "$SLOT_NAME.alt"; do
+		if [[ "$(zfs get -H -o value nomad-device-zfs:state "$ds" 2>/dev/null)" == free ]]; then
+			echo "$ds"
+			return 0
+		fi
+	done
+	return 1
+}
 released() {
 	ARCHIVED=$(archived_dataset)
-	[[ -n "$ARCHIVED" && "$(zfs get -H -o value nomad-device-zfs:state "$ARCHIVED")" == archived &&
-		"$(zfs get -H -o value nomad-device-zfs:state "$DATASET")" == free ]]
+	[[ -n "$ARCHIVED" && "$(zfs get -H -o value nomad-device-zfs:state "$ARCHIVED")" == archived ]] &&
+		FRESH=$(fresh_dataset)
 }
 wait_for "the plugin to take $DATASET back" 120 released
 released
-step "After the allocation: the plugin archived $DATASET and made a fresh one in its place"
+step "After the allocation: the plugin archived $DATASET and made $INSTANCE a fresh one ($FRESH)"
 run zfs list -r -o name,used,avail,refquota,compression,mounted "$POOL/nomad"
 run zfs get -r -o name,property,value nomad-device-zfs:state "$POOL/nomad"
 step "The task's files, kept in the archive (mounted for a look, then unmounted)"

@@ -180,7 +180,7 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 	if err := api.ConfigureTLS(ac.HttpClient, ac.TLSConfig); err != nil {
 		return nil, fmt.Errorf("nomad API TLS for %s: %w", ac.Address, err)
 	}
-	ac.HttpClient.Transport = plainAnswers{ac.HttpClient.Transport}
+	ac.HttpClient.Transport = leanAnswers{plainAnswers{ac.HttpClient.Transport}}
 	client, err := api.NewClient(ac)
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
@@ -411,9 +411,9 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 }
 
 // leanAlloc is the part of an allocation in /v1/node/:id/allocations that
-// the watcher uses. Decoding only these fields, and not the job that every
-// allocation in the answer carries, keeps each read of a busy node small:
-// the answer is read at every change of any allocation on the node.
+// the watcher uses. The answer is read at every change of any allocation
+// on the node, and every allocation in it carries its job: leanAnswers
+// decodes it one allocation at a time into these fields as it streams in.
 type leanAlloc struct {
 	ID, Namespace, JobID, TaskGroup, Name string
 	ClientStatus, DesiredStatus           string

@@ -1,0 +1,116 @@
+package allocwatch
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// leanAnswers decodes the node's allocation list as it streams in, one
+// allocation at a time, keeping only the fields of leanAlloc, and hands
+// the api package that lean list instead of Nomad's answer.
+//
+// Why: every allocation in /v1/node/:id/allocations carries its whole job,
+// so the answer grows with every allocation the node has had since
+// Nomad's last garbage collection (about 10 kB each for a one-task batch
+// job). The api package decodes through encoding/json's Decoder, which
+// holds a whole top-level value in memory before decoding it: the entire
+// answer, read at every change of any allocation on the node. Decoding
+// element by element holds one allocation at a time, so what a read
+// costs in memory no longer grows with the node's history.
+//
+// Only a 200 answer to a GET of that path, without Content-Encoding, is
+// rewritten; every other answer (errors with their status and body, other
+// endpoints) passes as it came. An answer that is not a JSON array of
+// objects fails the request with an error naming the path, as the api
+// package's own decoding would: the read fails, and the plugin keeps
+// every dataset.
+type leanAnswers struct{ next http.RoundTripper }
+
+// RoundTrip sends req and, for the node's allocation list, replaces the
+// answer's body with the lean list (see leanAnswers).
+func (l leanAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK ||
+		!isNodeAllocations(req.URL.Path) || resp.Header.Get("Content-Encoding") != "" {
+		return resp, err
+	}
+	body, err := leanAllocList(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %w", req.URL.Path, err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return resp, nil
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// transport.
+func (l leanAnswers) CloseIdleConnections() {
+	if c, ok := l.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// isNodeAllocations reports whether path is /v1/node/<id>/allocations.
+func isNodeAllocations(path string) bool {
+	id, ok := strings.CutPrefix(path, "/v1/node/")
+	if !ok {
+		return false
+	}
+	id, ok = strings.CutSuffix(id, "/allocations")
+	return ok && id != "" && !strings.Contains(id, "/")
+}
+
+// leanAllocList reads a JSON array of allocations from r one element at a
+// time and returns the JSON of the same array with each element cut to
+// leanAlloc's fields. A JSON null comes back as null. It fails on anything
+// else: a value that is not an array, an element that is neither an
+// object nor null, or data after the array.
+func leanAllocList(r io.Reader) ([]byte, error) {
+	dec := json.NewDecoder(r)
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("allocation list: %w", err)
+	}
+	if tok == nil {
+		return finish(dec, []byte("null"))
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, fmt.Errorf("allocation list: want a JSON array, found %v", tok)
+	}
+	list := []*leanAlloc{}
+	for dec.More() {
+		// One element at a time: the decoder holds this element, not the
+		// whole array. A null element stays an empty allocation, which
+		// read skips as it skips a nil one.
+		a := new(leanAlloc)
+		if err := dec.Decode(a); err != nil {
+			return nil, fmt.Errorf("allocation %d of the list: %w", len(list), err)
+		}
+		list = append(list, a)
+	}
+	if _, err := dec.Token(); err != nil { // the closing ']'
+		return nil, fmt.Errorf("allocation list: %w", err)
+	}
+	out, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	return finish(dec, out)
+}
+
+// finish returns out when nothing but white space follows the value dec
+// has read.
+func finish(dec *json.Decoder, out []byte) ([]byte, error) {
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("allocation list: data after the list")
+	}
+	return out, nil
+}
