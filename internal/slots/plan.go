@@ -247,7 +247,7 @@ const ProbePrefix = ".probe-"
 // Each slot gets one fresh dataset, serving or as the spare beside the
 // one in use (see pair.go). A slot dataset whose state is archived,
 // releasing or destroying gets the remaining steps of its release, each
-// decided from what ZFS says: canmount=noauto, unmount, rename into
+// decided from what ZFS says: unmount, canmount=noauto, rename into
 // <parent>/.archive, then a fresh dataset under its name when the slot has
 // no other. A dataset in the archive marked destroying is
 // destroyed; one still marked releasing (an earlier version's release) is
@@ -397,11 +397,17 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 		// rename, so that nothing follows it.
 		add(Action{Kind: SetProp, Prop: PropState, Value: string(StateArchived)})
 	}
-	if v, _ := d.Value("canmount"); v != "noauto" {
-		add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
-	}
+	// Unmount before canmount=noauto: zfs-fuse finishes an unmount in its
+	// daemon after the command returns, and a rename right behind it was
+	// refused as busy in about two releases of three under churn (each a
+	// retry 250 ms later); the one `zfs set` between them gives the daemon
+	// that time. A stop in between leaves the dataset unmounted with
+	// canmount=on: the next plan unmounts it again if anything mounted it.
 	if v, _ := d.Value("mounted"); v == "yes" {
 		add(Action{Kind: Unmount})
+	}
+	if v, _ := d.Value("canmount"); v != "noauto" {
+		add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
 	}
 	o, _ := ownerOf(d) // an owner that does not decode is archived as unknown
 	add(Action{Kind: RenameToArchive, Target: ArchivedName(cfg, c.Name, index, o, at)})

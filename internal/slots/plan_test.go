@@ -255,8 +255,8 @@ func TestMakePlan_Release(t *testing.T) {
 			want: []act{
 				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 				{SetProp, "tank/nomad/scratch/1", PropState, "archived", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
 			},
 		},
@@ -267,8 +267,8 @@ func TestMakePlan_Release(t *testing.T) {
 				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on", "mounted", "yes")},
 			want: []act{
 				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
 			},
 		},

@@ -460,7 +460,7 @@ func (c *crashAfter) DestroyRecursive(ctx context.Context, name, within string) 
 // finishes the job with the data intact in the archive.
 func TestRelease_CrashBetweenEverySteps(t *testing.T) {
 	for _, onRelease := range []string{slots.OnReleaseArchive, slots.OnReleaseDestroy} {
-		// Steps: state (archived or destroying), canmount, unmount,
+		// Steps: state (archived or destroying), unmount, canmount,
 		// rename, create, then destroy -r (destroy).
 		for n := 0; n <= 6; n++ {
 			t.Run(fmt.Sprintf("%s/after_%d_steps", onRelease, n), func(t *testing.T) {
