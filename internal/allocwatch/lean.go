@@ -23,20 +23,26 @@ import (
 // element by element holds one allocation at a time, so what a read
 // costs in memory no longer grows with the node's history.
 //
-// Only a 200 answer to a GET of that path, without Content-Encoding, is
-// rewritten; every other answer (errors with their status and body, other
-// endpoints) passes as it came. An answer that is not a JSON array of
-// objects fails the request with an error naming the path, as the api
-// package's own decoding would: the read fails, and the plugin keeps
-// every dataset.
+// Only a 200 answer, without Content-Encoding, to a GET of that path made
+// by read (which marks its context with leanList) is rewritten; every
+// other answer (errors with their status and body, other endpoints, other
+// callers) passes as it came. An answer that is not a JSON array of
+// objects fails the request with an error naming the path, more strictly
+// than the api package's own decoding (which takes null for an empty list
+// and ignores what follows the array): the read fails, and the plugin
+// keeps every dataset.
 type leanAnswers struct{ next http.RoundTripper }
 
-// RoundTrip sends req and, for the node's allocation list, replaces the
-// answer's body with the lean list (see leanAnswers).
+// leanList marks the context of read's request for leanAnswers.
+type leanList struct{}
+
+// RoundTrip sends req and, for read's request of the node's allocation
+// list, replaces the answer's body with the lean list (see leanAnswers).
 func (l leanAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := l.next.RoundTrip(req)
 	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK ||
-		!isNodeAllocations(req.URL.Path) || resp.Header.Get("Content-Encoding") != "" {
+		req.Context().Value(leanList{}) == nil || !isNodeAllocations(req.URL.Path) ||
+		resp.Header.Get("Content-Encoding") != "" {
 		return resp, err
 	}
 	body, err := leanAllocList(resp.Body)
@@ -70,17 +76,15 @@ func isNodeAllocations(path string) bool {
 
 // leanAllocList reads a JSON array of allocations from r one element at a
 // time and returns the JSON of the same array with each element cut to
-// leanAlloc's fields. A JSON null comes back as null. It fails on anything
-// else: a value that is not an array, an element that is neither an
-// object nor null, or data after the array.
+// leanAlloc's fields. It fails on anything else: a value that is not an
+// array (null included: Nomad answers [] for a node without allocations,
+// and a null read as "no allocations" would say every device is free), an
+// element that is not an object, or data after the array.
 func leanAllocList(r io.Reader) ([]byte, error) {
 	dec := json.NewDecoder(r)
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, fmt.Errorf("allocation list: %w", err)
-	}
-	if tok == nil {
-		return finish(dec, []byte("null"))
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
 		return nil, fmt.Errorf("allocation list: want a JSON array, found %v", tok)
@@ -88,29 +92,21 @@ func leanAllocList(r io.Reader) ([]byte, error) {
 	list := []*leanAlloc{}
 	for dec.More() {
 		// One element at a time: the decoder holds this element, not the
-		// whole array. A null element stays an empty allocation, which
-		// read skips as it skips a nil one.
-		a := new(leanAlloc)
-		if err := dec.Decode(a); err != nil {
+		// whole array.
+		var a *leanAlloc
+		if err := dec.Decode(&a); err != nil {
 			return nil, fmt.Errorf("allocation %d of the list: %w", len(list), err)
+		}
+		if a == nil {
+			return nil, fmt.Errorf("allocation %d of the list: null", len(list))
 		}
 		list = append(list, a)
 	}
 	if _, err := dec.Token(); err != nil { // the closing ']'
 		return nil, fmt.Errorf("allocation list: %w", err)
 	}
-	out, err := json.Marshal(list)
-	if err != nil {
-		return nil, err
-	}
-	return finish(dec, out)
-}
-
-// finish returns out when nothing but white space follows the value dec
-// has read.
-func finish(dec *json.Decoder, out []byte) ([]byte, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("allocation list: data after the list")
 	}
-	return out, nil
+	return json.Marshal(list)
 }

@@ -2,6 +2,7 @@ package allocwatch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -55,11 +56,10 @@ func TestLeanAllocList_Shapes(t *testing.T) {
 		err      string
 	}{
 		{name: "empty list", in: "[]\n", want: "[]"},
-		{name: "null", in: "null", want: "null"},
+		{name: "null", in: "null", err: "want a JSON array, found <nil>"},
 		{name: "unknown fields dropped", in: `[{"ID":"a1","Job":{"ID":"j","TaskGroups":[{"Name":"g"}]},"ClientStatus":"running"}]`,
 			want: `[{"ID":"a1","Namespace":"","JobID":"","TaskGroup":"","Name":"","ClientStatus":"running","DesiredStatus":"","AllocatedResources":null,"TaskStates":null}]`},
-		{name: "null element kept empty", in: `[null]`,
-			want: `[{"ID":"","Namespace":"","JobID":"","TaskGroup":"","Name":"","ClientStatus":"","DesiredStatus":"","AllocatedResources":null,"TaskStates":null}]`},
+		{name: "null element", in: `[{"ID":"a1"},null]`, err: "allocation 1 of the list: null"},
 		{name: "empty answer", in: "", err: "allocation list: EOF"},
 		{name: "an object", in: `{"ID":"a1"}`, err: "want a JSON array"},
 		{name: "a string", in: `"a1"`, err: "want a JSON array"},
@@ -83,8 +83,9 @@ func TestLeanAllocList_Shapes(t *testing.T) {
 }
 
 // TestLeanAnswers_OnlyTheListIsRewritten: errors keep their status and
-// body, other endpoints and encoded answers pass as they came, and a
-// malformed list fails the request naming the path.
+// body; other endpoints, encoded answers and requests that read did not
+// mark pass as they came; a malformed list fails the request naming the
+// path.
 func TestLeanAnswers_OnlyTheListIsRewritten(t *testing.T) {
 	full, err := os.ReadFile(savedAnswer)
 	must.NoError(t, err)
@@ -109,7 +110,11 @@ func TestLeanAnswers_OnlyTheListIsRewritten(t *testing.T) {
 	client := &http.Client{Transport: leanAnswers{tr}}
 	get := func(path, test string) (*http.Response, []byte, error) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		ctx := context.Background()
+		if test != "unmarked" {
+			ctx = context.WithValue(ctx, leanList{}, true) // as read marks it
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
 		must.NoError(t, err)
 		req.Header.Set("X-Test", test)
 		resp, err := client.Do(req)
@@ -132,6 +137,7 @@ func TestLeanAnswers_OnlyTheListIsRewritten(t *testing.T) {
 		{"/v1/node/n1/allocations", "403", "Permission denied\n"},
 		{"/v1/node/n1/allocations", "gzip", "not gzip, passed on as it came"},
 		{"/v1/node/n1", "", string(full)},
+		{"/v1/node/n1/allocations", "unmarked", string(full)}, // not read's request
 	} {
 		_, body, err := get(tc.path, tc.test)
 		must.NoError(t, err)

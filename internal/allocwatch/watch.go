@@ -387,7 +387,8 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	began := time.Now()
-	q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait}).WithContext(ctx)
+	// The context mark has leanAnswers decode the answer as it streams in.
+	q := (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: blockingWait}).WithContext(context.WithValue(ctx, leanList{}, true))
 	var allocs []*leanAlloc
 	meta, err := w.client.Raw().Query("/v1/node/"+url.PathEscape(nodeID)+"/allocations", &allocs, q)
 	if err != nil {

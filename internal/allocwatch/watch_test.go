@@ -172,8 +172,10 @@ func (f *fakeNomad) nodeReads() int {
 
 // visibleLocked filters out allocations in namespaces the token cannot
 // read, silently, as Nomad does.
+// visibleLocked is the node's allocation list as the token sees it; never
+// nil, so that it encodes as [] as Nomad's answer does (null is refused).
 func (f *fakeNomad) visibleLocked() []*api.Allocation {
-	var out []*api.Allocation
+	out := []*api.Allocation{}
 	for _, a := range f.allocs {
 		if !f.hidden[a.Namespace] && !f.gone[a.ID] {
 			out = append(out, a)
