@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 )
 
 // TestParseLdd reads ldd's answer for /usr/bin/id, saved on Debian 12.
@@ -31,7 +33,7 @@ func TestParseLdd(t *testing.T) {
 // hold everything they need.
 func TestChrootEnv(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("chroot needs root")
+		testenv.Skip(t, "chroot(2) needs root")
 	}
 	block, err := ChrootEnv(context.Background(), []string{"/bin/sh", "/usr/bin/id"}, []string{"/etc/passwd"})
 	must.NoError(t, err)

@@ -67,12 +67,20 @@ func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, 
 		return nil, err
 	}
 	var view *View // the latest read that began after arrived
+	var why string // the latest round's reason to wait
 	for {
 		changed := m.Changed()
 		res, wait, err := m.tryReserve(ctx, ids, arrived, &view)
 		if err != nil || wait == "" {
 			return res, err
 		}
+		if ctx.Err() != nil && why != "" {
+			// reserve_timeout cut this round short: the reason to tell
+			// is the one the round before found (a full pool, say), not
+			// the deadline.
+			wait = why
+		}
+		why = wait
 		*waited = true
 		m.log.Debug("reserve waiting", "devices", ids, "reason", wait)
 		m.Kick()

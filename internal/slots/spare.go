@@ -40,8 +40,11 @@ func promoteSpare(x *Slot, state State) {
 // not be written): nobody has had it, so it is still fresh. When ZFS
 // refuses that too, the spare is no longer offered, and the next Sync
 // finds both datasets recorded in use: a conflict that keeps both.
+//
+// It runs even when ctx has ended (the fate was cut short by the Reserve's
+// deadline): the runner's own timeout bounds it.
 func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) {
-	if err := m.zfs.Set(ctx, cur.Spare, PropState, string(StateFree)); err != nil {
+	if err := m.zfs.Set(context.WithoutCancel(ctx), cur.Spare, PropState, string(StateFree)); err != nil {
 		m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
 		m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; both datasets are kept until one is released", "device", cur.ID, "spare", cur.Spare, "error", err)
 	}

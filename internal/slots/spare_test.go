@@ -174,6 +174,67 @@ func TestSpare_RefusedFateLeavesTheSpareFresh(t *testing.T) {
 	must.Eq(t, guid, e.guid(t, names[0]))
 }
 
+// TestSpare_DeadlineAfterARefusalNamesTheRefusal (issue 10): ZFS refuses
+// the handover's fate (a full pool), and the round after that is cut
+// short by reserve_timeout (its fate write hangs, paused by the wrapper).
+// The Reserve fails naming the refusal, not the deadline, and the spare,
+// marked beside the cut fate, is recorded free again although the
+// Reserve's own deadline has passed. (Seen on OpenZFS 2.3 under
+// emulation, where each round is slow.)
+func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
+	w.Resume("rename")
+	a.hold("scratch-0", o2)
+	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+	t.Cleanup(func() { w.Resume("set") })
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+		done <- err
+	}()
+	// Once a fate has been refused (the spare, marked beside it, is then
+	// marked free again: the wrapper records a call before it fails it),
+	// the next one hangs.
+	refused := func() bool {
+		for _, c := range w.Calls() {
+			if c.Cmd == "zfs" && len(c.Args) == 3 && c.Args[0] == "set" && c.Args[1] == slots.PropState+"=free" && c.Args[2] == spare {
+				return true
+			}
+		}
+		return false
+	}
+	for !refused() {
+		select {
+		case err := <-done:
+			t.Fatalf("Reserve returned before any fate was written: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	w.PauseFor("set", s0.Dataset)
+	w.Unfail("set")
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Reserve did not return after its deadline")
+	}
+	must.ErrorContains(t, err, "out of space")
+	must.ErrorContains(t, err, "reserve_timeout")
+	must.StrNotContains(t, err.Error(), "context deadline exceeded")
+
+	must.Eq(t, "reserved", e.pool.Prop(t, s0.Dataset, slots.PropState))
+	must.Eq(t, guid, e.guid(t, s0.Dataset))
+	data, rerr := os.ReadFile(filepath.Join(s0.Mountpoint, "data.txt"))
+	must.NoError(t, rerr)
+	must.Eq(t, "tenant "+o1.AllocID, string(data))
+	must.Eq(t, "free", e.pool.Prop(t, spare, slots.PropState), must.Sprint("the spare is recorded free again after the deadline"))
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, spare, got.Spare, must.Sprint("and still offered as the slot's spare"))
+}
+
 // TestSpare_StoppedBetweenTheMarks (issue 10): a plugin stopped after the
 // handover marked the spare reserved and before the owner's dataset's
 // fate landed (the two go side by side) leaves both datasets of the slot
