@@ -555,8 +555,8 @@ func (h *sizeRun) release(ctx context.Context) error {
 		start := time.Now()
 		for _, args := range [][]string{
 			{"set", "zfsbench:released-at=" + time.Now().UTC().Format(time.RFC3339), floorDS},
-			{"set", "canmount=noauto", floorDS},
 			{"unmount", floorDS},
+			{"set", "canmount=noauto", floorDS},
 			{"rename", floorDS, fmt.Sprintf("%s/rel-%d", floorArchive, floorSeq)},
 			createArgs(floorDS, props),
 		} {
@@ -590,8 +590,8 @@ func (h *sizeRun) release(ctx context.Context) error {
 		return err
 	}
 	row := timeRow("release", "release → fresh slot (p50)", Median(ps), Median(fs), ps, fs, "",
-		"one release pass (ReleaseEnded) after the owner ended: the dataset's fate recorded (state; the slot's spare serves from then on), canmount=noauto, unmount, rename into .archive; the fresh dataset is the spare, made (and given owner and mode) behind the tenant's Reserve, outside the timing; "+
-			"floor: the same zfs commands by hand (set release time, set canmount, unmount, rename, create) + chown/chmod, without the plugin's state marks and reads", nil)
+		"one release pass (ReleaseEnded) after the owner ended: the dataset's fate recorded (state; the slot's spare serves from then on), unmount, canmount=noauto, rename into .archive; the fresh dataset is the spare, made (and given owner and mode) behind the tenant's Reserve, outside the timing; "+
+			"floor: the same zfs commands by hand (set release time, unmount, set canmount, rename, create) + chown/chmod, without the plugin's state marks and reads", nil)
 	row.RatioOfMedians, row.Ratio = row.Ratio, pairedRatio(ps, fs)
 	h.rows = append(h.rows, row)
 

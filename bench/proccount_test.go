@@ -82,7 +82,7 @@ func TestProcessCounts(t *testing.T) {
 				{
 					// The next tenant of a slot whose owner has ended: the
 					// owner's dataset's fate and the spare reserved, on
-					// Reserve's path; behind it canmount=noauto, unmount,
+					// Reserve's path; behind it unmount, canmount=noauto,
 					// rename into the archive, and the next spare made
 					// under the released name. No read.
 					name: "Reserve by the next tenant, and the release behind it",
@@ -105,8 +105,8 @@ func TestProcessCounts(t *testing.T) {
 				},
 				{
 					// Record the release (the dataset's fate, archived):
-					// the spare serves at once. Behind it canmount=noauto,
-					// unmount, rename into the archive; no read, and no
+					// the spare serves at once. Behind it unmount,
+					// canmount=noauto, rename into the archive; no read, and no
 					// dataset made (the spare was). The pool's health is
 					// read unless a check found it ONLINE in the last 5 s
 					// (as the fingerprint refresh does).

@@ -351,8 +351,8 @@ func TestRelease_Destroy(t *testing.T) {
 }
 
 // A dataset that a process still has open is never forced: the release
-// waits, the data stays in place, and the slot reports why while it serves
-// a fresh dataset beside it.
+// waits, the data stays in place (canmount=noauto meanwhile), and the slot
+// reports why while it serves a fresh dataset beside it.
 func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
@@ -374,6 +374,10 @@ func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))
 	must.Eq(t, "archived", e.pool.Prop(t, s.Dataset, slots.PropState)) // its fate, recorded first
+	// The plan sets canmount=noauto after the unmount; while the unmount
+	// waits, it is set all the same, so that nothing mounts the released
+	// data again by itself (a reboot, say).
+	must.Eq(t, "noauto", e.pool.Prop(t, s.Dataset, "canmount"))
 	_, err = os.Stat(filepath.Join(s.Mountpoint, "data.txt"))
 	must.NoError(t, err)
 

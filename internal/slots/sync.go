@@ -335,7 +335,17 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 		}
 		return m.zfs.Mount(ctx, a.Dataset)
 	case Unmount:
-		return m.zfs.Unmount(ctx, a.Dataset)
+		err := m.zfs.Unmount(ctx, a.Dataset)
+		if err != nil {
+			// The plan sets canmount=noauto after the unmount (plan.go,
+			// releaseSteps). While the unmount waits (a process still has
+			// the dataset open), set it now, so that a reboot meanwhile
+			// does not mount the released data again by itself.
+			if serr := m.zfs.Set(context.WithoutCancel(ctx), a.Dataset, "canmount", "noauto"); serr != nil {
+				m.log.Warn("released dataset's unmount failed, and so did canmount=noauto", "dataset", a.Dataset, "error", serr)
+			}
+		}
+		return err
 	case RenameToArchive:
 		err := m.zfs.Rename(ctx, a.Dataset, a.Target)
 		if errors.Is(err, zfs.ErrNoSpace) {

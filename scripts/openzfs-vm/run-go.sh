@@ -4,11 +4,11 @@
 #
 #   FLAVOUR  2.3, 2.1, or all (2.3 then 2.1; fails when either fails)
 #   TESTS    what `test` runs (default all):
-#              all   go test ./... : every test, the e2e tests too (hours
-#                    under emulation: see docs/testing-openzfs.md)
+#              all   go test ./... : every test, the e2e tests too (about
+#                    35 min per flavour on 2 cores: docs/testing-openzfs.md)
 #              ci    the subset that fits CI's budget: the real-pool packages
-#                    zfs, slots, cli, retention and backup (about 15 min in the VM on 2
-#                    cores); device, bench and e2e are left out
+#                    zfs, slots, device, cli, retention, backup, shared and
+#                    bench (about 15 min in the VM on 2 cores); e2e is left out
 #              or go packages, e.g. "./internal/zfs ./e2e"
 #
 # Steps, for each flavour: build or reuse the image (build-image.sh), build or
@@ -42,12 +42,12 @@ case $mode in test | bench) ;; *) die "usage: run-go.sh test|bench 2.3|2.1|all [
 command -v go > /dev/null || die "no go on PATH"
 
 # The packages of each subset. `ci`: the real-pool packages that fit in
-# CI's 60 minutes after the zfs-fuse suite and a fresh image build; device
-# (+4-5 min), bench (+4 min) and e2e (hours: a Nomad agent and the exec
-# driver under emulation) are left to TESTS=all. See docs/testing-openzfs.md.
+# CI's 60 minutes after the zfs-fuse suite and a fresh image build; e2e
+# (about 12 min: a Nomad agent per test under emulation) is left to
+# TESTS=all. See docs/testing-openzfs.md.
 case $tests in
 all) pkgs=(./...) ;;
-ci) pkgs=(./internal/zfs/... ./internal/slots/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/...) ;;
+ci) pkgs=(./internal/zfs/... ./internal/slots/... ./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./bench/...) ;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
 : "${GOTEST_TIMEOUT:=180m}"
