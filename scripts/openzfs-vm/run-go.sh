@@ -25,7 +25,7 @@
 #
 # Env: GOTESTFLAGS (e.g. -v or -run X), GOTEST_TIMEOUT (go test -timeout,
 #      180m), BENCHFLAGS (zfsbench's, default -sizes 10,100), BENCH_CHURN
-#      (0 leaves the churn of 160 exec jobs out: hours under emulation), the
+#      (0 leaves the churn of 160 exec jobs out: not timed under emulation yet), the
 #      run-in-vm.sh and build-image.sh variables.
 set -euo pipefail
 
