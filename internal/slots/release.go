@@ -509,7 +509,15 @@ func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spa
 		props[PropOwner] = o.Encode()
 	}
 	if err := m.setProps(ctx, cur.Dataset, props); err != nil {
-		m.setNote(cur.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
+		// A write cut short by the caller's deadline (a Reserve's
+		// reserve_timeout) says nothing about ZFS: a reason found before
+		// it, such as a full pool, stays the slot's health.
+		m.mu.Lock()
+		_, noted := m.notes[cur.ID]
+		m.mu.Unlock()
+		if ctx.Err() == nil || !noted {
+			m.setNote(cur.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
+		}
 		return "", fmt.Errorf("starting the release of %s: %w", cur.ID, err)
 	}
 	m.mu.Lock()

@@ -177,7 +177,8 @@ func TestSpare_RefusedFateLeavesTheSpareFresh(t *testing.T) {
 // TestSpare_DeadlineAfterARefusalNamesTheRefusal (issue 10): ZFS refuses
 // the handover's fate (a full pool), and the round after that is cut
 // short by reserve_timeout (its fate write hangs, paused by the wrapper).
-// The Reserve fails naming the refusal, not the deadline, and the spare,
+// The Reserve fails naming the refusal, not the deadline (so does the
+// slot's health), and the spare,
 // marked beside the cut fate, is recorded free again although the
 // Reserve's own deadline has passed. (Seen on OpenZFS 2.3 under
 // emulation, where each round is slow.)
@@ -224,6 +225,9 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 	must.ErrorContains(t, err, "out of space")
 	must.ErrorContains(t, err, "reserve_timeout")
 	must.StrNotContains(t, err.Error(), "context deadline exceeded")
+	got := slotByID(t, e, "scratch-0")
+	must.False(t, got.Healthy)
+	must.StrContains(t, got.HealthDesc, "out of space", must.Sprint("the slot's health names the refusal too"))
 
 	must.Eq(t, "reserved", e.pool.Prop(t, s0.Dataset, slots.PropState))
 	must.Eq(t, guid, e.guid(t, s0.Dataset))
@@ -231,7 +235,7 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 	must.NoError(t, rerr)
 	must.Eq(t, "tenant "+o1.AllocID, string(data))
 	must.Eq(t, "free", e.pool.Prop(t, spare, slots.PropState), must.Sprint("the spare is recorded free again after the deadline"))
-	got := slotByID(t, e, "scratch-0")
+	got = slotByID(t, e, "scratch-0")
 	must.Eq(t, spare, got.Spare, must.Sprint("and still offered as the slot's spare"))
 }
 

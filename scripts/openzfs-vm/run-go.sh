@@ -25,7 +25,7 @@
 #
 # Env: GOTESTFLAGS (e.g. -v or -run X), GOTEST_TIMEOUT (go test -timeout,
 #      180m), BENCHFLAGS (zfsbench's, default -sizes 10,100), BENCH_CHURN
-#      (0 leaves the churn of 160 exec jobs out: not timed under emulation yet), the
+#      (0 leaves the churn of 160 exec jobs out; "only" runs the churn alone), the
 #      run-in-vm.sh and build-image.sh variables.
 set -euo pipefail
 
@@ -109,12 +109,14 @@ guest_script() {
 	else
 		local out=bench/out/openzfs-$flavour
 		printf 'mkdir -p %q || exit 1\n' "$out"
-		printf 'bin/zfsbench -out %q/results.json' "$out"
-		for q in "${benchflags[@]}"; do printf ' %q' "$q"; done
-		printf ' || exit\n'
-		printf 'bin/zfsbench -mobility -reps 5 -mobility-out %q/mobility-results.json || exit\n' "$out"
-		printf 'bin/zfsbench -golden -reps 9 -golden-out %q/golden-results.json || exit\n' "$out"
-		if [ "${BENCH_CHURN:-1}" = 1 ]; then
+		if [ "${BENCH_CHURN:-1}" != only ]; then
+			printf 'bin/zfsbench -out %q/results.json' "$out"
+			for q in "${benchflags[@]}"; do printf ' %q' "$q"; done
+			printf ' || exit\n'
+			printf 'bin/zfsbench -mobility -reps 5 -mobility-out %q/mobility-results.json || exit\n' "$out"
+			printf 'bin/zfsbench -golden -reps 9 -golden-out %q/golden-results.json || exit\n' "$out"
+		fi
+		if [ "${BENCH_CHURN:-1}" != 0 ]; then
 			printf 'bin/zfsbench -churn -churn-out %q/churn-results.json\n' "$out"
 		else
 			printf 'echo "openzfs-vm: churn left out (BENCH_CHURN=0)"\n'
