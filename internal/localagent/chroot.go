@@ -51,8 +51,9 @@ func ChrootEnv(ctx context.Context, programs []string, files []string) (string, 
 	}
 	// Nomad's chroot_env maps each host file to one path: the block's
 	// keys are the sources.
-	byDst := map[string]string{}
 	bySrc := map[string]string{}
+	var b strings.Builder
+	b.WriteString("  chroot_env {\n")
 	for _, dst := range slices.Sorted(maps.Keys(want)) {
 		src, err := filepath.EvalSymlinks(dst)
 		if err != nil {
@@ -62,12 +63,7 @@ func ChrootEnv(ctx context.Context, programs []string, files []string) (string, 
 			return "", fmt.Errorf("chroot_env entries %s and %s are the same file %s; Nomad maps a host file to one path only", other, dst, src)
 		}
 		bySrc[src] = dst
-		byDst[dst] = src
-	}
-	var b strings.Builder
-	b.WriteString("  chroot_env {\n")
-	for _, dst := range slices.Sorted(maps.Keys(byDst)) {
-		fmt.Fprintf(&b, "    %q = %q\n", byDst[dst], dst)
+		fmt.Fprintf(&b, "    %q = %q\n", src, dst)
 	}
 	b.WriteString("  }\n")
 	return b.String(), nil
