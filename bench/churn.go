@@ -68,6 +68,13 @@ type ChurnResults struct {
 	Warnings  []string                  `json:"plugin_warnings,omitempty"`
 	Notes     []string                  `json:"notes,omitempty"`
 	AgentLog  string                    `json:"agent_log"`
+
+	// reads are the plugin's non-blocking allocation reads during the
+	// device batches (for the notes; not written).
+	reads []logRead
+	// lockWaits are the waits of Reserves for their slot's lock during
+	// the device batches.
+	lockWaits []logLockWait
 }
 
 // BatchResult is one batch of jobs.
@@ -105,6 +112,10 @@ type AllocRecord struct {
 	// had ended), "owner" (made for it by a release it waited for, or its
 	// own again); "" when no line was found.
 	How string `json:"how,omitempty"`
+	// ReserveZFSMS is the longest zfs set of the slot's state that the
+	// plugin ran on the slot within the hook (the one of a fresh slot; the
+	// longer of a spare's two side by side), from its runner's "ran" line.
+	ReserveZFSMS float64 `json:"reserve_zfs_ms,omitempty"`
 }
 
 // RunChurn runs the scenario on a pool made for it and returns its

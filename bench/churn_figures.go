@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -97,6 +98,21 @@ func (r *churnRun) figures() error {
 	samples := r.watch.snapshot()
 	res.Health = r.watch.changes()
 	res.Fingerprs = len(lg.Sent)
+	inDevice := func(t time.Time) bool {
+		return slices.ContainsFunc(res.Batches, func(b BatchResult) bool {
+			return b.Kind == "device" && !t.Before(b.Start) && !t.After(b.End)
+		})
+	}
+	for _, rd := range lg.Reads {
+		if inDevice(rd.End) {
+			res.reads = append(res.reads, rd)
+		}
+	}
+	for _, w := range lg.LockWaits {
+		if (w.For == "reserve" || w.For == "hand over the spare") && inDevice(w.At) {
+			res.lockWaits = append(res.lockWaits, w)
+		}
+	}
 	for _, w := range lg.Unhealthy {
 		res.Warnings = append(res.Warnings, w.At.Format(time.RFC3339Nano)+" "+w.Text)
 	}
@@ -109,6 +125,7 @@ func (r *churnRun) figures() error {
 				a.ReserveMS = ms(h.Duration)
 				a.How = howReserved(lg, a.Device, h)
 				a.Fresh = a.How == "fresh" || a.How == "" && freshAt(lg, a.Device, h.Start)
+				a.ReserveZFSMS = ms(reserveCommand(lg, a.Device, h))
 			}
 		}
 	}
@@ -192,6 +209,68 @@ func howReserved(lg *churnLog, device string, h devicesHook) string {
 	return ""
 }
 
+// lockWaitsNote describes the Reserves' waits for their slot's lock
+// (TRACE "waited for the slot's lock", a millisecond or more), by what
+// held it.
+func lockWaitsNote(waits []logLockWait) string {
+	if len(waits) == 0 {
+		return "; no Reserve waited a millisecond or more for its slot's lock"
+	}
+	var all []time.Duration
+	behind := map[string]int{}
+	for _, w := range waits {
+		all = append(all, w.Waited)
+		behind[orNone(w.Behind)]++
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(behind)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, behind[k]))
+	}
+	return fmt.Sprintf("; %d Reserves waited a millisecond or more for their slot's lock (p50 %s, max %s), behind: %s",
+		len(waits), fmtMS(Median(all)), fmtMS(Percentile(all, 100)), strings.Join(parts, ", "))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(unnamed: the lock was being taken or given up)"
+	}
+	return s
+}
+
+// readsNote describes the plugin's non-blocking reads of the node's
+// allocations during the batches: a Reserve's identification runs beside
+// its zfs command and the Reserve returns when both are done.
+func readsNote(reads []logRead) string {
+	if len(reads) == 0 {
+		return ""
+	}
+	var took []time.Duration
+	most := 0
+	for _, r := range reads {
+		took = append(took, r.Took)
+		most = max(most, r.Allocs)
+	}
+	return fmt.Sprintf("; the plugin's non-blocking reads of the node's allocations during the batches (a Reserve's identification, a release pass's proof): %d, p50 %s, p90 %s, at up to %d allocations",
+		len(reads), fmtMS(Median(took)), fmtMS(Percentile(took, 90)), most)
+}
+
+// reserveCommand returns the longest zfs set of a slot state (stateMark)
+// that the plugin ran on device's datasets inside the Reserve that hook
+// timed, 0 when none. The
+// log's timestamps are whole milliseconds: a command may seem to stick out
+// of the hook by one.
+func reserveCommand(lg *churnLog, device string, h devicesHook) time.Duration {
+	var longest time.Duration
+	const slack = 2 * time.Millisecond
+	from, end := h.Start.Add(-slack), h.Start.Add(h.Duration+slack)
+	for _, r := range lg.Marks {
+		if r.Device == device && !r.End.After(end) && !r.End.Add(-r.Took).Before(from) && r.Took > longest {
+			longest = r.Took
+		}
+	}
+	return longest
+}
+
 // freshAt reports whether a slot was fresh at t: the plugin logged a fresh
 // dataset for it ("create slot") after its last reservation before t. A
 // slot whose tenant has ended but whose release has not begun is not fresh.
@@ -239,13 +318,21 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	}
 	// Reserve on a fresh slot, during churn versus idle.
 	var idle, churn, spare, busy []time.Duration
+	// The same Reserves split in two: their zfs command, and the rest.
+	var idleCmd, idleRest, churnCmd, churnRest []time.Duration
 	for _, a := range res.Idle {
 		if a.ReserveMS > 0 {
 			idle = append(idle, msDur(a.ReserveMS))
 		}
+		if a.ReserveMS > 0 && a.ReserveZFSMS > 0 {
+			idleCmd, idleRest = append(idleCmd, msDur(a.ReserveZFSMS)), append(idleRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
+		}
 	}
 	for _, b := range res.Batches {
 		for _, a := range b.Allocs {
+			if a.ReserveMS > 0 && a.ReserveZFSMS > 0 && (a.Fresh || a.How == "spare") {
+				churnCmd, churnRest = append(churnCmd, msDur(a.ReserveZFSMS)), append(churnRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
+			}
 			switch {
 			case a.ReserveMS == 0:
 			case a.Fresh:
@@ -262,7 +349,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 		rows = append(rows, ChurnRow{Key: "reserve-fresh", Figure: "Reserve on a slot that is already fresh, p50 during churn",
 			Measured: fmtMS(Median(churn)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
-			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer; the plugin logs no Reserve duration); fresh = the plugin logged the slot's fresh dataset after its last reservation; %d fresh samples (max %s), %d idle; %d more Reserves were given a slot whose tenant had ended but that was not fresh yet, and waited for its release (p50 %s, max %s)",
+			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer); fresh = the plugin logged the slot's fresh dataset after its last reservation; %d fresh samples (max %s), %d idle; %d more Reserves were given a slot whose tenant had ended but that was not fresh yet, and waited for its release (p50 %s, max %s)",
 				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100)))})
 	}
 	if len(idle) > 0 && len(spare) > 0 {
@@ -271,6 +358,14 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Measured: fmtMS(Median(spare)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
 			Note: fmt.Sprintf("the plugin's \"slot reserved\" line says how (how=spare): two zfs commands, the ended tenant's dataset archived behind it; %d samples (max %s)", len(spare), fmtMS(Percentile(spare, 100)))})
+	}
+	if len(idleCmd) > 0 && len(churnCmd) > 0 {
+		q := float64(Median(churnCmd)) / float64(Median(idleCmd))
+		rows = append(rows, ChurnRow{Key: "reserve-zfs", Figure: "the zfs set of those Reserves (fresh and spare), p50 during churn",
+			Measured: fmtMS(Median(churnCmd)), Reference: fmtMS(Median(idleCmd)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+			Target: "—", Verdict: "info",
+			Note: fmt.Sprintf("from the plugin's runner (\"ran\" lines at TRACE): the longest zfs set of a slot state on the slot's datasets inside each Reserve; the rest of the Reserve (gRPC, the allocation read that identifies the asker when it ends later than the command, Nomad saving the answer): p50 %s during churn (max %s), %s idle; %d and %d samples",
+				fmtMS(Median(churnRest)), fmtMS(Percentile(churnRest, 100)), fmtMS(Median(idleRest)), len(churnCmd), len(idleCmd)) + readsNote(res.reads) + lockWaitsNote(res.lockWaits)})
 	}
 	// Recycle and health shown during the release.
 	var recycle, recycleTask, shownDelay, again, toStart, work []time.Duration

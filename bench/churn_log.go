@@ -76,6 +76,35 @@ type churnLog struct {
 	Hooks     map[string]devicesHook // by allocation ID
 	Sent      []logSent              // "fingerprint sent"
 	Unhealthy []logEvent             // plugin lines at WARN or ERROR
+	Marks     []logRan               // "ran": the zfs set of a slot's state, on this class's slots
+	Reads     []logRead              // "read the node's allocations" with blocking=false
+	LockWaits []logLockWait          // "waited for the slot's lock"
+}
+
+// logLockWait is a wait for a slot's lock that the plugin logged: for
+// what, behind what, and how long.
+type logLockWait struct {
+	At     time.Time
+	For    string
+	Behind string
+	Waited time.Duration
+}
+
+// logRead is a non-blocking read of the node's allocations that the plugin
+// made (for a Reserve's identification or a release pass's proof).
+type logRead struct {
+	End    time.Time
+	Took   time.Duration
+	Allocs int
+}
+
+// logRan is one zfs command the plugin ran, as its runner logged it: when
+// it ended, how long it took, and the dataset it named last.
+type logRan struct {
+	End     time.Time
+	Took    time.Duration
+	Device  string // the slot the dataset belongs to (its first name or its spare)
+	Dataset string
 }
 
 // logSent is a fingerprint the plugin sent, with the devices it showed
@@ -132,11 +161,11 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 			out.Releases = append(out.Releases, logRelease{At: l.At, Device: l.KV["device"], Job: job, Spare: l.KV["spare"] != ""})
 		case plugin && strings.Contains(l.Text, "slot changed") && l.KV["action"] == "create slot":
 			if i, ok := strings.CutPrefix(l.KV["dataset"], slotPrefix); ok {
-				out.Fresh = append(out.Fresh, logEvent{At: l.At, Device: class + "-" + strings.TrimSuffix(i, slots.AltSuffix)})
+				out.Fresh = append(out.Fresh, logEvent{At: l.At, Device: deviceOf(class, i)})
 			}
 		case plugin && strings.Contains(l.Text, "slot changed") && (l.KV["action"] == "move released slot to the archive" || l.KV["action"] == "destroy released dataset"):
 			if i, ok := strings.CutPrefix(l.KV["dataset"], slotPrefix); ok {
-				out.Retired = append(out.Retired, logEvent{At: l.At, Device: class + "-" + strings.TrimSuffix(i, slots.AltSuffix)})
+				out.Retired = append(out.Retired, logEvent{At: l.At, Device: deviceOf(class, i)})
 			}
 		case plugin && strings.Contains(l.Text, "slot reserved"):
 			job := ""
@@ -154,6 +183,20 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 				}
 			}
 			out.Sent = append(out.Sent, sent)
+		case plugin && strings.Contains(l.Text, "read the node's allocations:") && l.KV["blocking"] == "false":
+			took, ok := logDuration(l.KV["took"])
+			n, err := strconv.Atoi(l.KV["allocs"])
+			if ok && err == nil {
+				out.Reads = append(out.Reads, logRead{End: l.At, Took: took, Allocs: n})
+			}
+		case plugin && strings.Contains(l.Text, "waited for the slot's lock"):
+			if w, ok := logDuration(l.KV["waited"]); ok {
+				out.LockWaits = append(out.LockWaits, logLockWait{At: l.At, For: l.KV["for"], Behind: l.KV["behind"], Waited: w})
+			}
+		case plugin && strings.Contains(l.Text, ": ran:"):
+			if r, ok := stateMark(l, slotPrefix, class); ok {
+				out.Marks = append(out.Marks, r)
+			}
 		case plugin && (l.Level == "WARN" || l.Level == "ERROR"):
 			out.Unhealthy = append(out.Unhealthy, logEvent{At: l.At, Text: l.Text})
 		case strings.Contains(l.Text, "finished prestart hook") && l.KV["name"] == "devices":
@@ -165,4 +208,52 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// stateMark reads a runner's "ran" line of a successful `zfs set
+// <PropState>=... <dataset>` on one of the class's slot datasets: the
+// command a Reserve runs (one on a fresh slot, two side by side for a
+// spare). The args are logged as a Go slice, [set, prop=value, dataset].
+func stateMark(l logLine, slotPrefix, class string) (logRan, bool) {
+	_, rest, ok := strings.Cut(l.Text, "args=[")
+	if !ok || l.KV["error"] != "<nil>" {
+		return logRan{}, false
+	}
+	list, _, ok := strings.Cut(rest, "]")
+	if !ok {
+		return logRan{}, false
+	}
+	args := strings.Split(list, ", ")
+	if len(args) != 3 || args[0] != "set" || !strings.HasPrefix(args[1], slots.PropState+"=") {
+		return logRan{}, false
+	}
+	i, ok := strings.CutPrefix(args[2], slotPrefix)
+	if !ok {
+		return logRan{}, false
+	}
+	took, ok := logDuration(l.KV["duration"])
+	if !ok {
+		return logRan{}, false
+	}
+	return logRan{End: l.At, Took: took, Device: deviceOf(class, i), Dataset: args[2]}, true
+}
+
+// logDuration reads a duration as the plugin logs it: hclog writes a
+// time.Duration as its nanoseconds in a float's notation ("3.07e+07"),
+// Nomad's own lines as Go prints it ("32.9ms").
+func logDuration(v string) (time.Duration, bool) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return d, true
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(f), true
+}
+
+// deviceOf is the device ID of the slot whose dataset is leaf under the
+// class: its first name ("3") or its spare's ("3.alt").
+func deviceOf(class, leaf string) string {
+	return class + "-" + strings.TrimSuffix(leaf, slots.AltSuffix)
 }

@@ -23,40 +23,57 @@ const remountTimeout = 30 * time.Second
 // where that fails is marked unhealthy with why. The mount table is read
 // once, whatever the number of slots.
 func prepareFree(cfg Config, slots []Slot) []error {
+	c := freeChores{cfg: cfg}
 	var errs []error
-	var table hostfs.Table
-	tableErr := error(nil)
-	read := false
 	for i := range slots {
-		s := &slots[i]
-		if s.Spare != "" {
-			if !read {
-				table, tableErr = hostfs.ReadTable()
-				read = true
-			}
-			if err := readyFree(cfg, table, tableErr, s.Class, s.spareMount); err != nil {
-				// No spare then: the slot is released the slow way.
-				errs = append(errs, fmt.Errorf("spare %s of slot %s: %w", s.Spare, s.ID, err))
-				s.Spare, s.spareMount = "", ""
-			}
+		errs = append(errs, c.prepare(&slots[i])...)
+	}
+	return errs
+}
+
+// freeChores readies slots one at a time (prepareFree) from one read of
+// the mount table, made at the first slot that needs it, or before with
+// readTable.
+type freeChores struct {
+	cfg      Config
+	table    hostfs.Table
+	tableErr error
+	read     bool
+}
+
+// readTable reads the mount table now, if it has not been read.
+func (c *freeChores) readTable() {
+	if !c.read {
+		c.table, c.tableErr = hostfs.ReadTable()
+		c.read = true
+	}
+}
+
+// prepare readies the host side of s, its spare included, as prepareFree
+// says, and updates s: no spare when the spare's fails, unhealthy with why
+// when the slot's own fails.
+func (c *freeChores) prepare(s *Slot) []error {
+	var errs []error
+	if s.Spare != "" {
+		c.readTable()
+		if err := readyFree(c.cfg, c.table, c.tableErr, s.Class, s.spareMount); err != nil {
+			// No spare then: the slot is released the slow way.
+			errs = append(errs, fmt.Errorf("spare %s of slot %s: %w", s.Spare, s.ID, err))
+			s.Spare, s.spareMount = "", ""
 		}
-		if !s.ok || s.State != StateFree {
-			continue
-		}
-		if !read {
-			table, tableErr = hostfs.ReadTable()
-			read = true
-		}
-		c := classByName(cfg, s.Class)
-		if err := ensureMount(table, tableErr, s.Mountpoint, hostfs.FlagsFor(c.SlotProps())); err != nil {
-			s.setHealth(false, fmt.Sprintf("mount of %s is not safe to offer: %v", s.Dataset, err))
-			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
-			continue
-		}
-		if err := ensureRoot(s.Mountpoint, c.UID, c.GID, c.Mode); err != nil {
-			s.setHealth(false, fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err))
-			errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
-		}
+	}
+	if !s.ok || s.State != StateFree {
+		return errs
+	}
+	c.readTable()
+	cl := classByName(c.cfg, s.Class)
+	if err := ensureMount(c.table, c.tableErr, s.Mountpoint, hostfs.FlagsFor(cl.SlotProps())); err != nil {
+		s.setHealth(false, fmt.Sprintf("mount of %s is not safe to offer: %v", s.Dataset, err))
+		return append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
+	}
+	if err := ensureRoot(s.Mountpoint, cl.UID, cl.GID, cl.Mode); err != nil {
+		s.setHealth(false, fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err))
+		errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
 	}
 	return errs
 }
@@ -117,7 +134,7 @@ func checkMounted(path string, want hostfs.Flags) error {
 // tenant's writes outside its dataset and quota. It works under the slot's
 // lock and returns the slot with its mountpoint.
 func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID, "hand back to its owner")
 	if err != nil {
 		return s, err
 	}

@@ -173,6 +173,9 @@ type Manager struct {
 	// read ZFS, rather than install what it read.
 	vers map[string]uint64
 	busy map[string]int
+	// holder says, by ID, what the holder of a slot's lock is doing
+	// ("reserve", "release", "sync", …), for the log of a wait for it.
+	holder map[string]string
 	// obs is told of Reserve calls and releases (SetObserver); nil for none.
 	obs Observer
 	// archives finds what a restore brings back (SetArchives); nil for none.
@@ -185,7 +188,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		zfs: z, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
-		vers: map[string]uint64{}, busy: map[string]int{}, runs: map[string]*releaseRun{},
+		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{},
 	}
 }
@@ -301,24 +304,39 @@ func (m *Manager) slotLock(id string) chan struct{} {
 	return l
 }
 
-// lockSlot takes treeMu for reading and the slot's lock, for slot work,
-// waiting for the slot's lock at most until ctx is done; the returned
-// function releases both.
-func (m *Manager) lockSlot(ctx context.Context, id string) (unlock func(), err error) {
+// lockSlot takes treeMu for reading and the slot's lock, for slot work
+// (what names it in the log), waiting for the slot's lock at most until ctx
+// is done (a free lock is taken even then); the returned function releases
+// both. A wait of a millisecond or more is logged at TRACE with what held
+// the lock when the wait began.
+func (m *Manager) lockSlot(ctx context.Context, id, what string) (unlock func(), err error) {
 	m.treeMu.RLock()
 	l := m.slotLock(id)
 	select {
 	case l <- struct{}{}:
-	case <-ctx.Done():
-		m.treeMu.RUnlock()
-		return nil, fmt.Errorf("waiting for other work on the slot: %w", ctx.Err())
+	default:
+		m.mu.Lock()
+		behind := m.holder[id]
+		m.mu.Unlock()
+		began := time.Now()
+		select {
+		case l <- struct{}{}:
+		case <-ctx.Done():
+			m.treeMu.RUnlock()
+			return nil, fmt.Errorf("waiting for other work on the slot (%s): %w", orDash(behind), ctx.Err())
+		}
+		if waited := time.Since(began); waited >= time.Millisecond {
+			m.log.Trace("waited for the slot's lock", "device", id, "for", what, "behind", behind, "waited", waited)
+		}
 	}
 	m.mu.Lock()
 	m.busy[id]++
+	m.holder[id] = what
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
 		m.busy[id]--
+		delete(m.holder, id)
 		m.mu.Unlock()
 		<-l
 		m.treeMu.RUnlock()
@@ -342,13 +360,22 @@ func (m *Manager) tryLockSlot(id, mine string) (unlock func(), ok bool) {
 	}
 	m.mu.Lock()
 	_, running := m.runs[id]
+	if !running || id == mine {
+		m.holder[id] = "sync"
+	}
 	m.mu.Unlock()
 	if running && id != mine {
 		<-l
 		m.treeMu.RUnlock()
 		return nil, false
 	}
-	return func() { <-l; m.treeMu.RUnlock() }, true
+	return func() {
+		m.mu.Lock()
+		delete(m.holder, id)
+		m.mu.Unlock()
+		<-l
+		m.treeMu.RUnlock()
+	}, true
 }
 
 // version returns the version of one slot.

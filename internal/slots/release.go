@@ -364,7 +364,7 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 // false when there was nothing to release (the slot changed since s was
 // read).
 func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) (worked bool, err error) {
-	unlock, err := m.lockSlot(ctx, s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID, "release")
 	if err != nil {
 		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
 	}
@@ -418,7 +418,7 @@ const ownerLockWait = 100 * time.Millisecond
 // the slot, the owner stays pending for the next pass.
 func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 	lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
-	unlock, err := m.lockSlot(lctx, id)
+	unlock, err := m.lockSlot(lctx, id, "record owner")
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

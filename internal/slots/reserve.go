@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
@@ -411,7 +410,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 // markReserved records a fresh slot as reserved, under its lock, after
 // checking that it is still fresh and mounted where it says.
 func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, id)
+	unlock, err := m.lockSlot(ctx, id, "reserve")
 	if err != nil {
 		return Slot{}, fmt.Errorf("reserving device %s: %w", id, err)
 	}
@@ -437,108 +436,6 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	m.updateSlot(id, func(x *Slot) { x.State = StateReserved; x.Owner, x.stamped = Owner{}, Owner{} })
 	s.State = StateReserved
 	return s, nil
-}
-
-// decisionKind is what may be done with an in-use slot.
-type decisionKind int
-
-const (
-	keep         decisionKind = iota // keep the data; reason says why
-	handOver                         // the asker is the recorded owner
-	startRelease                     // the owner has ended: release, then hand over fresh
-	inUse                            // the owner is live and alone: nothing to do
-)
-
-type decision struct {
-	kind   decisionKind
-	reason string
-	// conflict: something holds the device that should not.
-	conflict bool
-	// asker, for a startRelease decided for Reserve, is the one other
-	// live holder of the device (the allocation asking), when the view
-	// shows it: the fresh dataset is made for it.
-	asker Owner
-}
-
-// decide says what may be done with reserved slot s, from view v (a read
-// that began after the question was asked). asking is true for Reserve
-// (the asker is among the live holders and has not started) and false for
-// the background release pass. It makes a Nomad call only to ask whether
-// an owner absent from the view is gone. It never guesses: anything it
-// cannot prove is "keep".
-func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking bool) decision {
-	holders := v.Holders(s.ID)
-	if !v.Complete {
-		// Allocations of namespaces the token cannot read are left out of
-		// the view: the sole visible holder is not the sole holder, and no
-		// visible holder is not none. Nothing is proven either way.
-		if !s.Owner.Known() {
-			return decision{reason: "owner unknown: the allocation it was handed to was never identified, and the token may not see every namespace (see the warning); its data is kept"}
-		}
-		return decision{reason: fmt.Sprintf("owner unverified: it holds the data of %s, and the token may not see every namespace (see the warning), so who else holds the device cannot be known; its data is kept", s.Owner)}
-	}
-	if !s.Owner.Known() {
-		if !asking && len(holders) == 0 && v.Complete {
-			return decision{kind: startRelease, reason: "no allocation holds it and the token sees every namespace"}
-		}
-		return decision{reason: "owner unknown: the allocation it was handed to was never identified; its data is kept until no allocation holds it"}
-	}
-	var others []Holding
-	ownerHolds := false
-	for _, h := range holders {
-		if h.Owner.AllocID == s.Owner.AllocID {
-			ownerHolds = true
-		} else {
-			others = append(others, h)
-		}
-	}
-	if asking && ownerHolds && len(others) == 0 {
-		return decision{kind: handOver}
-	}
-	f, err := fate(ctx, n, v, s.Owner)
-	switch {
-	case err != nil:
-		return decision{reason: fmt.Sprintf("owner unverified: it holds the data of %s, whose state cannot be read (%v)", s.Owner, err)}
-	case !f.Ended && len(others) > 0:
-		return decision{reason: fmt.Sprintf("still in use by %s, which is %s; %s waits for it to end", s.Owner, stoppingOr(f), describe(others))}
-	case !f.Ended:
-		return decision{kind: inUse, reason: f.Reason}
-	}
-	for _, h := range others {
-		if h.Started {
-			m.log.Error("conflict: a running allocation holds a device whose dataset belongs to an ended allocation; keeping the data", "device", s.ID, "owner", s.Owner.String(), "holder", h.Owner.String())
-			return decision{conflict: true, reason: fmt.Sprintf("conflict: %s has ended but %s, which has started, holds the device; its data is kept", s.Owner, h.Owner)}
-		}
-	}
-	if !asking && len(others) > 0 {
-		// Whether a task has started is the servers' view, which lags the
-		// client's: it is no proof that the holder never had the dataset.
-		// Its own Reserve releases the dataset, proving who asks.
-		return decision{kind: inUse, reason: fmt.Sprintf("%s has ended; %s holds the device and its Reserve releases the dataset", s.Owner, describe(others))}
-	}
-	if asking && len(others) > 1 {
-		return decision{conflict: true, reason: fmt.Sprintf("conflict: %d live allocations hold the device: %s", len(others), describe(others))}
-	}
-	d := decision{kind: startRelease, reason: f.Reason}
-	if asking && len(others) == 1 {
-		d.asker = others[0].Owner
-	}
-	return d
-}
-
-func stoppingOr(f Fate) string {
-	if f.Stopping {
-		return "stopping (" + f.Reason + ")"
-	}
-	return "live (" + f.Reason + ")"
-}
-
-func describe(hs []Holding) string {
-	var parts []string
-	for _, h := range hs {
-		parts = append(parts, h.Owner.String())
-	}
-	return strings.Join(parts, ", ")
 }
 
 // classOf returns the class of the first of ids (all of one class: see

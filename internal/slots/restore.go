@@ -157,7 +157,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 // is the asker's with the archive's data, or, on an error before the marks
 // were written, unchanged with the archive back in place.
 func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Owner) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, id)
+	unlock, err := m.lockSlot(ctx, id, "restore")
 	if err != nil {
 		return Slot{}, err
 	}
@@ -229,7 +229,7 @@ func restores(c Class) bool { return c.Restore == RestoreBestEffort || c.Restore
 // dataset is then mounted for it. It returns errChanged when the slot is no
 // longer what s says.
 func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID, "hand over in place")
 	if err != nil {
 		return Slot{}, err
 	}

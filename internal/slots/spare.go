@@ -64,7 +64,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) {
 // is no longer what s says, and an error when ZFS refuses; the owner's
 // data is kept either way, and the spare stays fresh (unmarkSpare).
 func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, s.ID)
+	unlock, err := m.lockSlot(ctx, s.ID, "hand over the spare")
 	if err != nil {
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
 	}

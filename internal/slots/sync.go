@@ -190,21 +190,32 @@ func slotOf(cfg Config, name string) string {
 	return ""
 }
 
-// prepareFreeUnlocked runs prepareFree on the free slots (and spares) whose
-// locks are free now and that did not change since vers (and not skipped), holding those locks meanwhile.
+// prepareFreeUnlocked does prepareFree's chores on the free slots (and
+// spares) that were not skipped, one slot at a time, each under its own
+// lock, taken only when it is free now and the slot did not change since
+// vers: a Reserve on one slot never waits for another slot's chores. The
+// mount table is read once, before any lock is taken; a slot the plugin
+// changed after that has a new version, and is skipped.
+//
+// A slot whose chores failed (now unhealthy, or without its spare) keeps
+// its lock until this returns, just before Sync installs what it found: a
+// Reserve meanwhile must not take the healthy view that Sync is about to
+// replace.
 func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[string]bool, mine string, vers map[string]uint64) []error {
-	var unlocks []func()
+	c := freeChores{cfg: cfg}
+	var errs []error
+	var held []func()
 	defer func() {
-		for _, u := range unlocks {
-			u()
+		for _, unlock := range held {
+			unlock()
 		}
 	}()
-	var free []Slot
-	var at []int
-	for i, s := range slots {
+	for i := range slots {
+		s := &slots[i]
 		if (s.State != StateFree || !s.ok) && s.Spare == "" || skipped[s.ID] {
 			continue
 		}
+		c.readTable()
 		unlock, ok := m.tryLockSlot(s.ID, mine)
 		if !ok {
 			skipped[s.ID] = true
@@ -217,13 +228,12 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 			skipped[s.ID] = true
 			continue
 		}
-		unlocks = append(unlocks, unlock)
-		free = append(free, s)
-		at = append(at, i)
-	}
-	errs := prepareFree(cfg, free)
-	for k, i := range at {
-		slots[i] = free[k]
+		if failed := c.prepare(s); len(failed) > 0 {
+			errs = append(errs, failed...)
+			held = append(held, unlock)
+			continue
+		}
+		unlock()
 	}
 	return errs
 }

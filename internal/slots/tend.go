@@ -196,7 +196,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		unlock()
 		done, errs = m.applyAll(ctx, cfg, pre, failed)
 		var lerr error
-		if unlock, lerr = m.lockSlot(ctx, cur.ID); lerr != nil {
+		if unlock, lerr = m.lockSlot(ctx, cur.ID, "release"); lerr != nil {
 			return errors.Join(append(errs, fmt.Errorf("slot %s: %w", cur.ID, lerr))...)
 		}
 		now, ok := m.slot(cur.ID)
@@ -412,7 +412,7 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 		return
 	}
 	m.carry(ctx, id, r, "making the spare", func(ctx context.Context) error {
-		unlock, err := m.lockSlot(ctx, id)
+		unlock, err := m.lockSlot(ctx, id, "make the spare")
 		if err != nil {
 			return fmt.Errorf("making the spare of %s: %w", id, err)
 		}
