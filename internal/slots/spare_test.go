@@ -120,6 +120,42 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
 }
 
+// TestSpare_MarkCutShortIsUndone: the fate is refused and the spare's mark
+// is still running when reserve_timeout ends the Reserve (on OpenZFS under
+// emulation the mark took seconds). A mark cut short may have reached ZFS
+// before its process was stopped, so the spare is recorded free again
+// either way; before, it was left as the cut mark left it, marked reserved
+// for an asker that never got it (the VM's TestSpare_RefusedFate… failure).
+func TestSpare_MarkCutShortIsUndone(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o2, s0, spare := c.w, c.e, c.a, c.o2, c.s0, c.spare
+	w.Resume("rename")
+	a.hold("scratch-0", o2)
+	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+	w.PauseFor("set", spare)
+	before := len(w.Calls())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// The paused mark goes on after the deadline: it reaches ZFS, and its
+	// runner reports it cut short.
+	resumed := time.AfterFunc(2500*time.Millisecond, func() { w.Resume("set") })
+	t.Cleanup(func() { resumed.Stop() })
+	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	cancel()
+	must.Error(t, err)
+	w.Resume("set")
+	w.Unfail("set")
+
+	var spareMarks []string
+	for _, c := range w.Calls()[before:] {
+		if c.Cmd == "zfs" && len(c.Args) == 3 && c.Args[0] == "set" && c.Args[2] == spare {
+			spareMarks = append(spareMarks, c.Args[1])
+		}
+	}
+	must.SliceContains(t, spareMarks, slots.PropState+"=reserved", must.Sprint("the spare's mark ran, and was cut short"))
+	must.Eq(t, slots.PropState+"=free", spareMarks[len(spareMarks)-1], must.Sprint("the spare is recorded free again: ", spareMarks))
+	must.Eq(t, "free", e.pool.Prop(t, spare, slots.PropState))
+}
+
 // TestSpare_RefusedFateLeavesTheSpareFresh (issue 10): the handover
 // writes the owner's dataset's fate and the spare's mark side by side.
 // When ZFS refuses the fate (a full pool; here a wrapper first on PATH),
