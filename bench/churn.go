@@ -102,6 +102,8 @@ type AllocRecord struct {
 	Finished   time.Time `json:"finished"`
 	Terminated time.Time `json:"terminated_event"`
 	Terminal   time.Time `json:"terminal"` // the alloc's modify time once terminal
+	// Placed is the allocation's create time: when the scheduler placed it.
+	Placed time.Time `json:"placed"`
 	// ReserveMS is the client's "devices" prestart hook (Reserve over gRPC).
 	ReserveMS float64 `json:"reserve_ms,omitempty"`
 	// Fresh is true when the slot had no release in progress as the hook
@@ -456,6 +458,9 @@ func (r *churnRun) readLog() (*churnLog, error) {
 // allocRecord summarizes a terminal allocation of one task.
 func allocRecord(a *api.Allocation) AllocRecord {
 	rec := AllocRecord{Job: a.JobID, AllocID: a.ID, Status: a.ClientStatus, Terminal: time.Unix(0, a.ModifyTime)}
+	if a.CreateTime > 0 {
+		rec.Placed = time.Unix(0, a.CreateTime)
+	}
 	if a.AllocatedResources != nil {
 		for _, tr := range a.AllocatedResources.Tasks {
 			for _, d := range tr.Devices {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -83,7 +82,7 @@ func openReleases(lg *churnLog, t time.Time) []string {
 			open = append(open, dev)
 		}
 	}
-	sort.Strings(open)
+	slices.Sort(open)
 	return open
 }
 
@@ -444,6 +443,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Reference: fmt.Sprintf("%.1f gross", float64(devProcs)/float64(devJobs)), Value: net, Target: "≤ 8", Verdict: passIf(net <= 8),
 			Note: fmt.Sprintf("counting wrapper first on the agent's PATH; %d processes over %d device jobs in %.0f s, less the periodic refreshes at the rate of the baseline batches (%.2f/s)", devProcs, devJobs, devSecs, rate)})
 	}
+	if row, ok := turnRow(res.Batches, res.Slots); ok {
+		rows = append(rows, row)
+	}
 	if row, ok := cpuRow(res.Batches); ok {
 		rows = append(rows, row)
 	}
@@ -558,4 +560,61 @@ func cpuRow(batches []BatchResult) (ChurnRow, bool) {
 		Reference: fmt.Sprintf("%.2f s", per(base.Machine, baseJobs)), Ratio: fmt.Sprintf("%.2f×", q), Value: q, Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("busy CPU time of the whole machine from a batch's start until its slots settled, per job; a device job's extra, by part: zfs commands %s, zfs-fuse daemon %s, plugin %s, Nomad agent %s, executors and tasks %s; the rest is the kernel and the benchmark's own polling",
 			extra(dev.ZFSCommands, base.ZFSCommands), extra(dev.ZFSDaemon, base.ZFSDaemon), extra(dev.Plugin, base.Plugin), extra(dev.Agent, base.Agent), extra(dev.AgentChildren, base.AgentChildren))}, true
+}
+
+// turnParts splits the turns of one batch: the time from an allocation's
+// end (its terminal time) to the placement that took its place, and from
+// each such placement to its task's start. With at most slots tasks at
+// once, the i-th placement (in time) after the first slots ones waits for
+// the (i-slots)-th end. Every allocation with a placement and an end
+// counts in that order (one that never started held its place all the
+// same); a turn whose placement came before its end, or whose task never
+// started, gives no sample.
+func turnParts(allocs []AllocRecord, slots int) (toPlaced, toStart []time.Duration) {
+	var recs []AllocRecord
+	var ended []time.Time
+	for _, a := range allocs {
+		if a.Placed.IsZero() || a.Terminal.IsZero() {
+			continue
+		}
+		recs = append(recs, a)
+		ended = append(ended, a.Terminal)
+	}
+	slices.SortStableFunc(recs, func(x, y AllocRecord) int { return x.Placed.Compare(y.Placed) })
+	slices.SortFunc(ended, time.Time.Compare)
+	for i := slots; i < len(recs); i++ {
+		wait := recs[i].Placed.Sub(ended[i-slots])
+		if wait < 0 || recs[i].Started.IsZero() {
+			continue
+		}
+		toPlaced = append(toPlaced, wait)
+		toStart = append(toStart, recs[i].Started.Sub(recs[i].Placed))
+	}
+	return toPlaced, toStart
+}
+
+// turnRow shows where the time between one task's end and the next one's
+// start goes, for device jobs against baseline jobs: to the scheduler's
+// placement, then to the task's start on the client (the devices hook,
+// that is Reserve, among its steps).
+func turnRow(batches []BatchResult, slots int) (ChurnRow, bool) {
+	if slots <= 0 {
+		return ChurnRow{}, false
+	}
+	parts := map[string][2][]time.Duration{}
+	for _, b := range batches {
+		p, s := turnParts(b.Allocs, slots)
+		cur := parts[b.Kind]
+		parts[b.Kind] = [2][]time.Duration{append(cur[0], p...), append(cur[1], s...)}
+	}
+	dev, base := parts["device"], parts["baseline"]
+	if len(dev[0]) == 0 || len(base[0]) == 0 || len(dev[1]) == 0 || len(base[1]) == 0 {
+		return ChurnRow{}, false
+	}
+	show := func(p [2][]time.Duration) string {
+		return fmtMS(Median(p[0])) + " + " + fmtMS(Median(p[1]))
+	}
+	return ChurnRow{Key: "turn", Figure: "a task's end → the next placement + that placement → its task's start, p50",
+		Measured: show(dev), Reference: show(base) + " baseline", Target: "—", Verdict: "info",
+		Note: fmt.Sprintf("end = the allocation's terminal (modify) time, placement = the next allocation's create time, paired in time order with at most %d tasks at once; %d and %d turns (device, baseline); the device job's start includes its Reserve (reserve rows)", slots, len(dev[0]), len(base[0]))}, true
 }

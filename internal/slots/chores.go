@@ -66,27 +66,23 @@ func (c *freeChores) prepare(s *Slot) []error {
 		return errs
 	}
 	c.readTable()
-	cl := classByName(c.cfg, s.Class)
-	if err := ensureMount(c.table, c.tableErr, s.Mountpoint, hostfs.FlagsFor(cl.SlotProps())); err != nil {
-		s.setHealth(false, fmt.Sprintf("mount of %s is not safe to offer: %v", s.Dataset, err))
-		return append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
-	}
-	if err := ensureRoot(s.Mountpoint, cl.UID, cl.GID, cl.Mode); err != nil {
-		s.setHealth(false, fmt.Sprintf("cannot set owner and mode of %s: %v", s.Mountpoint, err))
+	if err := readyFree(c.cfg, c.table, c.tableErr, s.Class, s.Mountpoint); err != nil {
+		s.setHealth(false, fmt.Sprintf("dataset %s: %v", s.Dataset, err))
 		errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
 	}
 	return errs
 }
 
 // readyFree readies the host side of a fresh dataset of class at
-// mountpoint, as prepareFree does.
+// mountpoint, as prepareFree does. The error names the step that failed:
+// the mount's flags, or the root directory's owner and mode.
 func readyFree(cfg Config, table hostfs.Table, tableErr error, class, mountpoint string) error {
 	c := classByName(cfg, class)
 	if err := ensureMount(table, tableErr, mountpoint, hostfs.FlagsFor(c.SlotProps())); err != nil {
 		return fmt.Errorf("mount is not safe to offer: %w", err)
 	}
 	if err := ensureRoot(mountpoint, c.UID, c.GID, c.Mode); err != nil {
-		return fmt.Errorf("cannot set owner and mode of %s: %w", mountpoint, err)
+		return fmt.Errorf("cannot set its root directory's owner and mode: %w", err)
 	}
 	return nil
 }

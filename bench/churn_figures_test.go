@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+// The turns of a batch pair each placement after the first slots ones with
+// the end that freed its place, in time order, whatever order the records
+// come in; records missing a time are left out.
+func TestTurnParts(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	rec := func(placed, started, terminal int) AllocRecord {
+		return AllocRecord{Placed: ms(placed), Started: ms(started), Terminal: ms(terminal)}
+	}
+	for _, tc := range []struct {
+		name            string
+		allocs          []AllocRecord
+		slots           int
+		toPlaced, start []time.Duration
+	}{
+		{
+			name: "two slots, two turns",
+			// placed at 0 and 0 (one plan), ended at 1000 and 1200; the
+			// next two placed at 1300 and 1250, started 100 and 60 ms later.
+			allocs:   []AllocRecord{rec(0, 50, 1000), rec(0, 40, 1200), rec(1300, 1400, 2400), rec(1250, 1310, 2300)},
+			slots:    2,
+			toPlaced: []time.Duration{250 * time.Millisecond, 100 * time.Millisecond},
+			start:    []time.Duration{60 * time.Millisecond, 100 * time.Millisecond},
+		},
+		{
+			name:   "no turn: no more allocations than slots",
+			allocs: []AllocRecord{rec(0, 50, 1000), rec(10, 40, 1200)},
+			slots:  2,
+		},
+		{
+			// X never started (its Reserve failed, say) but held the
+			// place until it ended at 1500: C waited 100 ms for it, not
+			// 600 ms for A.
+			name:     "an allocation that never started holds its place and gives no sample",
+			allocs:   []AllocRecord{rec(0, 50, 1000), {Placed: ms(1010), Terminal: ms(1500)}, rec(1600, 1650, 2600)},
+			slots:    1,
+			toPlaced: []time.Duration{100 * time.Millisecond},
+			start:    []time.Duration{50 * time.Millisecond},
+		},
+		{
+			name:   "a placement before the end it is paired with gives no sample",
+			allocs: []AllocRecord{rec(0, 50, 1000), rec(900, 1100, 2000)},
+			slots:  1,
+		},
+		{
+			name:   "no placement time (an older record): left out",
+			allocs: []AllocRecord{{Started: ms(50), Terminal: ms(1000)}, {Started: ms(1100), Terminal: ms(2000)}},
+			slots:  1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			toPlaced, start := turnParts(tc.allocs, tc.slots)
+			must.Eq(t, tc.toPlaced, toPlaced)
+			must.Eq(t, tc.start, start)
+		})
+	}
+}
+
+// The row compares device turns with baseline turns, and is left out when
+// either kind has none.
+func TestTurnRow(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	batch := func(kind string, gap, start int) BatchResult {
+		return BatchResult{Kind: kind, Allocs: []AllocRecord{
+			{Placed: ms(0), Started: ms(start), Terminal: ms(1000)},
+			{Placed: ms(1000 + gap), Started: ms(1000 + gap + start), Terminal: ms(2000 + gap)},
+		}}
+	}
+	row, ok := turnRow([]BatchResult{batch("baseline", 200, 50), batch("device", 300, 120)}, 1)
+	must.True(t, ok)
+	must.Eq(t, "turn", row.Key)
+	must.Eq(t, "300 ms + 120 ms", row.Measured)
+	must.Eq(t, "200 ms + 50.0 ms baseline", row.Reference)
+	_, ok = turnRow([]BatchResult{batch("device", 300, 120)}, 1)
+	must.False(t, ok)
+}
