@@ -92,23 +92,21 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	go func() { marked <- m.zfs.Set(fg, cur.Spare, PropState, string(StateReserved)) }()
 	state, err := m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
 	herr := <-marked
-	// A mark cut short by the context may have reached ZFS before its
-	// process was stopped: whether the spare is marked is not known, and
-	// it is recorded free again as a mark that took effect is.
-	unknown := errors.Is(herr, context.DeadlineExceeded) || errors.Is(herr, context.Canceled)
+	// The spare is recorded free again when its mark took effect but the
+	// fate did not, and whenever the mark was cut short by the context: it
+	// may have reached ZFS before its process was stopped, so whether the
+	// spare is marked is not known.
+	cutShort := errors.Is(herr, context.DeadlineExceeded) || errors.Is(herr, context.Canceled)
+	if cutShort || (err != nil && herr == nil) {
+		m.unmarkSpare(ctx, cur)
+	}
 	if err != nil {
-		if herr == nil || unknown {
-			m.unmarkSpare(ctx, cur)
-		}
 		unlock()
 		return Slot{}, err
 	}
 	given := StateReserved
 	if herr != nil {
 		given = StateFree // the spare serves as a fresh slot: the next round takes it so
-		if unknown {
-			m.unmarkSpare(ctx, cur)
-		}
 	}
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
