@@ -106,6 +106,8 @@ type AllocRecord struct {
 	Placed time.Time `json:"placed"`
 	// ReserveMS is the client's "devices" prestart hook (Reserve over gRPC).
 	ReserveMS float64 `json:"reserve_ms,omitempty"`
+	// ReserveStart is when that hook began (zero without one).
+	ReserveStart time.Time `json:"reserve_start,omitzero"`
 	// Fresh is true when the slot had no release in progress as the hook
 	// began.
 	Fresh bool `json:"fresh"`

@@ -121,7 +121,7 @@ func (r *churnRun) figures() error {
 			a := &recs[i]
 			allocs[a.Job] = a
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
-				a.ReserveMS = ms(h.Duration)
+				a.ReserveMS, a.ReserveStart = ms(h.Duration), h.Start
 				a.How = howReserved(lg, a.Device, h)
 				a.Fresh = a.How == "fresh" || a.How == "" && freshAt(lg, a.Device, h.Start)
 				a.ReserveZFSMS = ms(reserveCommand(lg, a.Device, h))
@@ -327,10 +327,17 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			idleCmd, idleRest = append(idleCmd, msDur(a.ReserveZFSMS)), append(idleRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
 		}
 	}
+	// byBeside: churnCmd again, by how many other slots' Reserves ran
+	// beside each (3 stands for 3 or more).
+	var byBeside [4][]time.Duration
 	for _, b := range res.Batches {
-		for _, a := range b.Allocs {
+		beside := reservesBeside(b.Allocs)
+		for i, a := range b.Allocs {
 			if a.ReserveMS > 0 && a.ReserveZFSMS > 0 && (a.Fresh || a.How == "spare") {
 				churnCmd, churnRest = append(churnCmd, msDur(a.ReserveZFSMS)), append(churnRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
+				if n := beside[i]; n >= 0 {
+					byBeside[min(n, 3)] = append(byBeside[min(n, 3)], msDur(a.ReserveZFSMS))
+				}
 			}
 			switch {
 			case a.ReserveMS == 0:
@@ -364,7 +371,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Measured: fmtMS(Median(churnCmd)), Reference: fmtMS(Median(idleCmd)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "—", Verdict: "info",
 			Note: fmt.Sprintf("from the plugin's runner (\"ran\" lines at TRACE): the longest zfs set of a slot state on the slot's datasets inside each Reserve; the rest of the Reserve (gRPC, the allocation read that identifies the asker when it ends later than the command, Nomad saving the answer): p50 %s during churn (max %s), %s idle; %d and %d samples",
-				fmtMS(Median(churnRest)), fmtMS(Percentile(churnRest, 100)), fmtMS(Median(idleRest)), len(churnCmd), len(idleCmd)) + readsNote(res.reads) + lockWaitsNote(res.lockWaits)})
+				fmtMS(Median(churnRest)), fmtMS(Percentile(churnRest, 100)), fmtMS(Median(idleRest)), len(churnCmd), len(idleCmd)) + besideNote(byBeside) + readsNote(res.reads) + lockWaitsNote(res.lockWaits)})
 	}
 	// Recycle and health shown during the release.
 	var recycle, recycleTask, shownDelay, again, toStart, work []time.Duration
@@ -617,4 +624,52 @@ func turnRow(batches []BatchResult, slots int) (ChurnRow, bool) {
 	return ChurnRow{Key: "turn", Figure: "a task's end → the next placement + that placement → its task's start, p50",
 		Measured: show(dev), Reference: show(base) + " baseline", Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("end = the allocation's terminal (modify) time, placement = the next allocation's create time, paired in time order with at most %d tasks at once; %d and %d turns (device, baseline); the device job's start includes its Reserve (reserve rows)", slots, len(dev[0]), len(base[0]))}, true
+}
+
+// reservesBeside returns, for each of allocs, how many of the others'
+// Reserves (the client's "devices" hook) overlapped its own in time; -1
+// for a record without one. The Reserves of a churn come in waves: the
+// jobs of a batch end together, and their successors are placed and
+// started together.
+func reservesBeside(allocs []AllocRecord) []int {
+	out := make([]int, len(allocs))
+	end := func(a AllocRecord) time.Time { return a.ReserveStart.Add(msDur(a.ReserveMS)) }
+	for i, a := range allocs {
+		if a.ReserveStart.IsZero() || a.ReserveMS <= 0 {
+			out[i] = -1
+			continue
+		}
+		for j, o := range allocs {
+			if j != i && !o.ReserveStart.IsZero() && o.ReserveMS > 0 && o.ReserveStart.Before(end(a)) && a.ReserveStart.Before(end(o)) {
+				out[i]++
+			}
+		}
+	}
+	return out
+}
+
+// besideNote tells the zfs set of the churn's Reserves apart by how many
+// other slots' Reserves ran beside each (byBeside[3]: 3 or more); "" when
+// there is none.
+func besideNote(byBeside [4][]time.Duration) string {
+	var parts []string
+	for n, d := range byBeside {
+		if len(d) == 0 {
+			continue
+		}
+		who := fmt.Sprintf("%d other Reserves", n)
+		switch n {
+		case 0:
+			who = "no other Reserve"
+		case 1:
+			who = "1 other Reserve"
+		case 3:
+			who = "3 or more other Reserves"
+		}
+		parts = append(parts, fmt.Sprintf("beside %s p50 %s (%d)", who, fmtMS(Median(d)), len(d)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; that zfs set by the other slots' Reserves running at the same time: " + strings.Join(parts, ", ")
 }

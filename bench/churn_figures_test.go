@@ -84,3 +84,47 @@ func TestTurnRow(t *testing.T) {
 	_, ok = turnRow([]BatchResult{batch("device", 300, 120)}, 1)
 	must.False(t, ok)
 }
+
+// A Reserve counts the others that overlapped it in time, whatever their
+// order; a record without a Reserve counts for none and gets -1.
+func TestReservesBeside(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
+	res := func(start, took int) AllocRecord {
+		return AllocRecord{ReserveStart: t0.Add(time.Duration(start) * time.Millisecond), ReserveMS: float64(took)}
+	}
+	for _, tc := range []struct {
+		name   string
+		allocs []AllocRecord
+		want   []int
+	}{
+		{
+			name:   "a wave of three and one alone",
+			allocs: []AllocRecord{res(0, 50), res(1000, 20), res(10, 30), res(45, 10)},
+			// 0–50 meets 10–40 and 45–55; 10–40 ends before 45.
+			want: []int{2, 0, 1, 1},
+		},
+		{
+			name:   "back to back is not beside",
+			allocs: []AllocRecord{res(0, 50), res(50, 50)},
+			want:   []int{0, 0},
+		},
+		{
+			name:   "no Reserve",
+			allocs: []AllocRecord{{}, res(0, 50), {ReserveStart: t0}},
+			want:   []int{-1, 0, -1},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, reservesBeside(tc.allocs))
+		})
+	}
+}
+
+// The note names each group that has samples, with its median and count,
+// and nothing when no group has any.
+func TestBesideNote(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	must.Eq(t, "", besideNote([4][]time.Duration{}))
+	must.Eq(t, "; that zfs set by the other slots' Reserves running at the same time: beside no other Reserve p50 19.0 ms (3), beside 3 or more other Reserves p50 35.0 ms (2)",
+		besideNote([4][]time.Duration{{ms(18), ms(19), ms(40)}, nil, nil, {ms(30), ms(40)}}))
+}

@@ -180,6 +180,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 		return fmt.Errorf("nomad-device-zfs config: telemetry.prometheus_address = %q: %w", s.metricsAddress, err)
 	}
 	p.mu.Lock()
+	s.slots.RenameUnmounts = p.caps.RenameUnmounts()
 	p.settings, p.set = s, true
 	p.mu.Unlock()
 	p.slots.SetConfig(s.slots)

@@ -139,8 +139,8 @@ type Manager struct {
 	usageAt  time.Time // when the usage figures were last read
 	poolOKAt time.Time // when a check last found the pool ONLINE; zero after one did not
 	// archiveReady: the last full read found the archive container, the
-	// plugin's own.
-	archiveReady bool
+	// plugin's own; archiveUnmounted: with mountpoint none.
+	archiveReady, archiveUnmounted bool
 	// parentRoom is the parent's available space as last read with the
 	// usage figures (ParentAvailable).
 	parentRoom room

@@ -117,6 +117,13 @@ type Config struct {
 	// KeyDir holds the keys of encrypted classes' datasets ("" when no
 	// class is encrypted).
 	KeyDir string
+	// RenameUnmounts: this ZFS's `zfs rename` unmounts a mounted
+	// filesystem itself and mounts it again only where its new
+	// mountpoint lets it (OpenZFS; zfs-fuse refuses to rename a mounted
+	// filesystem). Learned by the probe (zfs.Capabilities), never from
+	// the configuration. With it, the archive container's mountpoint is
+	// none, and a release's rename into it is its unmount too.
+	RenameUnmounts bool
 }
 
 // Pool returns the pool that holds the parent dataset.
@@ -229,6 +236,10 @@ type Plan struct {
 	// ArchiveReady: the archive container exists and is the plugin's, so
 	// a release may rename into it.
 	ArchiveReady bool
+	// ArchiveUnmounted: the archive container's mountpoint is none, so
+	// that nothing renamed into it is mounted again (see
+	// Config.RenameUnmounts).
+	ArchiveUnmounted bool
 }
 
 // ProbePrefix starts the names of the datasets that SetConfig creates, and
@@ -267,10 +278,23 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 	ad, archiveExists := byName[archive]
 	archiveOK := archiveExists && ad.Err == nil && isManaged(ad, ManagedArchive)
 	p.ArchiveReady = archiveOK
-	if !archiveExists {
-		p.Actions = append(p.Actions, Action{Kind: CreateArchive, Dataset: archive, Index: -1,
-			Props: map[string]string{PropManaged: ManagedArchive, "canmount": "off"}})
+	if mp, _ := ad.Value("mountpoint"); archiveOK && mp == "none" {
+		p.ArchiveUnmounted = true
+	}
+	switch {
+	case !archiveExists:
+		props := map[string]string{PropManaged: ManagedArchive, "canmount": "off"}
+		if cfg.RenameUnmounts {
+			props["mountpoint"] = "none"
+		}
+		p.Actions = append(p.Actions, Action{Kind: CreateArchive, Dataset: archive, Index: -1, Props: props})
 		archiveOK = true
+	case archiveOK && cfg.RenameUnmounts && !p.ArchiveUnmounted:
+		// Made by an earlier version, or on a ZFS whose rename does not
+		// unmount: the datasets in it are unmounted (canmount=noauto),
+		// so this changes no mount, and from the next read on a
+		// release's rename unmounts.
+		p.Actions = append(p.Actions, Action{Kind: SetProp, Dataset: archive, Index: -1, Prop: "mountpoint", Value: "none"})
 	}
 	configured := make(map[string]bool, len(cfg.Classes))
 	// remake: whether a slot dataset being released is made again, fresh,
@@ -364,7 +388,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		switch st := slotState(d); {
 		case st == StateReleasing || st == StateDestroying || st == StateArchived:
 			if archiveOK {
-				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name])...)
+				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name], p.ArchiveUnmounted)...)
 			}
 		case index >= c.Slots && st == StateFree:
 			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index, KeyID: keys.of(d)})
@@ -376,7 +400,9 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 
 // releaseSteps returns what is left of the release of slot dataset d, and
 // when again is set, a fresh dataset under its name once it is renamed.
-func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, again bool) []Action {
+// archiveUnmounted says that the archive container's mountpoint is none
+// (Plan.ArchiveUnmounted).
+func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, again, archiveUnmounted bool) []Action {
 	var steps []Action
 	add := func(a Action) {
 		a.Dataset, a.Class, a.Index, a.Chain = d.Name, c.Name, index, d.Name
@@ -401,8 +427,17 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 	// retry 250 ms later); the one `zfs set` between them gives the daemon
 	// that time. A stop in between leaves the dataset unmounted with
 	// canmount=on: the next plan unmounts it again if anything mounted it.
-	if v, _ := d.Value("mounted"); v == "yes" {
-		add(Action{Kind: Unmount})
+	//
+	// Where the rename unmounts (RenameUnmounts) into a container that
+	// mounts nothing, the rename is the unmount: it fails as busy as the
+	// unmount would while a process holds the dataset, and leaves it
+	// unmounted. Not when d has a mountpoint of its own (set by hand),
+	// which a rename keeps and mounts again (finishArchived would then
+	// unmount it in the archive).
+	if _, own := d.Local("mountpoint"); !(cfg.RenameUnmounts && archiveUnmounted && !own) {
+		if v, _ := d.Value("mounted"); v == "yes" {
+			add(Action{Kind: Unmount})
+		}
 	}
 	if v, _ := d.Value("canmount"); v != "noauto" {
 		add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
@@ -416,6 +451,8 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 }
 
 // finishArchived returns what is left to do for a dataset in the archive.
+// A released dataset is never left mounted there (a rename into the
+// archive of one with a mountpoint of its own mounts it again).
 func finishArchived(d zfs.Dataset, keys keyUse) []Action {
 	switch slotState(d) {
 	case StateReleasing:
@@ -423,7 +460,14 @@ func finishArchived(d zfs.Dataset, keys keyUse) []Action {
 	case StateDestroying:
 		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name, KeyID: keys.of(d)}}
 	}
-	return nil
+	var steps []Action
+	if v, _ := d.Value("mounted"); v == "yes" {
+		steps = append(steps, Action{Kind: Unmount, Dataset: d.Name, Index: -1, Chain: d.Name})
+	}
+	if v, _ := d.Value("canmount"); len(steps) > 0 && v != "noauto" {
+		steps = append(steps, Action{Kind: SetProp, Dataset: d.Name, Index: -1, Prop: "canmount", Value: "noauto", Chain: d.Name})
+	}
+	return steps
 }
 
 func classByName(cfg Config, name string) Class {

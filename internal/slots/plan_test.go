@@ -241,11 +241,20 @@ func TestMakePlan_Release(t *testing.T) {
 		Kind                     ActionKind
 		Dataset, Prop, Value, To string
 	}
+	// On a ZFS whose rename unmounts (OpenZFS): the archive mounts
+	// nothing, and the slot's mountpoint follows its name.
+	archNone := ds("tank/nomad/.archive", PropManaged, ManagedArchive, "mountpoint", "none")
+	following := func(name string, kv ...string) zfs.Dataset {
+		d := owned(ds(name, PropManaged, ManagedSlot, PropState, string(StateArchived), "refquota", "1048576"), kv...)
+		return inherited(d, "mountpoint", "/"+name, "tank/nomad")
+	}
 	cases := []struct {
 		name     string
 		slots    int
 		observed []zfs.Dataset
 		want     []act
+		// renameUnmounts: Config.RenameUnmounts.
+		renameUnmounts bool
 	}{
 		{
 			name:  "release begun by an earlier version (releasing): a fresh dataset beside it at once, its fate first, every step",
@@ -321,7 +330,67 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:     "archived datasets are left as they are",
 			slots:    1,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived))},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived), "mounted", "no", "canmount", "noauto")},
+		},
+		{
+			name:     "an archived dataset found mounted is unmounted, and mounts no more by itself",
+			slots:    1,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived), "canmount", "on")},
+			want: []act{
+				{Unmount, leaf, "", "", ""},
+				{SetProp, leaf, "canmount", "noauto", ""},
+			},
+		},
+		{
+			name:  "where the rename unmounts, into an archive that mounts nothing: the rename is the unmount",
+			slots: 2,
+			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
+				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
+			renameUnmounts: true,
+			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+			},
+		},
+		{
+			name:  "where the rename unmounts, into an archive that still mounts: the archive gets mountpoint none, this release unmounts first",
+			slots: 2,
+			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", StateFree),
+				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
+			renameUnmounts: true,
+			want: []act{
+				{SetProp, "tank/nomad/.archive", "mountpoint", "none", ""},
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
+				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+			},
+		},
+		{
+			name:  "where the rename unmounts, a slot with a mountpoint of its own (a rename keeps it mounted): unmounted first",
+			slots: 2,
+			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on")},
+			renameUnmounts: true,
+			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
+				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+			},
+		},
+		{
+			name:  "an archive that mounts nothing changes nothing where the rename does not unmount (zfs-fuse)",
+			slots: 2,
+			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
+				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
+			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
+				{Unmount, "tank/nomad/scratch/1", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+			},
 		},
 		{
 			name:  "surplus slot released: no new slot in its place",
@@ -341,6 +410,7 @@ func TestMakePlan_Release(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(tc.slots)
+			cfg.RenameUnmounts = tc.renameUnmounts
 			p := MakePlan(cfg, tc.observed, now)
 			var got []act
 			for _, a := range p.Actions {
@@ -503,6 +573,42 @@ func TestMakePlan_StaleFreeAndKeys(t *testing.T) {
 			must.Eq(t, tc.check, destroy.CheckSource)
 			must.NotEq(t, "", destroy.Why)
 			must.Eq(t, []step{{DestroySlot, tc.free.Name}, {CreateSlot, tc.free.Name}}, steps(p)[len(steps(p))-2:])
+		})
+	}
+}
+
+// The archive container is made with mountpoint none where a rename
+// unmounts, and without a mountpoint of its own elsewhere; a plan says
+// whether the one it read mounts nothing.
+func TestMakePlan_ArchiveMountpoint(t *testing.T) {
+	parent := ds("tank/nomad")
+	for _, tc := range []struct {
+		name           string
+		renameUnmounts bool
+		archive        []zfs.Dataset
+		wantProps      map[string]string // of CreateArchive; nil: none made
+		wantUnmounted  bool
+	}{
+		{name: "made where the rename unmounts", renameUnmounts: true,
+			wantProps: map[string]string{PropManaged: ManagedArchive, "canmount": "off", "mountpoint": "none"}},
+		{name: "made where it does not",
+			wantProps: map[string]string{PropManaged: ManagedArchive, "canmount": "off"}},
+		{name: "read with mountpoint none", archive: []zfs.Dataset{ds("tank/nomad/.archive", PropManaged, ManagedArchive, "mountpoint", "none")},
+			wantUnmounted: true},
+		{name: "mountpoint none on someone else's dataset counts for nothing", archive: []zfs.Dataset{ds("tank/nomad/.archive", "mountpoint", "none")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(1)
+			cfg.RenameUnmounts = tc.renameUnmounts
+			p := MakePlan(cfg, append([]zfs.Dataset{parent}, tc.archive...), time.Now())
+			var got map[string]string
+			for _, a := range p.Actions {
+				if a.Kind == CreateArchive {
+					got = a.Props
+				}
+			}
+			must.Eq(t, tc.wantProps, got)
+			must.Eq(t, tc.wantUnmounted, p.ArchiveUnmounted)
 		})
 	}
 }

@@ -350,6 +350,43 @@ func TestRelease_Destroy(t *testing.T) {
 	must.SliceEmpty(t, archived(t, e))
 }
 
+// Where the rename unmounts (OpenZFS: Capabilities.RenameUnmounts), the
+// archive container mounts nothing and a release runs no `zfs unmount`:
+// the rename into the archive is the unmount. Elsewhere (zfs-fuse) the
+// release unmounts first. Either way the released dataset ends in the
+// archive unmounted, not to be mounted by itself (canmount=noauto), its
+// data kept, and the slot serves a fresh dataset.
+func TestRelease_TheRenameUnmountsWhereItCan(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 1)
+	if e.cfg.RenameUnmounts {
+		must.Eq(t, "none", e.pool.Prop(t, e.cfg.ArchiveDataset(), "mountpoint"))
+	}
+	o := owner(5)
+	s := withoutSpare(t, e, w, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	before := w.Count("unmount")
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+
+	unmounts := w.Count("unmount") - before
+	if e.cfg.RenameUnmounts {
+		must.Eq(t, 0, unmounts, must.Sprint("the rename into the archive unmounts"))
+	} else {
+		must.Eq(t, 1, unmounts, must.Sprint("zfs-fuse cannot rename a mounted dataset: unmounted first"))
+	}
+	got := archived(t, e)
+	must.SliceLen(t, 1, got)
+	must.Eq(t, guid, e.guid(t, got[0]))
+	must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"))
+	must.Eq(t, "noauto", e.pool.Prop(t, got[0], "canmount"))
+	must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
+	_, err := os.Stat(filepath.Join(s.Mountpoint, "data.txt"))
+	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left where its dataset was mounted"))
+	checkFresh(t, e, "scratch-0", guid)
+}
+
 // A dataset that a process still has open is never forced: the release
 // waits, the data stays in place (canmount=noauto meanwhile), and the slot
 // reports why while it serves a fresh dataset beside it.

@@ -63,7 +63,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		return m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
 	}
 	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
-		m.setArchiveReady(plan.ArchiveReady)
+		m.setArchiveReady(plan.ArchiveReady, plan.ArchiveUnmounted)
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
 		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
@@ -145,11 +145,12 @@ func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Co
 }
 
 // setArchiveReady records whether the last full read found the archive
-// container in place and the plugin's (see knownRelease).
-func (m *Manager) setArchiveReady(ok bool) {
+// container in place and the plugin's, and with mountpoint none (see
+// knownRelease).
+func (m *Manager) setArchiveReady(ok, unmounted bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.archiveReady = ok
+	m.archiveReady, m.archiveUnmounted = ok, unmounted
 }
 
 // settled drops the names of datasets whose slot is under slot work (its

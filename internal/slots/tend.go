@@ -32,7 +32,7 @@ import (
 // mounted at its mountpoint.
 func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 	m.mu.Lock()
-	ready, cfg := m.archiveReady, m.cfg
+	ready, unmounted, cfg := m.archiveReady, m.archiveUnmounted, m.cfg
 	m.mu.Unlock()
 	c := classByName(cfg, rs.Class)
 	if !ready || c.Name != rs.Class || rs.Mountpoint == "" {
@@ -60,7 +60,7 @@ func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 		}
 		mounted = true
 	}
-	actions := releaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again)
+	actions := releaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
 	if asker.Known() {
 		for i, a := range actions {
 			if a.Kind == CreateSlot && a.Dataset == rs.Dataset {

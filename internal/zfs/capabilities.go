@@ -18,8 +18,8 @@ type Capabilities struct {
 	MultiSet bool
 	// RenameMounted: `zfs rename` of a mounted filesystem works, remounting
 	// it at its new mountpoint (OpenZFS). zfs-fuse answers "dataset is busy"
-	// most of the time but lets one through now and then: informational;
-	// releases always unmount first.
+	// most of the time but lets one through now and then: see
+	// RenameUnmounts for what the plugin makes of it.
 	RenameMounted bool
 	// Version: the `zfs version` command exists (OpenZFS).
 	Version bool
@@ -27,6 +27,13 @@ type Capabilities struct {
 	// OpenZFS 0.8 and later). zfs-fuse has none.
 	Encryption bool
 }
+
+// RenameUnmounts reports whether a release may let `zfs rename` do its
+// unmount (slots.Config.RenameUnmounts): a mounted rename works, and
+// `zfs version` says this is OpenZFS, whose rename unmounts first and
+// mounts again only where the new mountpoint lets it. zfs-fuse lets a
+// mounted rename through now and then, so the probe alone is not enough.
+func (c Capabilities) RenameUnmounts() bool { return c.RenameMounted && c.Version }
 
 // probeProp is the user property a probe sets; it never names one of the
 // plugin's own properties, so a probe never looks like a managed dataset.
