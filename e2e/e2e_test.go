@@ -291,15 +291,14 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
 	// The archived data is intact: mount it, as an operator would.
-	pool.ZFS(t, "mount", archived)
-	archMP := pool.Prop(t, archived, "mountpoint")
+	archMP, unmount := pool.Look(t, archived)
 	b, err := os.ReadFile(filepath.Join(archMP, "hello.txt"))
 	must.NoError(t, err)
 	must.EqOp(t, want, string(b))
 	fi, err := os.Stat(filepath.Join(archMP, "blob"))
 	must.NoError(t, err)
 	must.EqOp(t, int64(blobKiB*1024), fi.Size())
-	pool.ZFS(t, "unmount", archived)
+	unmount()
 	step("archived %s holds the task's files", archived)
 }
 

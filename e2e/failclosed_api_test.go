@@ -213,7 +213,13 @@ func waitInstance(t *testing.T, e *fcEnv, id, what string, timeout time.Duration
 // readSecret returns secret.txt of a mounted dataset ("" when absent).
 func readSecret(t *testing.T, e *fcEnv, ds string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(e.pool.Prop(t, ds, "mountpoint"), "secret.txt"))
+	return readSecretAt(t, e.pool.Prop(t, ds, "mountpoint"))
+}
+
+// readSecretAt returns secret.txt in directory dir; "" when there is none.
+func readSecretAt(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "secret.txt"))
 	if os.IsNotExist(err) {
 		return ""
 	}
@@ -230,9 +236,9 @@ func archivedSecret(t *testing.T, e *fcEnv, id, want string) string {
 		if !strings.HasPrefix(name, e.archive()+"/"+id+".") {
 			continue
 		}
-		e.pool.ZFS(t, "mount", name)
-		got := readSecret(t, e, name)
-		e.pool.ZFS(t, "unmount", name)
+		dir, unmount := e.pool.Look(t, name)
+		got := readSecretAt(t, dir)
+		unmount()
 		if got == want {
 			return name
 		}
@@ -477,9 +483,9 @@ func TestFailClosed_HungAPI(t *testing.T) {
 		arch = archivedFor(t, e.pool, e.archive(), t1.ID)
 		return arch != "", "state " + pollProp(e.pool, e.slot(0), slots.PropState)
 	})
-	e.pool.ZFS(t, "mount", arch)
-	must.EqOp(t, t1.ID, readSecret(t, e, arch))
-	e.pool.ZFS(t, "unmount", arch)
+	dir, unmount := e.pool.Look(t, arch)
+	must.EqOp(t, t1.ID, readSecretAt(t, dir))
+	unmount()
 	a.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
 	t3 := a.RunJob(t, fcCheckerJob("checker-2"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, t3.ClientStatus)

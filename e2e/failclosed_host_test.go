@@ -322,11 +322,11 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		return hostReleased(t, pool, archive, checker.ID, parent, 0)
 	})
-	pool.ZFS(t, "mount", archived)
-	b, err = os.ReadFile(filepath.Join(pool.Prop(t, archived, "mountpoint"), "owner.txt"))
+	dir, unmount := pool.Look(t, archived)
+	b, err = os.ReadFile(filepath.Join(dir, "owner.txt"))
 	must.NoError(t, err)
 	must.EqOp(t, alloc.ID+"\n", string(b), must.Sprint("the archive holds the first tenant's data"))
-	pool.ZFS(t, "unmount", archived)
+	unmount()
 	step("second tenant %s ran on the fresh slot", checker.ID[:8])
 
 	// 6. A free slot unmounted by hand is mounted again before it is

@@ -269,11 +269,11 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	must.StrHasPrefix(t, archive+"/"+devID+".default.names_job_id.g_group_name.t_task."+alloc.ID[:8]+".", archived)
 	must.EqOp(t, "archived", pool.Prop(t, archived, slots.PropState))
 	must.Eq(t, o, recordedOwner(t, pool, archived))
-	pool.ZFS(t, "mount", archived)
-	b, err := os.ReadFile(filepath.Join(pool.Prop(t, archived, "mountpoint"), "hello.txt"))
+	dir, unmount := pool.Look(t, archived)
+	b, err := os.ReadFile(filepath.Join(dir, "hello.txt"))
 	must.NoError(t, err)
 	must.EqOp(t, alloc.ID+"\n", string(b))
-	pool.ZFS(t, "unmount", archived)
+	unmount()
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
 	checker := agent.RunJob(t, checkerJob, jobTimeout)
@@ -402,11 +402,11 @@ func TestFailClosed_LongNames(t *testing.T) {
 	// owner's field bound (256 bytes, internal/slots/owner.go).
 	must.EqOp(t, alloc.Name[:256], o.AllocName)
 
-	pool.ZFS(t, "mount", archived)
-	b, err := os.ReadFile(filepath.Join(pool.Prop(t, archived, "mountpoint"), "hello.txt"))
+	dir, unmount := pool.Look(t, archived)
+	b, err := os.ReadFile(filepath.Join(dir, "hello.txt"))
 	must.NoError(t, err)
 	must.EqOp(t, alloc.ID+"\n", string(b))
-	pool.ZFS(t, "unmount", archived)
+	unmount()
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
 
 	checker := agent.RunJob(t, checkerJob, jobTimeout)

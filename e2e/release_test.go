@@ -192,11 +192,11 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	entries, err := os.ReadDir(pool.Prop(t, slot, "mountpoint"))
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries)
-	pool.ZFS(t, "mount", archived)
-	b, err := os.ReadFile(filepath.Join(pool.Prop(t, archived, "mountpoint"), "owner.txt"))
+	dir, unmount := pool.Look(t, archived)
+	b, err := os.ReadFile(filepath.Join(dir, "owner.txt"))
 	must.NoError(t, err)
 	must.EqOp(t, alloc.ID+"\n", string(b))
-	pool.ZFS(t, "unmount", archived)
+	unmount()
 
 	// 3. The same slot again: the new tenant finds it empty.
 	checker := agent.RunJob(t, checkerJob, jobTimeout)

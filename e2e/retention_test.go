@@ -91,11 +91,11 @@ func TestRetentionEndToEnd(t *testing.T) {
 	}
 	// The newest archive holds the last tenant's file.
 	last := archived[len(archived)-1]
-	pool.ZFS(t, "mount", last)
-	b, err := os.ReadFile(filepath.Join(pool.Prop(t, last, "mountpoint"), "owner.txt"))
+	dir, unmount := pool.Look(t, last)
+	b, err := os.ReadFile(filepath.Join(dir, "owner.txt"))
 	must.NoError(t, err)
 	must.StrContains(t, string(b), recordedOwner(t, pool, last).AllocID)
-	pool.ZFS(t, "unmount", last)
+	unmount()
 	must.Eq(t, "100663296", pool.Prop(t, archive, "quota"))
 
 	// The node says which job groups have data here, for an affinity.

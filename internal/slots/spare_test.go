@@ -487,12 +487,12 @@ func TestSpare_ReleasedSlotServesAtOnce(t *testing.T) {
 }
 
 // archivedMount mounts an archived dataset (canmount=noauto) for the test
-// to look inside, and unmounts it at cleanup.
+// to look inside (zfstest.Pool.Look), and unmounts it at cleanup.
 func archivedMount(t *testing.T, e *env, name string) string {
 	t.Helper()
-	e.pool.ZFS(t, "mount", name)
-	t.Cleanup(func() { e.pool.ZFS(t, "unmount", name) })
-	return e.pool.Prop(t, name, "mountpoint")
+	dir, unmount := e.pool.Look(t, name)
+	t.Cleanup(unmount)
+	return dir
 }
 
 // TestSpare_ReleaseWithTheOwnerStillPending: while the spare of a fresh

@@ -13,6 +13,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,6 +130,30 @@ func (p *Pool) ZFS(t testing.TB, args ...string) string {
 		t.Fatalf("%v", err)
 	}
 	return string(out)
+}
+
+// Look mounts dataset ds for the test to look inside, and returns where,
+// with unmount to undo it. A dataset that `zfs mount` cannot mount where
+// it is (mountpoint=none: the plugin's archive on OpenZFS) is mounted
+// read-only at a directory of the test's with `mount -t zfs -o zfsutil`,
+// as docs/operations.md tells an operator to; any other with `zfs mount`.
+func (p *Pool) Look(t testing.TB, ds string) (dir string, unmount func()) {
+	t.Helper()
+	dir = p.Prop(t, ds, "mountpoint")
+	if dir != "none" {
+		p.ZFS(t, "mount", ds)
+		return dir, func() { p.ZFS(t, "unmount", ds) }
+	}
+	dir = t.TempDir()
+	run := func(name string, args ...string) {
+		ctx, cancel := context.WithTimeout(context.Background(), propTimeout)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	run("mount", "-t", "zfs", "-o", "zfsutil,ro,nosuid,nodev", ds, dir)
+	return dir, func() { run("umount", dir) }
 }
 
 // Prop returns one property of a dataset ("" when unset), and fails the
