@@ -107,9 +107,7 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 	names := archived(t, e)
 	must.SliceLen(t, 1, names)
 	must.Eq(t, guid, e.guid(t, names[0]))
-	data, err := os.ReadFile(filepath.Join(archivedMount(t, e, names[0]), "data.txt"))
-	must.NoError(t, err)
-	must.Eq(t, "tenant "+o1.AllocID, string(data))
+	must.Eq(t, "tenant "+o1.AllocID, readArchived(t, e, names[0], "data.txt"))
 
 	got := slotByID(t, e, "scratch-0")
 	must.Eq(t, slots.StateReserved, got.State)
@@ -308,9 +306,7 @@ func TestSpare_StoppedBetweenTheMarks(t *testing.T) {
 	names := archived(t, e)
 	must.SliceLen(t, 1, names, must.Sprint("the ended owner's data, archived"))
 	must.Eq(t, guid, e.guid(t, names[0]))
-	data, err := os.ReadFile(filepath.Join(archivedMount(t, e, names[0]), "data.txt"))
-	must.NoError(t, err)
-	must.Eq(t, "tenant "+o1.AllocID, string(data))
+	must.Eq(t, "tenant "+o1.AllocID, readArchived(t, e, names[0], "data.txt"))
 	must.Eq(t, "reserved", e.pool.Prop(t, spare, slots.PropState), must.Sprint("the spare is kept while the device is held"))
 
 	a.end(o2)
@@ -484,15 +480,6 @@ func TestSpare_ReleasedSlotServesAtOnce(t *testing.T) {
 	names := archived(t, e)
 	must.SliceLen(t, 1, names)
 	must.Eq(t, guid, e.guid(t, names[0]))
-}
-
-// archivedMount mounts an archived dataset (canmount=noauto) for the test
-// to look inside (zfstest.Pool.Look), and unmounts it at cleanup.
-func archivedMount(t *testing.T, e *env, name string) string {
-	t.Helper()
-	dir, unmount := e.pool.Look(t, name)
-	t.Cleanup(unmount)
-	return dir
 }
 
 // TestSpare_ReleaseWithTheOwnerStillPending: while the spare of a fresh
