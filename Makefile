@@ -46,7 +46,7 @@ TESTS        ?= all
 test-openzfs: ## as root: the tests in a VM with the OpenZFS kernel module; ZFS=2.3|2.1|all, TESTS=all|ci|"./pkg ..." (image cached in /var/tmp/nomad-device-zfs-openzfs)
 	bash scripts/openzfs-vm/run-go.sh test $(ZFS) '$(TESTS)'
 
-bench-openzfs: ## as root: make bench's two runs in the OpenZFS VM (ZFS=2.3|2.1|all, BENCHFLAGS, default -sizes 10,100); writes bench/out/openzfs-<ZFS>/
+bench-openzfs: ## as root: make bench's runs (sizes, mobility, golden, churn) in the OpenZFS VM (ZFS=2.3|2.1|all, BENCHFLAGS, default -sizes 10,100); writes bench/out/openzfs-<ZFS>/
 	bash scripts/openzfs-vm/run-go.sh bench $(ZFS)
 
 lint: ## gofmt, go vet, staticcheck

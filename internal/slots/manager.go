@@ -64,6 +64,10 @@ type Slot struct {
 	// (handOverSpare). "" when there is none.
 	Spare      string
 	spareMount string
+	// ownMount: Dataset has a mountpoint of its own (set by hand), which
+	// a rename keeps; spareOwn the same of Spare. A release unmounts such
+	// a dataset before its rename (releaseSteps).
+	ownMount, spareOwn bool
 	// old is the slot's other dataset while it is on its way to the
 	// archive (or to be destroyed) and Dataset serves; nil when none.
 	old *Slot

@@ -289,11 +289,12 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		}
 		p.Actions = append(p.Actions, Action{Kind: CreateArchive, Dataset: archive, Index: -1, Props: props})
 		archiveOK = true
-	case archiveOK && cfg.RenameUnmounts && !p.ArchiveUnmounted:
+	case archiveOK && cfg.RenameUnmounts && !p.ArchiveUnmounted && !archiveMounted(cfg, datasets):
 		// Made by an earlier version, or on a ZFS whose rename does not
-		// unmount: the datasets in it are unmounted (canmount=noauto),
-		// so this changes no mount, and from the next read on a
-		// release's rename unmounts.
+		// unmount. Only while none of its datasets is mounted (the plugin
+		// leaves them unmounted; an operator may be looking inside), so
+		// that this changes no mount and is never refused as busy. From
+		// the next read on, a release's rename unmounts.
 		p.Actions = append(p.Actions, Action{Kind: SetProp, Dataset: archive, Index: -1, Prop: "mountpoint", Value: "none"})
 	}
 	configured := make(map[string]bool, len(cfg.Classes))
@@ -432,8 +433,7 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 	// mounts nothing, the rename is the unmount: it fails as busy as the
 	// unmount would while a process holds the dataset, and leaves it
 	// unmounted. Not when d has a mountpoint of its own (set by hand),
-	// which a rename keeps and mounts again (finishArchived would then
-	// unmount it in the archive).
+	// which a rename keeps and would mount again in the archive.
 	if _, own := d.Local("mountpoint"); !(cfg.RenameUnmounts && archiveUnmounted && !own) {
 		if v, _ := d.Value("mounted"); v == "yes" {
 			add(Action{Kind: Unmount})
@@ -451,8 +451,6 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 }
 
 // finishArchived returns what is left to do for a dataset in the archive.
-// A released dataset is never left mounted there (a rename into the
-// archive of one with a mountpoint of its own mounts it again).
 func finishArchived(d zfs.Dataset, keys keyUse) []Action {
 	switch slotState(d) {
 	case StateReleasing:
@@ -460,14 +458,18 @@ func finishArchived(d zfs.Dataset, keys keyUse) []Action {
 	case StateDestroying:
 		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name, KeyID: keys.of(d)}}
 	}
-	var steps []Action
-	if v, _ := d.Value("mounted"); v == "yes" {
-		steps = append(steps, Action{Kind: Unmount, Dataset: d.Name, Index: -1, Chain: d.Name})
+	return nil
+}
+
+// archiveMounted reports whether a dataset in the archive container is
+// mounted (an operator looking inside).
+func archiveMounted(cfg Config, datasets []zfs.Dataset) bool {
+	for _, d := range datasets {
+		if v, _ := d.Value("mounted"); v == "yes" && strings.HasPrefix(d.Name, cfg.ArchiveDataset()+"/") {
+			return true
+		}
 	}
-	if v, _ := d.Value("canmount"); len(steps) > 0 && v != "noauto" {
-		steps = append(steps, Action{Kind: SetProp, Dataset: d.Name, Index: -1, Prop: "canmount", Value: "noauto", Chain: d.Name})
-	}
-	return steps
+	return false
 }
 
 func classByName(cfg Config, name string) Class {

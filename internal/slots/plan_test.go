@@ -330,16 +330,14 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:     "archived datasets are left as they are",
 			slots:    1,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived), "mounted", "no", "canmount", "noauto")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived))},
 		},
 		{
-			name:     "an archived dataset found mounted is unmounted, and mounts no more by itself",
-			slots:    1,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived), "canmount", "on")},
-			want: []act{
-				{Unmount, leaf, "", "", ""},
-				{SetProp, leaf, "canmount", "noauto", ""},
-			},
+			name:  "where the rename unmounts, an archive container that still mounts waits while an operator looks inside one of its datasets",
+			slots: 1,
+			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", StateFree),
+				owned(slotDS(leaf, StateArchived), "canmount", "noauto")},
+			renameUnmounts: true,
 		},
 		{
 			name:  "where the rename unmounts, into an archive that mounts nothing: the rename is the unmount",
@@ -609,6 +607,33 @@ func TestMakePlan_ArchiveMountpoint(t *testing.T) {
 			}
 			must.Eq(t, tc.wantProps, got)
 			must.Eq(t, tc.wantUnmounted, p.ArchiveUnmounted)
+		})
+	}
+}
+
+// A release decided without a read (knownRelease) unmounts first a dataset
+// whose mountpoint is its own, as one decided from a read does: the rename
+// would keep that mountpoint and mount the data again in the archive.
+func TestReleasingDataset_OwnMountpoint(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.RenameUnmounts = true
+	c := cfg.Classes[0]
+	for _, tc := range []struct {
+		name    string
+		own     bool
+		unmount bool
+	}{
+		{name: "inherited: the rename unmounts", own: false, unmount: false},
+		{name: "its own: unmounted first", own: true, unmount: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Slot{ID: "scratch-0", Class: "scratch", Dataset: "tank/nomad/scratch/0", Mountpoint: "/srv/by-hand",
+				State: StateReleasing, ownMount: tc.own}
+			got := false
+			for _, a := range releaseSteps(cfg, c, 0, releasingDataset(s, true), time.Now(), true, true) {
+				got = got || a.Kind == Unmount
+			}
+			must.Eq(t, tc.unmount, got)
 		})
 	}
 }

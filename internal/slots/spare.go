@@ -27,9 +27,9 @@ func sameTenancy(cur, s Slot) bool {
 func promoteSpare(x *Slot, state State) {
 	rs := *x
 	rs.Spare, rs.spareMount, rs.old = "", "", nil
-	x.Dataset, x.Mountpoint = x.Spare, x.spareMount
+	x.Dataset, x.Mountpoint, x.ownMount = x.Spare, x.spareMount, x.spareOwn
 	x.State, x.Owner, x.stamped = state, Owner{}, Owner{}
-	x.Spare, x.spareMount = "", ""
+	x.Spare, x.spareMount, x.spareOwn = "", "", false
 	x.old, x.sib, x.present = &rs, nameReleasing, true
 	x.Usage = Usage{}
 	x.setHealth(true, "")

@@ -77,7 +77,7 @@ func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 
 // releasingDataset is slot dataset s (being released) as ZFS has it once
 // its release has begun: its fate as its state, its owner, mounted or not,
-// and canmount not yet changed. The release's first steps are decided from
+// its mountpoint when it is its own, and canmount not yet changed. The release's first steps are decided from
 // it without reading ZFS again; a step that finds ZFS otherwise fails, and
 // the next attempt reads.
 func releasingDataset(s Slot, mounted bool) zfs.Dataset {
@@ -94,6 +94,9 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 	}
 	if s.Owner.Known() {
 		props[PropOwner] = local(s.Owner.Encode())
+	}
+	if s.ownMount {
+		props["mountpoint"] = local(s.Mountpoint)
 	}
 	return zfs.Dataset{Name: s.Dataset, Props: props}
 }
@@ -392,7 +395,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 	slots := append([]Slot(nil), m.slots...)
 	now := &slots[i]
 	now.old, now.sib = nil, ready[0].sib
-	now.Spare, now.spareMount = ready[0].Spare, ready[0].spareMount
+	now.Spare, now.spareMount, now.spareOwn = ready[0].Spare, ready[0].spareMount, ready[0].spareOwn
 	m.vers[cur.ID]++
 	m.setSlotsLocked(slots)
 	return true

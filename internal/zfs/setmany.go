@@ -29,8 +29,8 @@ const (
 //     one command, one ioctl. libzfs checks every value before that ioctl,
 //     so a bad value writes nothing; a refusal by the kernel (a refquota
 //     below what is used) may leave others set, and is returned as an error.
-//     Not tested here: this machine has no OpenZFS (the OpenZFS VM of
-//     /work/shared/openzfs-vm can run this package's tests).
+//     Tested in the OpenZFS VM (make test-openzfs; TestProbe checks that
+//     two properties take one process there).
 //   - zfs-fuse 0.7 takes one property: it reads the next "k=v" arguments as
 //     dataset names. It sets the FIRST property, then fails with "cannot
 //     open 'k=v': invalid dataset name" for each other one. SetMany sees
