@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -201,13 +203,30 @@ func hostMount(t *testing.T, path string) (hostfs.Mount, bool) {
 	return table.At(filepath.Clean(path))
 }
 
+// releaseUnmount is the zfs subcommand in which a release unmounts a slot's
+// dataset on this machine's ZFS, probed under parent as the plugin probes:
+// the rename into the archive where the rename unmounts (OpenZFS: see
+// zfs.Capabilities.RenameUnmounts), `zfs unmount` elsewhere.
+func releaseUnmount(t *testing.T, pool *zfstest.Pool, parent string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	caps, err := zfs.NewClient(pool.Runner).Probe(ctx, parent+"/.probe-e2e")
+	must.NoError(t, err)
+	if caps.RenameUnmounts() {
+		return "rename"
+	}
+	return "unmount"
+}
+
 // hostRenameJob returns a copy of jobHCL whose job is named id.
 func hostRenameJob(jobHCL, from, id string) string {
 	return strings.Replace(jobHCL, fmt.Sprintf("job %q", from), fmt.Sprintf("job %q", id), 1)
 }
 
 // TestFailClosed_OrphanedZFSChild: the plugin is SIGKILLed while a
-// release's `zfs unmount` is pending. Before the fix the child lived on
+// release's `zfs unmount` is pending (on OpenZFS the rename into the
+// archive, which does the unmount: releaseUnmount). Before the fix the child lived on
 // and, once it went ahead, unmounted the fresh dataset now at the slot's
 // name, which nothing remounted. Now the child dies with the plugin
 // (parent-death signal, own process group); Nomad relaunches the plugin,
@@ -224,6 +243,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	pool.ZFS(t, "create", parent)
 	slot := parent + "/scratch/0"
 	archive := parent + "/.archive"
+	unmounts := releaseUnmount(t, pool, parent)
 
 	pluginBin := devicetest.BuildPlugin(t)
 	agent := nomadtest.StartAgent(t, nomadtest.Options{
@@ -255,21 +275,22 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	})
 	step("writer %s holds %s", alloc.ID[:8], slot)
 
-	// 2. Stop it with every zfs unmount paused: the release waits in its
-	// unmount of the slot.
-	w.Pause("unmount")
+	// 2. Stop it with the slot's unmount paused: the release waits in it.
+	// Only the runs naming the slot pause: the relaunched plugin's probe
+	// renames a mounted dataset of its own at start.
+	w.PauseFor(unmounts, slot)
 	_, _, err := agent.API.Jobs().Deregister(writer.ID, false, nil)
 	must.NoError(t, err)
 	agent.WaitForAlloc(t, writer, "complete", jobTimeout, func(a *api.Allocation) bool {
 		return a.ClientStatus == api.AllocClientStatusComplete
 	})
-	child := hostWaitPausedChild(t, agent, w, "unmount", plugin, releaseTimeout)
-	args := w.WaitPaused(t, "unmount", time.Second)
-	must.SliceContains(t, args, slot, must.Sprintf("the paused unmount: %q", args))
+	child := hostWaitPausedChild(t, agent, w, unmounts, plugin, releaseTimeout)
+	args := w.WaitPaused(t, unmounts, time.Second)
+	must.SliceContains(t, args, slot, must.Sprintf("the paused %s: %q", unmounts, args))
 	cp, err := hostStat(child)
 	must.NoError(t, err)
 	must.EqOp(t, child, cp.pgrp, must.Sprint("the zfs child leads its own process group"))
-	step("release paused in zfs unmount (pid %d, args %q)", child, args)
+	step("release paused in zfs %s (pid %d, args %q)", unmounts, child, args)
 
 	// 3. SIGKILL the plugin: its zfs child (and the child's group) must
 	// not outlive it.
@@ -289,8 +310,8 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	// ZFS says: its own unmount pauses too. The dataset is not offered
 	// meanwhile (the slot's spare is) and its data is still there.
 	plugin2 := hostWaitPlugin(t, agent, pluginBin, plugin, deviceTimeout)
-	child2 := hostWaitPausedChild(t, agent, w, "unmount", plugin2, releaseTimeout)
-	step("plugin relaunched as %d; its release paused in zfs unmount (pid %d)", plugin2, child2)
+	child2 := hostWaitPausedChild(t, agent, w, unmounts, plugin2, releaseTimeout)
+	step("plugin relaunched as %d; its release paused in zfs %s (pid %d)", plugin2, unmounts, child2)
 	must.NotEq(t, "free", pool.Prop(t, slot, "nomad-device-zfs:state"))
 	b, err := os.ReadFile(filepath.Join(mp, "owner.txt"))
 	must.NoError(t, err, must.Sprint("the first tenant's file is still in the slot"))
@@ -299,7 +320,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	// 5. Lift the fault: the release completes under the first tenant's
 	// identity, and the fresh slot is mounted (with nosuid,nodev), healthy
 	// and stays so: nothing left over unmounts it.
-	w.Resume("unmount")
+	w.Resume(unmounts)
 	var archived string
 	agent.Wait(t, "the slot fresh again", releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)

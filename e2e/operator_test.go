@@ -17,6 +17,8 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // The operator CLI is the plugin binary run by a person. These tests run
@@ -246,7 +248,7 @@ func TestOperator_DoctorAndStatus(t *testing.T) {
 		must.StrContains(t, text.stdout, "states and holders are what ZFS records")
 	})
 	t.Run("pool exported", func(t *testing.T) {
-		e.pool.ZFS(t, "unmount", "-a")
+		unmountAll(t, e.pool)
 		exportPool(t, e.pool.Name)
 		t.Cleanup(func() { importPool(t, e.pool.Name, e.pool.Dir) })
 		r := doctor(env, agentCfg, cfgDir)
@@ -263,6 +265,25 @@ func TestOperator_DoctorAndStatus(t *testing.T) {
 			must.StrContains(t, s.Reason, "is not imported")
 		}
 	})
+}
+
+// unmountAll runs `zfs unmount -a`, again while it is refused as busy, for
+// a minute at most: the agent was just stopped, and its plugin's last zfs
+// command (killed with it) may still be ending.
+func unmountAll(t *testing.T, pool *zfstest.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := pool.Runner.ZFSCmd(context.Background(), "unmount", "-a")
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, zfs.ErrBusy) || time.Now().After(deadline) {
+			t.Fatalf("%v", err)
+		}
+		t.Logf("%v; again in a second", err)
+		time.Sleep(time.Second)
+	}
 }
 
 func exportPool(t *testing.T, pool string) {
