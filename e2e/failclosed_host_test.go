@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -204,16 +202,12 @@ func hostMount(t *testing.T, path string) (hostfs.Mount, bool) {
 }
 
 // releaseUnmount is the zfs subcommand in which a release unmounts a slot's
-// dataset on this machine's ZFS, probed under parent as the plugin probes:
-// the rename into the archive where the rename unmounts (OpenZFS: see
-// zfs.Capabilities.RenameUnmounts), `zfs unmount` elsewhere.
+// dataset on this machine's ZFS (zfstest.Pool.Capabilities, probed under
+// parent): the rename into the archive where the rename unmounts (OpenZFS:
+// see zfs.Capabilities.RenameUnmounts), `zfs unmount` elsewhere.
 func releaseUnmount(t *testing.T, pool *zfstest.Pool, parent string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	caps, err := zfs.NewClient(pool.Runner).Probe(ctx, parent+"/.probe-e2e")
-	must.NoError(t, err)
-	if caps.RenameUnmounts() {
+	if pool.Capabilities(t, parent).RenameUnmounts() {
 		return "rename"
 	}
 	return "unmount"

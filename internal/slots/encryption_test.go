@@ -70,9 +70,7 @@ func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 	e.mgr.SetNomad(a)
 	ctx := context.Background()
 
-	caps, err := zfs.NewClient(e.runner).Probe(ctx, e.cfg.Parent+"/.probe-enc")
-	must.NoError(t, err)
-	if !caps.Encryption {
+	if !e.pool.Capabilities(t, e.cfg.Parent).Encryption {
 		err := e.mgr.Sync(ctx)
 		must.ErrorIs(t, err, zfs.ErrInvalid, must.Sprint("zfs-fuse refuses encryption=on"))
 		must.SliceEmpty(t, keyFiles(t, keys), must.Sprint("the key of a dataset that was not made is removed"))

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,29 +43,9 @@ func newEnvSized(t *testing.T, nslots int, size int64) *env {
 	e.cfg = slots.Config{Parent: pool.Dataset("nomad"), Classes: []slots.Class{{
 		Name: "scratch", Slots: nslots, Quota: 64 << 20, UID: 65534, GID: 65534, Mode: 0o770,
 		Properties: map[string]string{"compression": "on"},
-	}}, RenameUnmounts: probed(t, pool).RenameUnmounts()}
+	}}, RenameUnmounts: pool.Capabilities(t, pool.Dataset("nomad")).RenameUnmounts()}
 	e.restart(t)
 	return e
-}
-
-// The capabilities of this machine's ZFS, probed once per test binary on
-// the first pool a test makes: as the plugin does once per process, so
-// that the tests take the paths the plugin takes on this ZFS.
-var (
-	capsOnce sync.Once
-	caps     zfs.Capabilities
-	capsErr  error
-)
-
-func probed(t *testing.T, pool *zfstest.Pool) zfs.Capabilities {
-	t.Helper()
-	capsOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		caps, capsErr = zfs.NewClient(&zfs.Runner{}).Probe(ctx, pool.Dataset("nomad/.probe-caps"))
-	})
-	must.NoError(t, capsErr)
-	return caps
 }
 
 // restart replaces the manager with a new one, as a plugin restart does.

@@ -248,6 +248,14 @@ func TestMakePlan_Release(t *testing.T) {
 		d := owned(ds(name, PropManaged, ManagedSlot, PropState, string(StateArchived), "refquota", "1048576"), kv...)
 		return inherited(d, "mountpoint", "/"+name, "tank/nomad")
 	}
+	// unmountedFirst: the whole release of scratch/1, mounted, that is
+	// not a rename into an archive that mounts nothing.
+	unmountedFirst := []act{
+		{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
+		{Unmount, "tank/nomad/scratch/1", "", "", ""},
+		{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
+		{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+	}
 	cases := []struct {
 		name     string
 		slots    int
@@ -274,12 +282,7 @@ func TestMakePlan_Release(t *testing.T) {
 			slots: 2,
 			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
 				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on", "mounted", "yes")},
-			want: []act{
-				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
-				{Unmount, "tank/nomad/scratch/1", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
-				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-			},
+			want: unmountedFirst,
 		},
 		{
 			name:  "resumed after the unmount: rename with the recorded time",
@@ -357,13 +360,7 @@ func TestMakePlan_Release(t *testing.T) {
 			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", StateFree),
 				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
 			renameUnmounts: true,
-			want: []act{
-				{SetProp, "tank/nomad/.archive", "mountpoint", "none", ""},
-				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
-				{Unmount, "tank/nomad/scratch/1", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
-				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-			},
+			want:           append([]act{{SetProp, "tank/nomad/.archive", "mountpoint", "none", ""}}, unmountedFirst...),
 		},
 		{
 			name:  "where the rename unmounts, a slot with a mountpoint of its own (a rename keeps it mounted): unmounted first",
@@ -371,24 +368,14 @@ func TestMakePlan_Release(t *testing.T) {
 			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
 				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on")},
 			renameUnmounts: true,
-			want: []act{
-				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
-				{Unmount, "tank/nomad/scratch/1", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
-				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-			},
+			want:           unmountedFirst,
 		},
 		{
 			name:  "an archive that mounts nothing changes nothing where the rename does not unmount (zfs-fuse)",
 			slots: 2,
 			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
 				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
-			want: []act{
-				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
-				{Unmount, "tank/nomad/scratch/1", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
-				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
-			},
+			want: unmountedFirst,
 		},
 		{
 			name:  "surplus slot released: no new slot in its place",

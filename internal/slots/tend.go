@@ -77,9 +77,9 @@ func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 
 // releasingDataset is slot dataset s (being released) as ZFS has it once
 // its release has begun: its fate as its state, its owner, mounted or not,
-// its mountpoint when it is its own, and canmount not yet changed. The release's first steps are decided from
-// it without reading ZFS again; a step that finds ZFS otherwise fails, and
-// the next attempt reads.
+// its mountpoint when it is its own, and canmount not yet changed. The
+// release's first steps are decided from it without reading ZFS again; a
+// step that finds ZFS otherwise fails, and the next attempt reads.
 func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 	local := func(v string) zfs.Prop { return zfs.Prop{Value: v, Source: "local"} }
 	yes := "no"

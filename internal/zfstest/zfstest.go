@@ -132,6 +132,30 @@ func (p *Pool) ZFS(t testing.TB, args ...string) string {
 	return string(out)
 }
 
+// The capabilities of this machine's ZFS, probed once per test binary:
+// every pool of it has the same ZFS.
+var (
+	capsOnce sync.Once
+	caps     zfs.Capabilities
+	capsErr  error
+)
+
+// Capabilities returns what this machine's ZFS does (zfs.Client.Probe, as
+// the plugin probes at start), probed on the first call on a scratch
+// dataset under parent, a dataset of p, and the same answer after that.
+func (p *Pool) Capabilities(t testing.TB, parent string) zfs.Capabilities {
+	t.Helper()
+	capsOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		caps, capsErr = zfs.NewClient(&zfs.Runner{}).Probe(ctx, parent+"/.probe-caps")
+	})
+	if capsErr != nil {
+		t.Fatalf("probing zfs: %v", capsErr)
+	}
+	return caps
+}
+
 // Look mounts dataset ds for the test to look inside, and returns where,
 // with unmount to undo it. A dataset that `zfs mount` cannot mount where
 // it is (mountpoint=none: the plugin's archive on OpenZFS) is mounted
