@@ -543,8 +543,9 @@ func TestFailClosed_ConflictKeepsData(t *testing.T) {
 
 	// The running tenant ends: now nothing holds the device and the
 	// recorded owner has ended, so the dataset is released (destroyed).
-	_, _, err := a.API.Jobs().Deregister(hold.ID, false, nil)
-	must.NoError(t, err)
+	// Nomad's stop and the plugin's release are waited for apart, so that a
+	// failure says which of the two did not happen.
+	a.StopJob(t, hold.ID, jobTimeout)
 	waitFresh(t, e, 0, guid)
 	must.EqOp(t, "", readSecret(t, e, e.slot(0)))
 	e.step(t, "tenant stopped: scratch-0 destroyed and fresh")

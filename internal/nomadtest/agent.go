@@ -28,6 +28,8 @@ const (
 	stopTimeout = 90 * time.Second
 	// logTailLines is how much of the agent log a failed test shows.
 	logTailLines = 150
+	// schedLines is how many of the scheduler's lines a failed test shows.
+	schedLines = 40
 	// startAttempts covers a free port taken by another process between
 	// picking it and the agent binding it.
 	startAttempts = 3
@@ -186,6 +188,7 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("nomad agent log (%s), last %d lines:\n%s", a.LogPath, logTailLines, a.LogTail(logTailLines))
+			t.Logf("nomad agent log, the scheduler's lines (last %d):\n%s", schedLines, a.schedulerLines(schedLines))
 		}
 	})
 	t.Cleanup(func() {
@@ -382,6 +385,22 @@ func (a *Agent) Exited() bool {
 // LogTail returns the last n lines of the agent log.
 func (a *Agent) LogTail(n int) string {
 	lines := strings.Split(strings.TrimRight(a.logText(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// schedulerLines returns the last n lines of the agent log that trace an
+// evaluation through the scheduler (its workers and the plan applier):
+// a failed test's tail may start after the evaluation that matters.
+func (a *Agent) schedulerLines(n int) string {
+	var lines []string
+	for _, line := range strings.Split(a.logText(), "\n") {
+		if strings.Contains(line, "eval") && (strings.Contains(line, "worker") || strings.Contains(line, "nomad.")) {
+			lines = append(lines, line)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

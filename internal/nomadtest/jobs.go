@@ -130,6 +130,64 @@ func (a *Agent) RegisterJob(t testing.TB, jobHCL string) Job {
 	return Job{ID: jobID, EvalID: resp.EvalID}
 }
 
+// StopJob deregisters the job and waits until every allocation it has is
+// client-terminal, so that a test can tell Nomad not stopping a task from
+// the plugin not releasing its device. On a timeout it fails the test with
+// the job's evaluations (status, trigger, description) and the
+// allocations still running.
+func (a *Agent) StopJob(t testing.TB, jobID string, timeout time.Duration) {
+	t.Helper()
+	_, _, err := a.API.Jobs().Deregister(jobID, false, nil)
+	must.NoError(t, err, must.Sprintf("deregistering job %s", jobID))
+	a.Wait(t, fmt.Sprintf("every allocation of job %s to stop", jobID), timeout, func() (bool, string) {
+		stubs, _, err := a.API.Jobs().Allocations(jobID, true, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		var live []string
+		for _, s := range stubs {
+			if !clientTerminal(s.ClientStatus) {
+				live = append(live, fmt.Sprintf("%s %s (desired %s)", s.ID[:8], s.ClientStatus, s.DesiredStatus))
+			}
+		}
+		if len(live) == 0 {
+			return true, ""
+		}
+		sort.Strings(live)
+		return false, fmt.Sprintf("allocations not stopped: %s; evaluations: %s", strings.Join(live, ", "), a.describeEvals(jobID))
+	})
+}
+
+// clientTerminal reports whether an allocation's client status is final.
+func clientTerminal(status string) bool {
+	switch status {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// describeEvals renders a job's evaluations, oldest first, for messages.
+func (a *Agent) describeEvals(jobID string) string {
+	evals, _, err := a.API.Jobs().Evaluations(jobID, nil)
+	if err != nil {
+		return err.Error()
+	}
+	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex < evals[j].CreateIndex })
+	var parts []string
+	for _, e := range evals {
+		s := fmt.Sprintf("%s %s by %s", e.ID[:8], e.Status, e.TriggeredBy)
+		if e.StatusDescription != "" {
+			s += fmt.Sprintf(" (%s)", e.StatusDescription)
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // WaitForAlloc waits until the job's first allocation satisfies cond (what
 // describes it for messages), and returns the allocation. It fails the test,
 // logging the allocation's task events and logs, when the allocation reaches

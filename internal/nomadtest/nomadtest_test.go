@@ -78,3 +78,27 @@ func TestStartAgentACL(t *testing.T) {
 	must.True(t, a.Exited())
 	must.NoError(t, a.Stop(), must.Sprint("Stop is idempotent"))
 }
+
+// TestSchedulerLines keeps the lines that trace an evaluation (lines as a
+// Nomad 1.11 dev agent writes them) and drops the rest.
+func TestSchedulerLines(t *testing.T) {
+	log := strings.Join([]string{
+		`2026-11-25T07:16:37.100Z [DEBUG] http: request complete: method=DELETE path=/v1/job/holder?purge=false duration=20.5ms`,
+		`2026-11-25T07:16:37.101Z [DEBUG] worker: dequeued evaluation: worker_id=3e44 eval_id=e5e4 type=service namespace=default job_id=holder triggered_by=job-deregister`,
+		`2026-11-25T07:16:37.102Z [ERROR] client.device_mgr.nomad-device-zfs: conflict: keeping the data: device=scratch-0`,
+		`2026-11-25T07:16:37.103Z [DEBUG] worker.service_sched: reconciled current state with desired state: eval_id=e5e4 job_id=holder total_stop=1`,
+		`2026-11-25T07:16:37.104Z [DEBUG] worker: ack evaluation: worker_id=3e44 eval_id=e5e4`,
+	}, "\n") + "\n"
+	path := filepath.Join(t.TempDir(), "agent.log")
+	must.NoError(t, os.WriteFile(path, []byte(log), 0o600))
+	a := &Agent{LogPath: path}
+
+	got := a.schedulerLines(40)
+	must.StrContains(t, got, "dequeued evaluation")
+	must.StrContains(t, got, "reconciled current state")
+	must.StrNotContains(t, got, "conflict")
+	must.StrNotContains(t, got, "method=DELETE")
+	last := a.schedulerLines(1)
+	must.StrContains(t, last, "ack evaluation", must.Sprint("n keeps the last lines"))
+	must.StrNotContains(t, last, "reconciled")
+}

@@ -395,6 +395,39 @@ func TestRelease_TheRenameUnmountsWhereItCan(t *testing.T) {
 	checkFresh(t, e, "scratch-0", guid)
 }
 
+// A slot dataset given a mountpoint of its own by hand keeps it through a
+// rename, and OpenZFS's rename mounts it again where that mountpoint says:
+// the release unmounts it first on every ZFS, so that the archived data is
+// mounted nowhere, neither at the hand-set path nor under the next tenant.
+func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 1)
+	o := owner(6)
+	s := withoutSpare(t, e, w, a, "scratch-0", o)
+	guid := e.guid(t, s.Dataset)
+	byHand := filepath.Join(t.TempDir(), "by-hand")
+	e.pool.ZFS(t, "set", "mountpoint="+byHand, s.Dataset)
+	must.NoError(t, e.mgr.Sync(context.Background()))
+	_, err := os.Stat(filepath.Join(byHand, "data.txt"))
+	must.NoError(t, err, must.Sprint("the tenant's data, mounted at the hand-set path"))
+
+	before := w.Count("unmount")
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+
+	must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
+	got := archived(t, e)
+	must.SliceLen(t, 1, got)
+	must.Eq(t, guid, e.guid(t, got[0]))
+	must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"), must.Sprint("the archived data is mounted nowhere"))
+	must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
+	_, err = os.Stat(filepath.Join(byHand, "data.txt"))
+	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left at the hand-set path"))
+	must.Eq(t, "tenant "+o.AllocID, readArchived(t, e, got[0], "data.txt"), must.Sprint("the data is kept in the archive"))
+	checkFresh(t, e, "scratch-0", guid)
+}
+
 // A dataset that a process still has open is never forced: the release
 // waits, the data stays in place (canmount=noauto meanwhile), and the slot
 // reports why while it serves a fresh dataset beside it.
