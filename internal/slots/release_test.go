@@ -416,7 +416,6 @@ func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
 	a.end(o)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 
-	must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
 	got := archived(t, e)
 	must.SliceLen(t, 1, got)
 	must.Eq(t, guid, e.guid(t, got[0]))
@@ -424,6 +423,7 @@ func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
 	must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
 	_, err = os.Stat(filepath.Join(byHand, "data.txt"))
 	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left at the hand-set path"))
+	must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
 	must.Eq(t, "tenant "+o.AllocID, readArchived(t, e, got[0], "data.txt"), must.Sprint("the data is kept in the archive"))
 	checkFresh(t, e, "scratch-0", guid)
 }
