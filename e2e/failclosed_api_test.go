@@ -545,7 +545,7 @@ func TestFailClosed_ConflictKeepsData(t *testing.T) {
 	// recorded owner has ended, so the dataset is released (destroyed).
 	// Nomad's stop and the plugin's release are waited for apart, so that a
 	// failure says which of the two did not happen.
-	a.StopJob(t, hold.ID, jobTimeout)
+	a.StopJob(t, hold.ID, holdTimeout)
 	waitFresh(t, e, 0, guid)
 	must.EqOp(t, "", readSecret(t, e, e.slot(0)))
 	e.step(t, "tenant stopped: scratch-0 destroyed and fresh")

@@ -214,6 +214,18 @@ func ReadTable() (Table, error) {
 	return t, nil
 }
 
+// Of returns the mounts whose source is source (for ZFS, a dataset's
+// name), in the table's order; none when it is mounted nowhere.
+func (t Table) Of(source string) []Mount {
+	var out []Mount
+	for _, m := range t {
+		if m.Source == source {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // At returns the mount whose mount point is exactly path (compared as
 // written; pass a clean absolute path). When several are stacked there, it
 // returns the visible one: the one no other mount at path sits on, or the

@@ -139,6 +139,31 @@ func TestTableAt_Stacked(t *testing.T) {
 	must.False(t, ok)
 }
 
+// Of finds a source wherever it is mounted, and only there.
+func TestTableOf(t *testing.T) {
+	tbl := parseTestdata(t, "mountinfo-zfs-fuse.txt")
+	cases := []struct {
+		source string
+		want   []string
+	}{
+		{"zfstestcap/slot", []string{"/tmp/hostfs-cap.jcD6/mnt/slot"}},
+		{"zfstestcap/nothing", nil},
+		{"zfstestcap/slo", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.source, func(t *testing.T) {
+			var got []string
+			for _, m := range tbl.Of(tc.source) {
+				got = append(got, m.MountPoint)
+			}
+			must.Eq(t, tc.want, got)
+		})
+	}
+	twice := Table{{ID: 30, MountPoint: "/a", Source: "p/d"}, {ID: 31, MountPoint: "/b", Source: "p/d"}, {ID: 32, MountPoint: "/c", Source: "p/e"}}
+	must.SliceLen(t, 2, twice.Of("p/d"))
+	must.Eq(t, "/b", twice.Of("p/d")[1].MountPoint)
+}
+
 func TestParseMountInfo_Malformed(t *testing.T) {
 	good := "26 1 254:0 / / rw,relatime - ext4 /dev/vda rw"
 	cases := []struct {

@@ -392,12 +392,15 @@ func (a *Agent) LogTail(n int) string {
 }
 
 // schedulerLines returns the last n lines of the agent log that trace an
-// evaluation through the scheduler (its workers and the plan applier):
-// a failed test's tail may start after the evaluation that matters.
+// evaluation through the server (its workers, the plan applier, which logs
+// as "nomad:", and the other "nomad." parts) and the HTTP DELETE requests
+// that start one (a deregistration): a failed test's tail may start after
+// the evaluation that matters.
 func (a *Agent) schedulerLines(n int) string {
 	var lines []string
 	for _, line := range strings.Split(a.logText(), "\n") {
-		if strings.Contains(line, "eval") && (strings.Contains(line, "worker") || strings.Contains(line, "nomad.")) {
+		server := strings.Contains(line, "worker") || strings.Contains(line, " nomad: ") || strings.Contains(line, " nomad.")
+		if (strings.Contains(line, "eval") && server) || strings.Contains(line, "method=DELETE") {
 			lines = append(lines, line)
 		}
 	}

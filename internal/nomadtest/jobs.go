@@ -130,16 +130,26 @@ func (a *Agent) RegisterJob(t testing.TB, jobHCL string) Job {
 	return Job{ID: jobID, EvalID: resp.EvalID}
 }
 
-// StopJob deregisters the job and waits until every allocation it has is
-// client-terminal, so that a test can tell Nomad not stopping a task from
-// the plugin not releasing its device. On a timeout it fails the test with
-// the job's evaluations (status, trigger, description) and the
-// allocations still running.
+// StopJob deregisters the job and waits until Nomad has evaluated the
+// deregistration and every allocation of the job is client-terminal, so
+// that a test can tell Nomad not stopping a task from the plugin not
+// releasing its device. It logs how long the stop took. On a timeout it
+// fails the test naming the allocations not stopped, and logs the job's
+// evaluations (status, trigger, description), read once then rather than
+// at every poll, so that the agent log's tail is not filled with the
+// wait's own requests.
 func (a *Agent) StopJob(t testing.TB, jobID string, timeout time.Duration) {
 	t.Helper()
-	_, _, err := a.API.Jobs().Deregister(jobID, false, nil)
+	start := time.Now()
+	evalID, _, err := a.API.Jobs().Deregister(jobID, false, nil)
 	must.NoError(t, err, must.Sprintf("deregistering job %s", jobID))
-	a.Wait(t, fmt.Sprintf("every allocation of job %s to stop", jobID), timeout, func() (bool, string) {
+	stopped := false
+	defer func() {
+		if !stopped {
+			t.Logf("evaluations of job %s (the deregistration's is %s): %s", jobID, evalID, a.describeEvals(jobID))
+		}
+	}()
+	a.Wait(t, fmt.Sprintf("job %s to stop (deregistration eval %s)", jobID, evalID), timeout, func() (bool, string) {
 		stubs, _, err := a.API.Jobs().Allocations(jobID, true, nil)
 		if err != nil {
 			return false, err.Error()
@@ -147,15 +157,23 @@ func (a *Agent) StopJob(t testing.TB, jobID string, timeout time.Duration) {
 		var live []string
 		for _, s := range stubs {
 			if !clientTerminal(s.ClientStatus) {
-				live = append(live, fmt.Sprintf("%s %s (desired %s)", s.ID[:8], s.ClientStatus, s.DesiredStatus))
+				live = append(live, fmt.Sprintf("%s %s (desired %s)", s.ID, s.ClientStatus, s.DesiredStatus))
 			}
 		}
-		if len(live) == 0 {
-			return true, ""
+		if len(live) > 0 {
+			sort.Strings(live)
+			return false, "allocations not stopped: " + strings.Join(live, ", ")
 		}
-		sort.Strings(live)
-		return false, fmt.Sprintf("allocations not stopped: %s; evaluations: %s", strings.Join(live, ", "), a.describeEvals(jobID))
+		// Every allocation has ended; the deregistration is done once its
+		// evaluation is (a job not placed yet has no allocation to wait on).
+		eval, _, err := a.API.Evaluations().Info(evalID, nil)
+		if err != nil {
+			return false, fmt.Sprintf("eval %s: %v", evalID, err)
+		}
+		return eval.Status == api.EvalStatusComplete, fmt.Sprintf("every allocation stopped; eval %s is %s", evalID, eval.Status)
 	})
+	stopped = true
+	t.Logf("job %s stopped in %s", jobID, time.Since(start).Round(time.Millisecond))
 }
 
 // clientTerminal reports whether an allocation's client status is final.
@@ -176,7 +194,7 @@ func (a *Agent) describeEvals(jobID string) string {
 	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex < evals[j].CreateIndex })
 	var parts []string
 	for _, e := range evals {
-		s := fmt.Sprintf("%s %s by %s", e.ID[:8], e.Status, e.TriggeredBy)
+		s := fmt.Sprintf("%s %s by %s", e.ID, e.Status, e.TriggeredBy)
 		if e.StatusDescription != "" {
 			s += fmt.Sprintf(" (%s)", e.StatusDescription)
 		}

@@ -399,33 +399,62 @@ func TestRelease_TheRenameUnmountsWhereItCan(t *testing.T) {
 // rename, and OpenZFS's rename mounts it again where that mountpoint says:
 // the release unmounts it first on every ZFS, so that the archived data is
 // mounted nowhere, neither at the hand-set path nor under the next tenant.
+// That holds whether the plugin has read the mountpoint since it was set
+// (the release's steps then say so) or not (the mount table shows the
+// dataset mounted elsewhere, and the steps come from a read).
 func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
-	w := zfstest.NewWrapper(t)
-	w.SetPATH(t)
-	e, a := newReleaseEnv(t, 1)
-	o := owner(6)
-	s := withoutSpare(t, e, w, a, "scratch-0", o)
-	guid := e.guid(t, s.Dataset)
-	byHand := filepath.Join(t.TempDir(), "by-hand")
-	e.pool.ZFS(t, "set", "mountpoint="+byHand, s.Dataset)
-	must.NoError(t, e.mgr.Sync(context.Background()))
-	_, err := os.Stat(filepath.Join(byHand, "data.txt"))
-	must.NoError(t, err, must.Sprint("the tenant's data, mounted at the hand-set path"))
+	for _, tc := range []struct {
+		name string
+		read bool
+	}{
+		{name: "read since", read: true},
+		{name: "set after the last read", read: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := zfstest.NewWrapper(t)
+			w.SetPATH(t)
+			e, a := newReleaseEnv(t, 1)
+			if e.cfg.RenameUnmounts {
+				must.Eq(t, "none", e.pool.Prop(t, e.cfg.ArchiveDataset(), "mountpoint"), must.Sprint("else the rename's mount would not matter"))
+			}
+			o := owner(6)
+			s := withoutSpare(t, e, w, a, "scratch-0", o)
+			guid := e.guid(t, s.Dataset)
+			byHand := filepath.Join(t.TempDir(), "by-hand")
+			e.pool.ZFS(t, "set", "mountpoint="+byHand, s.Dataset)
+			// Registered after TempDir, so run before it is removed: a
+			// failure must not leave the data mounted there.
+			t.Cleanup(func() {
+				for _, ds := range append(archived(t, e), s.Dataset) {
+					if v, err := e.pool.TryProp(ds, "mounted"); err == nil && v == "yes" {
+						_, _ = e.pool.Runner.ZFSCmd(context.Background(), "unmount", ds)
+					}
+				}
+			})
+			if tc.read {
+				must.NoError(t, e.mgr.Sync(context.Background()))
+			}
+			_, err := os.Stat(filepath.Join(byHand, "data.txt"))
+			must.NoError(t, err, must.Sprint("the tenant's data, mounted at the hand-set path"))
 
-	before := w.Count("unmount")
-	a.end(o)
-	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+			before := w.Count("unmount")
+			a.end(o)
+			must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 
-	got := archived(t, e)
-	must.SliceLen(t, 1, got)
-	must.Eq(t, guid, e.guid(t, got[0]))
-	must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"), must.Sprint("the archived data is mounted nowhere"))
-	must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
-	_, err = os.Stat(filepath.Join(byHand, "data.txt"))
-	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left at the hand-set path"))
-	must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
-	must.Eq(t, "tenant "+o.AllocID, readArchived(t, e, got[0], "data.txt"), must.Sprint("the data is kept in the archive"))
-	checkFresh(t, e, "scratch-0", guid)
+			got := archived(t, e)
+			must.SliceLen(t, 1, got)
+			must.Eq(t, guid, e.guid(t, got[0]))
+			must.Eq(t, byHand, e.pool.Prop(t, got[0], "mountpoint"), must.Sprint("the rename keeps the hand-set mountpoint"))
+			must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"), must.Sprint("the archived data is mounted nowhere"))
+			must.Eq(t, "noauto", e.pool.Prop(t, got[0], "canmount"))
+			must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
+			_, err = os.Stat(filepath.Join(byHand, "data.txt"))
+			must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left at the hand-set path"))
+			must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
+			must.Eq(t, "tenant "+o.AllocID, readArchived(t, e, got[0], "data.txt"), must.Sprint("the data is kept in the archive"))
+			checkFresh(t, e, "scratch-0", guid)
+		})
+	}
 }
 
 // A dataset that a process still has open is never forced: the release

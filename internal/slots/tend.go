@@ -29,7 +29,7 @@ import (
 // confirmed by the last full read, the class is no longer configured, the
 // slot's other name holds something other than a spare or the dataset in
 // use, or the host's mount table does not say plainly whether rs is
-// mounted at its mountpoint.
+// mounted at its mountpoint, or shows it mounted somewhere else too.
 func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 	m.mu.Lock()
 	ready, unmounted, cfg := m.archiveReady, m.archiveUnmounted, m.cfg
@@ -59,6 +59,14 @@ func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 			return nil
 		}
 		mounted = true
+	}
+	for _, mnt := range table.Of(rs.Dataset) {
+		if mnt.MountPoint != rs.Mountpoint {
+			// Mounted where the plugin did not put it: a mountpoint set
+			// by hand since the last read, which a rename would keep and
+			// mount again. A read decides the steps (unmounted first).
+			return nil
+		}
 	}
 	actions := releaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
 	if asker.Known() {
