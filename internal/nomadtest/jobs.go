@@ -156,7 +156,8 @@ func (a *Agent) StopJob(t testing.TB, jobID string, timeout time.Duration) {
 		}
 		var live []string
 		for _, s := range stubs {
-			if !clientTerminal(s.ClientStatus) {
+			// A stub has no ClientTerminalStatus of its own: ask Nomad's.
+			if !(&api.Allocation{ClientStatus: s.ClientStatus}).ClientTerminalStatus() {
 				live = append(live, fmt.Sprintf("%s %s (desired %s)", s.ID, s.ClientStatus, s.DesiredStatus))
 			}
 		}
@@ -174,15 +175,6 @@ func (a *Agent) StopJob(t testing.TB, jobID string, timeout time.Duration) {
 	})
 	stopped = true
 	t.Logf("job %s stopped in %s", jobID, time.Since(start).Round(time.Millisecond))
-}
-
-// clientTerminal reports whether an allocation's client status is final.
-func clientTerminal(status string) bool {
-	switch status {
-	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
-		return true
-	}
-	return false
 }
 
 // describeEvals renders a job's evaluations, oldest first, for messages.
