@@ -120,6 +120,9 @@ type AllocRecord struct {
 	// plugin ran on the slot within the hook (the one of a fresh slot; the
 	// longer of a spare's two side by side), from its runner's "ran" line.
 	ReserveZFSMS float64 `json:"reserve_zfs_ms,omitempty"`
+	// ReservePluginMS is the plugin's own part of the hook: from the
+	// Reserve's arrival to its "slot reserved" line (its "took").
+	ReservePluginMS float64 `json:"reserve_plugin_ms,omitempty"`
 }
 
 // RunChurn runs the scenario on a pool made for it and returns its

@@ -122,7 +122,8 @@ func (r *churnRun) figures() error {
 			allocs[a.Job] = a
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
 				a.ReserveMS, a.ReserveStart = ms(h.Duration), h.Start
-				a.How = howReserved(lg, a.Device, h)
+				r := reservedIn(lg, a.Device, h)
+				a.How, a.ReservePluginMS = r.Text, ms(r.Took)
 				a.Fresh = a.How == "fresh" || a.How == "" && freshAt(lg, a.Device, h.Start)
 				a.ReserveZFSMS = ms(reserveCommand(lg, a.Device, h))
 			}
@@ -197,15 +198,16 @@ func (r *churnRun) figures() error {
 	return nil
 }
 
-// howReserved returns how the plugin handed device over in the Reserve
-// that hook timed: the "how" of its "slot reserved" line within the hook.
-func howReserved(lg *churnLog, device string, h devicesHook) string {
+// reservedIn returns the plugin's "slot reserved" line for device within
+// the Reserve that hook timed (its Text says how the slot was handed over,
+// its Took how long the plugin took); a zero logEvent when there is none.
+func reservedIn(lg *churnLog, device string, h devicesHook) logEvent {
 	for _, r := range lg.Reserved {
 		if r.Device == device && !r.At.Before(h.Start) && !r.At.After(h.Start.Add(h.Duration)) {
-			return r.Text
+			return r
 		}
 	}
-	return ""
+	return logEvent{}
 }
 
 // lockWaitsNote describes the Reserves' waits for their slot's lock
@@ -319,7 +321,17 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	var idle, churn, spare, busy []time.Duration
 	// The same Reserves split in two: their zfs command, and the rest.
 	var idleCmd, idleRest, churnCmd, churnRest []time.Duration
+	// And in two other parts: the plugin's own time, and the time outside
+	// it (gRPC, the Nomad client saving the answer).
+	var idleIn, idleOut, churnIn, churnOut []time.Duration
+	split := func(a AllocRecord, in, out *[]time.Duration) {
+		if a.ReserveMS > 0 && a.ReservePluginMS > 0 {
+			*in = append(*in, msDur(a.ReservePluginMS))
+			*out = append(*out, msDur(max(0, a.ReserveMS-a.ReservePluginMS)))
+		}
+	}
 	for _, a := range res.Idle {
+		split(a, &idleIn, &idleOut)
 		if a.ReserveMS > 0 {
 			idle = append(idle, msDur(a.ReserveMS))
 		}
@@ -333,6 +345,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	for _, b := range res.Batches {
 		beside := reservesBeside(b.Allocs)
 		for i, a := range b.Allocs {
+			if a.Fresh || a.How == "spare" {
+				split(a, &churnIn, &churnOut)
+			}
 			if a.ReserveMS > 0 && a.ReserveZFSMS > 0 && (a.Fresh || a.How == "spare") {
 				churnCmd, churnRest = append(churnCmd, msDur(a.ReserveZFSMS)), append(churnRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
 				if n := beside[i]; n >= 0 {
@@ -372,6 +387,15 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Target: "—", Verdict: "info",
 			Note: fmt.Sprintf("from the plugin's runner (\"ran\" lines at TRACE): the longest zfs set of a slot state on the slot's datasets inside each Reserve; the rest of the Reserve (gRPC, the allocation read that identifies the asker when it ends later than the command, Nomad saving the answer): p50 %s during churn (max %s), %s idle; %d and %d samples",
 				fmtMS(Median(churnRest)), fmtMS(Percentile(churnRest, 100)), fmtMS(Median(idleRest)), len(churnCmd), len(idleCmd)) + besideNote(byBeside) + readsNote(res.reads) + lockWaitsNote(res.lockWaits)})
+	}
+	if len(idle) > 0 && len(idleOut) > 0 && len(churnOut) > 0 {
+		q := float64(Median(churnOut)) / float64(Median(idleOut))
+		floor := float64(Median(churnOut)) / float64(Median(idle))
+		rows = append(rows, ChurnRow{Key: "reserve-outside", Figure: "the part of those Reserves outside the plugin, p50 during churn",
+			Measured: fmtMS(Median(churnOut)), Reference: fmtMS(Median(idleOut)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+			Target: "—", Verdict: "info",
+			Note: fmt.Sprintf("the Nomad client's hook less the plugin's own time (from the Reserve's arrival to its \"slot reserved\" line: p50 %s during churn, %s idle): gRPC and the client saving the answer, on the same CPUs as the churn; alone it is %.2f× the whole idle Reserve, the least a fresh Reserve's ratio could be if the plugin took no time at all; %d and %d samples",
+				fmtMS(Median(churnIn)), fmtMS(Median(idleIn)), floor, len(churnOut), len(idleOut))})
 	}
 	// Recycle and health shown during the release.
 	var recycle, recycleTask, shownDelay, again, toStart, work []time.Duration

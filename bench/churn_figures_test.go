@@ -85,6 +85,37 @@ func TestTurnRow(t *testing.T) {
 	must.False(t, ok)
 }
 
+// The part of a Reserve outside the plugin is the hook less the plugin's
+// own time, for fresh and spare Reserves during churn against idle ones;
+// a Reserve given a slot still being released does not count, and the row
+// is left out without idle samples.
+func TestReserveOutsideRow(t *testing.T) {
+	idle := []AllocRecord{{ReserveMS: 14, ReservePluginMS: 13, ReserveZFSMS: 11, Fresh: true}}
+	batch := BatchResult{Kind: "device", Allocs: []AllocRecord{
+		{ReserveMS: 60, ReservePluginMS: 57, Fresh: true},
+		{ReserveMS: 40, ReservePluginMS: 35, How: "spare"},
+		{ReserveMS: 50, ReservePluginMS: 48, How: "spare"},
+		{ReserveMS: 900, ReservePluginMS: 100, How: "owner"}, // waited for a release
+	}}
+	row := func(res *ChurnResults) (ChurnRow, bool) {
+		for _, r := range churnRows(res) {
+			if r.Key == "reserve-outside" {
+				return r, true
+			}
+		}
+		return ChurnRow{}, false
+	}
+	got, ok := row(&ChurnResults{Idle: idle, Batches: []BatchResult{batch}})
+	must.True(t, ok)
+	must.Eq(t, "3.0 ms", got.Measured)
+	must.Eq(t, "1.0 ms idle", got.Reference)
+	must.Eq(t, "3.00×", got.Ratio)
+	must.StrContains(t, got.Note, "p50 48.0 ms during churn, 13.0 ms idle")
+	must.StrContains(t, got.Note, "alone it is 0.21× the whole idle Reserve")
+	_, ok = row(&ChurnResults{Batches: []BatchResult{batch}})
+	must.False(t, ok)
+}
+
 // A Reserve counts the others that overlapped it in time, whatever their
 // order; a record without a Reserve counts for none and gets -1.
 func TestReservesBeside(t *testing.T) {

@@ -127,6 +127,7 @@ type logEvent struct {
 	Device string
 	Job    string
 	Text   string
+	Took   time.Duration // a "slot reserved" line's took: the Reserve in the plugin
 }
 
 // devicesHook is the Nomad client's timing of a task's "devices" prestart
@@ -172,7 +173,8 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 			if m := ownerJobRE.FindStringSubmatch(l.KV["owner"]); m != nil {
 				job = m[1]
 			}
-			out.Reserved = append(out.Reserved, logEvent{At: l.At, Device: l.KV["device"], Job: job, Text: l.KV["how"]})
+			took, _ := logDuration(l.KV["took"])
+			out.Reserved = append(out.Reserved, logEvent{At: l.At, Device: l.KV["device"], Job: job, Text: l.KV["how"], Took: took})
 		case plugin && strings.Contains(l.Text, "reserve waiting"):
 			out.Waiting = append(out.Waiting, logEvent{At: l.At, Device: l.KV["devices"], Text: l.KV["reason"]})
 		case plugin && strings.Contains(l.Text, "fingerprint sent"):

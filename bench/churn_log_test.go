@@ -71,6 +71,9 @@ func TestReserveCommand(t *testing.T) {
 	} {
 		must.Eq(t, tc.want, reserveCommand(lg, tc.device, h), must.Sprint(tc.device))
 	}
+	// The plugin's own part of that Reserve, from its "slot reserved" line.
+	must.Eq(t, logEvent{At: lg.Reserved[0].At, Device: "scratch-3", Job: "churn-05-device-03", Text: "fresh", Took: 31731138 * time.Nanosecond}, reservedIn(lg, "scratch-3", h))
+	must.Eq(t, logEvent{}, reservedIn(lg, "scratch-2", h))
 }
 
 // The plugin's non-blocking allocation reads and its waits for a slot's
