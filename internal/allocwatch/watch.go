@@ -43,9 +43,16 @@ const (
 	blockingDeadline = blockingWait + blockingWait/16 + 30*time.Second
 	// callTimeout bounds every other call.
 	callTimeout = 15 * time.Second
-	minBackoff  = time.Second
-	maxBackoff  = 30 * time.Second
-	maxBehind   = 3
+	// readGap is how long Run waits, after a read that brought a change,
+	// before it asks again. The first change of a burst comes back at once
+	// (the blocking query is waiting for it); the changes within the next
+	// readGap (a batch of tasks ending, each allocation's several updates)
+	// come back together in the next read, instead of one read of the
+	// whole list, every allocation's job included, per change.
+	readGap    = 200 * time.Millisecond
+	minBackoff = time.Second
+	maxBackoff = 30 * time.Second
+	maxBehind  = 3
 )
 
 // ErrPermission is wrapped by errors that come from a 403: the token may not
@@ -121,6 +128,8 @@ type Watcher struct {
 	fullPeriod time.Duration
 	// minBackoff and maxBackoff bound the wait after a failed read.
 	minBackoff, maxBackoff time.Duration
+	// readGap is the wait after a read that brought a change (readGap).
+	readGap time.Duration
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -186,7 +195,7 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
 	}
 	w := &Watcher{log: log, client: client, cfg: cfg, fullPeriod: cfg.FullPeriod, nodeID: cfg.NodeID,
-		minBackoff: minBackoff, maxBackoff: maxBackoff, updated: make(chan struct{})}
+		minBackoff: minBackoff, maxBackoff: maxBackoff, readGap: readGap, updated: make(chan struct{})}
 	if w.fullPeriod == 0 {
 		w.fullPeriod = DefaultFullPeriod
 	}
@@ -311,7 +320,7 @@ func (w *Watcher) NodeID(ctx context.Context) (string, error) {
 
 // Run follows the node's allocations until ctx is done, calling onUpdate
 // (from Run's goroutine) after each successful read that changed the index
-// or after a full read. Errors are logged, kept for Err, and retried with a
+// or after a full read. After such a read it waits readGap before the next. Errors are logged, kept for Err, and retried with a
 // capped backoff; they never clear the last snapshot.
 func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 	backoff := w.minBackoff
@@ -365,6 +374,8 @@ func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 		w.setSnapshot(snap)
 		if changed {
 			onUpdate(snap)
+			timer.Reset(w.readGap)
+			continue
 		}
 		timer.Reset(0)
 	}

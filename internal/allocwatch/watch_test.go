@@ -236,13 +236,16 @@ func alloc(id, ns, status string, devices ...string) *api.Allocation {
 }
 
 // start runs a watcher against the fake until the test ends, and returns a
-// channel of its updates.
-func start(t *testing.T, srv *httptest.Server, cfg Config) (*Watcher, <-chan *Snapshot) {
+// channel of its updates. Each of opts changes the watcher before it runs.
+func start(t *testing.T, srv *httptest.Server, cfg Config, opts ...func(*Watcher)) (*Watcher, <-chan *Snapshot) {
 	t.Helper()
 	cfg.Address = srv.URL
 	w, err := New(cfg, hclog.NewNullLogger())
 	must.NoError(t, err)
 	w.minBackoff, w.maxBackoff = 20*time.Millisecond, 100*time.Millisecond
+	for _, o := range opts {
+		o(w)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	updates := make(chan *Snapshot, 100)
 	done := make(chan struct{})
@@ -350,6 +353,40 @@ func TestWatcher_FollowsAllocations(t *testing.T) {
 		u, err := url.ParseRequestURI(uri)
 		must.NoError(t, err)
 		must.MapNotContainsKey(t, u.Query(), "stale", must.Sprint(uri))
+	}
+}
+
+// Under a stream of changes (a churn of short jobs changes some allocation
+// every few milliseconds), the watcher reads the list at most once per
+// readGap after a change, and still follows it: the last change is seen.
+// Without the gap it reads once per change.
+func TestWatcher_ReadsAtMostOncePerGapWhileChanging(t *testing.T) {
+	const busy = time.Second
+	for _, tc := range []struct {
+		name string
+		gap  time.Duration
+		// atMost and atLeast bound the reads during busy.
+		atMost, atLeast int
+	}{
+		{name: "gap", gap: 100 * time.Millisecond, atMost: int(busy/(100*time.Millisecond)) + 2, atLeast: 2},
+		{name: "no gap", gap: 0, atMost: 1 << 30, atLeast: 3 * (int(busy/(100*time.Millisecond)) + 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, srv := newFake(t)
+			f.set(alloc("a1", "default", "running", "scratch-0"))
+			w, _ := start(t, srv, Config{}, func(w *Watcher) { w.readGap = tc.gap })
+			waitSnapshot(t, w, "first snapshot", anySnap)
+			before := f.nodeReads()
+			for end := time.Now().Add(busy); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+				f.with(func(f *fakeNomad) { f.index++ })
+			}
+			reads := f.nodeReads() - before
+			f.set(alloc("a1", "default", "complete", "scratch-0"))
+			waitSnapshot(t, w, "the last change", func(s *Snapshot) bool { return s.Allocs["a1"] != nil && s.Allocs["a1"].Ended("task") })
+			t.Logf("%d reads in %s of changes", reads, busy)
+			must.LessEq(t, tc.atMost, reads)
+			must.GreaterEq(t, tc.atLeast, reads)
+		})
 	}
 }
 
