@@ -19,7 +19,8 @@ import (
 // Nomad's last garbage collection (about 10 kB each for a one-task batch
 // job). The api package decodes through encoding/json's Decoder, which
 // holds a whole top-level value in memory before decoding it: the entire
-// answer, read at every change of any allocation on the node. Decoding
+// answer, read at the changes of any allocation on the node (at most one
+// read per readGap while they keep coming). Decoding
 // element by element holds one allocation at a time, so what a read
 // costs in memory no longer grows with the node's history.
 //

@@ -212,7 +212,7 @@ func New(cfg Config, log hclog.Logger) (*Watcher, error) {
 
 // plainAnswers asks Nomad for uncompressed answers. The api package asks
 // for gzip on every request; the plugin talks to its own node's agent, and
-// the node's allocation list, read at every change of any allocation on
+// the node's allocation list, read at the changes of any allocation on
 // the node, is mostly the jobs of finished allocations: compressing it on
 // the agent and inflating it here cost both more CPU, under churn, than
 // every zfs command of the releases (measured in bench/README.md).
@@ -320,8 +320,9 @@ func (w *Watcher) NodeID(ctx context.Context) (string, error) {
 
 // Run follows the node's allocations until ctx is done, calling onUpdate
 // (from Run's goroutine) after each successful read that changed the index
-// or after a full read. After such a read it waits readGap before the next. Errors are logged, kept for Err, and retried with a
-// capped backoff; they never clear the last snapshot.
+// or after a full read; after such a read it waits readGap before the
+// next. Errors are logged, kept for Err, and retried with a capped
+// backoff; they never clear the last snapshot.
 func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 	backoff := w.minBackoff
 	var index, seen uint64 // wait index; highest index taken
@@ -423,7 +424,7 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 }
 
 // leanAlloc is the part of an allocation in /v1/node/:id/allocations that
-// the watcher uses. The answer is read at every change of any allocation
+// the watcher uses. The answer is read at the changes of any allocation
 // on the node, and every allocation in it carries its job: leanAnswers
 // decodes it one allocation at a time into these fields as it streams in.
 type leanAlloc struct {

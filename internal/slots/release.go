@@ -23,7 +23,8 @@ import (
 // read that a new allocation list kicks with, or the Reserve's own) and
 // the read after it did not fail, and it reads again otherwise; a slot
 // whose owner is unknown is decided only from a read made for the pass.
-// Under a churn of short jobs every change of an allocation kicks, and the
+// Under a churn of short jobs the changes of allocations kick often (the
+// watcher reads at most once per 200 ms while they keep coming), and the
 // node's list, which carries the job of every allocation it still holds,
 // is the plugin's largest cost. The periodic pass always reads anew, so
 // that an API that stopped answering shows in the slots' health within a
