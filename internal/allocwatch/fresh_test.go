@@ -446,6 +446,40 @@ func TestGone_RealAgentNamespaceACL(t *testing.T) {
 		// namespace must be the allocation's.
 		{name: "management, wrong namespace, live", w: mgmt, ns: "default", id: live, gone: true},
 	}
+	// Holds, on the same allocations: the live one holds no device of the
+	// plugin, so it proves nothing for a device and passes for none.
+	holds := []struct {
+		name       string
+		w          *Watcher
+		ns, id     string
+		devices    []string
+		ok         bool
+		permission bool
+		errHas     string
+	}{
+		{name: "management, other, live, no device", w: mgmt, ns: "other", id: live, ok: true},
+		{name: "management, other, live, a device it does not hold", w: mgmt, ns: "other", id: live, devices: []string{"scratch-0"}, errHas: "does not hold scratch-0"},
+		{name: "management, wrong namespace", w: mgmt, ns: "default", id: live, errHas: "not found"},
+		{name: "management, random", w: mgmt, ns: "other", id: random, errHas: "not found"},
+		{name: "limited, other, live", w: limited, ns: "other", id: live, permission: true},
+		{name: "limited, wildcard namespace", w: limited, ns: "*", id: live, errHas: "not a Nomad namespace name"},
+	}
+	for _, tc := range holds {
+		t.Run("Holds/"+tc.name, func(t *testing.T) {
+			err := tc.w.Holds(ctx, tc.ns, tc.id, "t", tc.devices)
+			t.Logf("err=%v", err)
+			if tc.ok {
+				must.NoError(t, err)
+				return
+			}
+			must.Error(t, err)
+			must.EqOp(t, tc.permission, errors.Is(err, ErrPermission))
+			if tc.errHas != "" {
+				must.StrContains(t, err.Error(), tc.errHas)
+			}
+		})
+	}
+
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := tc.w.Gone(ctx, tc.ns, tc.id)

@@ -48,7 +48,12 @@ const (
 	// (the blocking query is waiting for it); the changes within the next
 	// readGap (a batch of tasks ending, each allocation's several updates)
 	// come back together in the next read, instead of one read of the
-	// whole list, every allocation's job included, per change.
+	// whole list, every allocation's job included, per change. A read that
+	// changed who holds the plugin's devices (an allocation placed on one,
+	// or ended, or told to stop) is followed by the next at once: the end
+	// of a device's holder is followed within some 60 ms by the placement
+	// of its next one, which the slot manager prepares for before that
+	// allocation's task asks (slots.prepare).
 	readGap    = 200 * time.Millisecond
 	minBackoff = time.Second
 	maxBackoff = 30 * time.Second
@@ -326,6 +331,7 @@ func (w *Watcher) NodeID(ctx context.Context) (string, error) {
 func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 	backoff := w.minBackoff
 	var index, seen uint64 // wait index; highest index taken
+	var holding string     // holdingKey of the latest snapshot taken
 	behind := 0
 	lastFull := time.Time{}
 	timer := time.NewTimer(0)
@@ -375,11 +381,47 @@ func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 		w.setSnapshot(snap)
 		if changed {
 			onUpdate(snap)
+			key := holdingKey(snap)
+			if key != holding {
+				holding = key
+				timer.Reset(0)
+				continue
+			}
 			timer.Reset(w.readGap)
 			continue
 		}
 		timer.Reset(0)
 	}
+}
+
+// holdingKey sums up who holds the plugin's devices in s: every
+// allocation that holds one, with whether its client status is terminal
+// and whether it is stopping, in order. Two snapshots with the same key differ only in what the slot
+// manager does not act on (task events, other allocations).
+func holdingKey(s *Snapshot) string {
+	var b strings.Builder
+	for _, id := range s.SortedIDs() {
+		a := s.Allocs[id]
+		if len(a.Devices) == 0 {
+			continue
+		}
+		b.WriteString(id)
+		switch a.ClientStatus {
+		case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+			b.WriteString("/ended")
+		}
+		if a.Stopping {
+			b.WriteString("!")
+		}
+		devs := make([]string, 0, len(a.Devices))
+		for d, task := range a.Devices {
+			devs = append(devs, d+"="+task)
+		}
+		sort.Strings(devs)
+		b.WriteString(strings.Join(devs, ","))
+		b.WriteString(";")
+	}
+	return b.String()
 }
 
 // read does one (blocking when waitIndex > 0) read of the node's

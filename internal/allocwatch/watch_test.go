@@ -390,6 +390,66 @@ func TestWatcher_ReadsAtMostOncePerGapWhileChanging(t *testing.T) {
 	}
 }
 
+// A read that changed who holds the plugin's devices (an allocation placed
+// on one, ended, told to stop) is followed by the next read at once, not
+// after readGap: the next holder of a device whose holder ended is placed
+// right behind the end, and the slot manager prepares its slot before its
+// task asks. A change that leaves the holders as they were waits for the
+// gap.
+func TestWatcher_NoGapAfterAChangeOfHolders(t *testing.T) {
+	const gap = 2 * time.Second
+	a1 := alloc("a1", "default", "running", "scratch-0")
+	cases := []struct {
+		name  string
+		first func(f *fakeNomad) // the change read first
+		fast  bool               // the change after it is seen within the gap
+	}{
+		{name: "placed", first: func(f *fakeNomad) {
+			f.allocs = append(f.allocs, alloc("a2", "default", "pending", "scratch-1"))
+			f.index++
+		}, fast: true},
+		{name: "ended", first: func(f *fakeNomad) {
+			f.allocs = []*api.Allocation{alloc("a1", "default", "complete", "scratch-0")}
+			f.index++
+		}, fast: true},
+		{name: "told to stop", first: func(f *fakeNomad) {
+			a := alloc("a1", "default", "running", "scratch-0")
+			a.DesiredStatus = api.AllocDesiredStatusStop
+			f.allocs = []*api.Allocation{a}
+			f.index++
+		}, fast: true},
+		{name: "task event only", first: func(f *fakeNomad) { f.index++ }},
+		{name: "another vendor's device", first: func(f *fakeNomad) {
+			f.allocs = append(f.allocs, alloc("a3", "default", "pending"))
+			f.index++
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, srv := newFake(t)
+			f.set(a1)
+			w, _ := start(t, srv, Config{}, func(w *Watcher) { w.readGap = gap })
+			waitSnapshot(t, w, "first snapshot", anySnap)
+			// The first read changed the holders (from none): the next
+			// one follows at once and waits for a change.
+			time.Sleep(300 * time.Millisecond)
+			f.with(tc.first)
+			waitSnapshot(t, w, "the first change", func(s *Snapshot) bool { return s.Index == 12 })
+			time.Sleep(50 * time.Millisecond)
+			f.with(func(f *fakeNomad) { f.index++ })
+			began := time.Now()
+			waitSnapshot(t, w, "the change after it", func(s *Snapshot) bool { return s.Index == 13 })
+			took := time.Since(began)
+			t.Logf("the change after it seen in %s", took.Round(time.Millisecond))
+			if tc.fast {
+				must.Less(t, gap/2, took)
+			} else {
+				must.Greater(t, gap/2, took)
+			}
+		})
+	}
+}
+
 // Nomad silently drops allocations in namespaces the token cannot read from
 // the node's list; the namespace-scoped list answers 403. That must mean
 // keep, never gone.
