@@ -59,6 +59,21 @@ func untasked(o slots.Owner) slots.Owner {
 // Incomplete implements slots.Nomad: the tenants see every namespace.
 func (t *Tenants) Incomplete(context.Context) string { return "" }
 
+// Latest implements slots.Nomad: every read is of now.
+func (t *Tenants) Latest(ctx context.Context) (*slots.View, error) { return t.View(ctx, time.Time{}) }
+
+// Holds implements slots.Nomad: o holds ids when it is their holder.
+func (t *Tenants) Holds(_ context.Context, o slots.Owner, ids []string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		if t.holders[id] != o {
+			return fmt.Errorf("%s does not hold %s", o, id)
+		}
+	}
+	return nil
+}
+
 // Gone implements slots.Nomad: an allocation is gone once End was called
 // for it (the view lists it as complete anyway).
 func (t *Tenants) Gone(_ context.Context, o slots.Owner) (bool, error) {

@@ -295,6 +295,30 @@ func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, er
 	if err != nil {
 		return nil, err
 	}
+	return n.view(ctx, snap)
+}
+
+// Latest returns the watcher's latest read, without reading again.
+func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
+	snap, err := n.w.Snapshot()
+	switch {
+	case err != nil:
+		return nil, err
+	case snap == nil:
+		return nil, errors.New("the node's allocations have not been read yet")
+	}
+	return n.view(ctx, snap)
+}
+
+// Holds asks the API whether allocation o is live on this node with its
+// task holding every device of ids.
+func (n nomadAllocs) Holds(ctx context.Context, o slots.Owner, ids []string) error {
+	return n.w.Holds(ctx, o.Namespace, o.AllocID, o.Task, ids)
+}
+
+// view is snap as the slot manager reads it, with whether the token is
+// known to see every namespace.
+func (n nomadAllocs) view(ctx context.Context, snap *allocwatch.Snapshot) (*slots.View, error) {
 	nodeID, err := n.w.NodeID(ctx)
 	if err != nil {
 		return nil, err

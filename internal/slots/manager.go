@@ -161,6 +161,12 @@ type Manager struct {
 	// held are the slots whose owner a kicked release pass found ended and
 	// left to the next tenant's Reserve for spareHold, by ID (holdFor).
 	held map[string]heldSlot
+	// preps are the slots prepared (or being prepared) for the allocation
+	// Nomad placed on them and not claimed by a Reserve yet, by ID;
+	// reserving counts, by ID, the Reserves under way, during which no
+	// preparation starts (prepare.go).
+	preps     map[string]*prep
+	reserving map[string]int
 	// asked is when the latest Reserve arrived. A release pass started by
 	// a kick decides from any read of the allocations that began after
 	// it (see Run): that read shows every allocation a dataset may have
@@ -193,7 +199,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
-		held: map[string]heldSlot{},
+		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
 	}
 }
 

@@ -42,6 +42,11 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 			timer.Reset(period)
 			since = time.Now()
 		}
+		// Allocations just placed first: their Reserve may come at any
+		// moment, and waits for what this starts (prepare.go).
+		if _, err := m.prepare(ctx); err != nil && ctx.Err() == nil {
+			m.log.Debug("no slot prepared", "error", err)
+		}
 		if _, err := m.releasePass(ctx, since); err != nil && ctx.Err() == nil {
 			m.log.Error("release pass incomplete", "error", err)
 		}

@@ -39,6 +39,7 @@ type allocs struct {
 	// incomplete, when set, is why the token may not see every namespace.
 	incomplete string
 	views      atomic.Int32
+	holdsCalls atomic.Int32
 }
 
 func newAllocs() *allocs {
@@ -73,6 +74,32 @@ func (a *allocs) View(ctx context.Context, since time.Time) (*slots.View, error)
 		}
 	}
 	return v, nil
+}
+
+func (a *allocs) Latest(ctx context.Context) (*slots.View, error) { return a.View(ctx, time.Time{}) }
+
+// Holds answers from the same state as View: o is live (not ended, not
+// stopping) and holds every one of ids with its task.
+func (a *allocs) Holds(ctx context.Context, o slots.Owner, ids []string) error {
+	a.holdsCalls.Add(1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	if a.ended[o.AllocID] || a.stopping[o.AllocID] {
+		return fmt.Errorf("%s is not live", o)
+	}
+	for _, id := range ids {
+		found := false
+		for _, h := range a.holders[id] {
+			found = found || h.AllocID == o.AllocID && h.Task == o.Task
+		}
+		if !found {
+			return fmt.Errorf("%s does not hold %s", o, id)
+		}
+	}
+	return nil
 }
 
 func (a *allocs) Incomplete(context.Context) string {

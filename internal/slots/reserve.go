@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
@@ -37,13 +38,13 @@ const identifyGrace = 2 * time.Second
 // No lock is held while Reserve waits or reads the API.
 func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	arrived := time.Now()
-	m.mu.Lock()
-	if arrived.After(m.asked) {
-		m.asked = arrived
+	ps, prepared, release := m.claimPreps(ids)
+	defer release()
+	if !prepared {
+		m.noteAsked(arrived)
 	}
-	m.mu.Unlock()
 	waited := false
-	res, err := m.reserve(ctx, ids, arrived, &waited)
+	res, err := m.reserve(ctx, ids, arrived, &waited, ps, prepared)
 	if o := m.observer(); o != nil {
 		outcome := ReserveFresh
 		switch {
@@ -57,13 +58,49 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	return res, err
 }
 
-// reserve is Reserve; it sets *waited when it had to wait.
-func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool) ([]Slot, error) {
+// noteAsked records that a Reserve arrived at arrived, before it may hand
+// over a dataset whose asker a release pass has not seen: see m.asked. A
+// Reserve of prepared slots notes it only when it cannot use them (their
+// asker is in the view they were prepared from).
+func (m *Manager) noteAsked(arrived time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if arrived.After(m.asked) {
+		m.asked = arrived
+	}
+}
+
+// reserve is Reserve; it sets *waited when it had to wait. ps are the
+// preparations of ids, all of them when prepared is set (claimPreps).
+func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool, ps []*prep, prepared bool) ([]Slot, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("no device IDs to reserve")
 	}
 	if err := m.checkIDs(ids); err != nil {
 		return nil, err
+	}
+	if prepared {
+		m.mu.Lock()
+		nomad := m.nomad
+		m.mu.Unlock()
+		res, ok, why := m.reservePrepared(ctx, nomad, ids, ps, arrived)
+		if ok {
+			return res, nil
+		}
+		m.log.Debug("prepared slots not handed over at once; the usual proof decides", "devices", ids, "reason", why)
+		m.noteAsked(arrived)
+	}
+	// The usual rounds decide from the slots as their preparations left
+	// them: a preparation still under way (of some of ids) ends first.
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("device %s: waiting for its preparation: %w", strings.Join(ids, ", "), ctx.Err())
+		}
 	}
 	var view *View // the latest read that began after arrived
 	var why string // the latest round's reason to wait
@@ -420,7 +457,9 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		return Slot{}, fmt.Errorf("device %s is no longer offered by this node", id)
 	}
 	if s.State != StateFree || !s.ok || s.Mountpoint == "" {
-		return Slot{}, fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %s", id, s.Dataset, orDash(s.why))
+		// Decided again from the slot as it is now (reserved by a
+		// preparation that got its lock first, say).
+		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, orDash(s.why), errChanged)}
 	}
 	m.mu.Lock()
 	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())

@@ -25,6 +25,15 @@ type Nomad interface {
 	// on every release pass, so it answers from a cache and calls the API
 	// (with a deadline) only when its answer may have changed.
 	Incomplete(ctx context.Context) string
+	// Latest returns the latest read of the node's allocations, whenever
+	// it began, without reading again; an error when there is none or the
+	// read after it failed.
+	Latest(ctx context.Context) (*View, error)
+	// Holds reports, from a read of allocation o made now, whether it is
+	// live on this node (pending or running, and wanted running) and its
+	// task o.Task holds every device of ids: nil only then, any doubt an
+	// error. One small read, whatever the node's history.
+	Holds(ctx context.Context, o Owner, ids []string) error
 }
 
 // View is one read of the node's allocations.

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// heldArtifact serves one small file over HTTP on loopback and holds each
+// GET of it until the test lets it go: a task's artifacts are fetched by a
+// prestart hook that runs before the "devices" hook (Nomad's task runner),
+// so a held fetch holds the task before its Reserve.
+type heldArtifact struct {
+	URL     string
+	fetched chan string   // the remote address of each GET, as it arrives
+	release chan struct{} // one value lets one held GET answer
+}
+
+func startHeldArtifact(t *testing.T) *heldArtifact {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must.NoError(t, err)
+	h := &heldArtifact{URL: "http://" + ln.Addr().String() + "/payload.txt",
+		fetched: make(chan string, 16), release: make(chan struct{}, 16)}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			h.fetched <- r.RemoteAddr
+			select {
+			case <-h.release:
+			case <-r.Context().Done():
+				return
+			case <-time.After(holdTimeout):
+			}
+		}
+		fmt.Fprintln(w, "payload")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return h
+}
+
+// waitFetch waits for the next GET of the artifact.
+func (h *heldArtifact) waitFetch(t *testing.T) {
+	t.Helper()
+	select {
+	case from := <-h.fetched:
+		t.Logf("artifact fetch from %s held", from)
+	case <-time.After(jobTimeout):
+		t.Fatalf("no artifact fetch within %s", jobTimeout)
+	}
+}
+
+// preparedJob is a job whose task fetches the held artifact, then writes
+// its allocation ID into its dataset; %s is the artifact's URL, then the
+// job's name and type, then the command after the write.
+const preparedJob = `
+job "%[2]s" {
+  type = "%[3]s"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "t" {
+      driver = "exec"
+      kill_timeout = "2s"
+      artifact {
+        source      = "%[1]s"
+        destination = "local/"
+      }
+      config {
+        command = "/bin/sh"
+        args = ["-c", "left=$(ls -A \"$ZFS_SCRATCH_PATH\"); if [ -n \"$left\" ]; then echo \"not empty: $left\" >&2; exit 3; fi; echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/owner.txt; %[4]s"]
+      }
+      resources {
+        cpu    = 100
+        memory = 32
+        device "zfs/dataset/scratch" { count = 1 }
+      }
+    }
+  }
+}
+`
+
+// TestPreparedReserveEndToEnd (issue 10): with a real Nomad agent, an
+// allocation placed on a slot finds the slot reserved for it before its
+// task's Reserve (held here at its artifact, before the "devices" hook),
+// and its Reserve hands the slot over as prepared, with no zfs command of
+// its own. Both ways: a fresh slot, and the spare of a slot whose tenant
+// ended (the tenant's dataset's fate written at placement, beside the
+// spare's mark). Each new tenant finds its dataset empty.
+func TestPreparedReserveEndToEnd(t *testing.T) {
+	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
+	pool := zfstest.NewPool(t, 0)
+	parent := pool.Dataset("nomad")
+	pool.ZFS(t, "create", parent)
+	art := startHeldArtifact(t)
+	pluginBin := devicetest.BuildPlugin(t)
+	agent := nomadtest.StartAgent(t, nomadtest.Options{
+		PluginDir: filepath.Dir(pluginBin),
+		LogLevel:  "TRACE", // the plugin's zfs commands ("ran")
+		PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
+  config {
+    parent_dataset     = %q
+    fingerprint_period = "2s"
+    reserve_timeout    = "1m"
+    class "scratch" {
+      slots = 1
+      quota = "32M"
+    }
+  }
+}
+`, parent),
+	})
+	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	first := servingDataset(pool, parent, 0)
+
+	// 1. A fresh slot: the writer is placed, and held at its artifact.
+	writer := agent.RegisterJob(t, fmt.Sprintf(preparedJob, art.URL, "prep-writer", "service", "exec sleep 3600"))
+	art.waitFetch(t)
+	alloc := agent.WaitForAlloc(t, writer, "placed", jobTimeout, func(*api.Allocation) bool { return true })
+	agent.Wait(t, "the slot reserved before the Reserve", holdTimeout, func() (bool, string) {
+		s := pollProp(pool, first, "nomad-device-zfs:state")
+		return s == "reserved", "state=" + s
+	})
+	must.SliceEmpty(t, reservedLines(t, agent, alloc.ID), must.Sprint("no Reserve yet: the task is held at its artifact"))
+	prepLog := len(logLines(t, agent))
+	art.release <- struct{}{}
+	alloc = agent.WaitForAlloc(t, writer, "running", jobTimeout, func(a *api.Allocation) bool {
+		return a.ClientStatus == api.AllocClientStatusRunning
+	})
+	lines := reservedLines(t, agent, alloc.ID)
+	must.SliceLen(t, 1, lines)
+	must.StrContains(t, lines[0], "prepared=true")
+	must.StrContains(t, lines[0], "how=fresh")
+	must.SliceEmpty(t, zfsSetsSince(t, agent, prepLog, first), must.Sprint("the Reserve of a prepared slot runs no zfs set"))
+	mp := pool.Prop(t, first, "mountpoint")
+	agent.Wait(t, "owner.txt from the writer", holdTimeout, func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(mp, "owner.txt"))
+		return err == nil && string(b) == alloc.ID+"\n", fmt.Sprintf("%q %v", b, err)
+	})
+	agent.Wait(t, "the owner recorded", holdTimeout, func() (bool, string) {
+		v := pollProp(pool, first, "nomad-device-zfs:owner")
+		return strings.Contains(v, alloc.ID), "owner=" + v
+	})
+
+	// 2. The spare of a slot whose tenant ended: the checker waits for the
+	// only slot, is placed when the writer stops, and is held again.
+	checker := agent.RegisterJob(t, fmt.Sprintf(preparedJob, art.URL, "prep-checker", "batch", "echo done"))
+	agent.Wait(t, "the slot's spare", holdTimeout, func() (bool, string) {
+		s := servingDataset(pool, parent, 0)
+		spare := other(first)
+		st := pollProp(pool, spare, "nomad-device-zfs:state")
+		return s == first && st == "free", "spare state=" + st
+	})
+	_, _, err := agent.API.Jobs().Deregister(writer.ID, false, nil)
+	must.NoError(t, err)
+	art.waitFetch(t)
+	next := agent.WaitForAlloc(t, checker, "placed", jobTimeout, func(*api.Allocation) bool { return true })
+	spare := other(first)
+	agent.Wait(t, "the spare reserved and the writer's dataset's fate written, before the Reserve", holdTimeout, func() (bool, string) {
+		s, f := pollProp(pool, spare, "nomad-device-zfs:state"), pollProp(pool, first, "nomad-device-zfs:state")
+		archived := archivedFor(t, pool, parent+"/.archive", alloc.ID) != ""
+		return s == "reserved" && (f == "archived" || archived), fmt.Sprintf("spare %s, writer's dataset %s (in the archive: %v)", s, f, archived)
+	})
+	must.SliceEmpty(t, reservedLines(t, agent, next.ID))
+	prepLog = len(logLines(t, agent))
+	art.release <- struct{}{}
+	done := agent.WaitForAlloc(t, checker, "complete", jobTimeout, (*api.Allocation).ClientTerminalStatus)
+	if done.ClientStatus != api.AllocClientStatusComplete {
+		agent.LogAlloc(t, done)
+	}
+	must.EqOp(t, api.AllocClientStatusComplete, done.ClientStatus, must.Sprint("the checker found its dataset empty"))
+	lines = reservedLines(t, agent, next.ID)
+	must.SliceLen(t, 1, lines)
+	must.StrContains(t, lines[0], "prepared=true")
+	must.StrContains(t, lines[0], "how=spare")
+	must.StrContains(t, lines[0], "dataset="+spare)
+	must.SliceEmpty(t, zfsSetsSince(t, agent, prepLog, spare))
+	agent.Wait(t, "the writer's data in the archive", releaseTimeout, func() (bool, string) {
+		a := archivedFor(t, pool, parent+"/.archive", alloc.ID)
+		return a != "", "archive=" + a
+	})
+	dir, unmount := pool.Look(t, archivedFor(t, pool, parent+"/.archive", alloc.ID))
+	b, err := os.ReadFile(filepath.Join(dir, "owner.txt"))
+	unmount()
+	must.NoError(t, err)
+	must.EqOp(t, alloc.ID+"\n", string(b))
+}
+
+// other returns the slot's other name: <index> and <index>.alt.
+func other(name string) string {
+	if n, ok := strings.CutSuffix(name, ".alt"); ok {
+		return n
+	}
+	return name + ".alt"
+}
+
+// logLines returns the agent log's lines.
+func logLines(t *testing.T, agent *nomadtest.Agent) []string {
+	t.Helper()
+	b, err := os.ReadFile(agent.LogPath)
+	must.NoError(t, err)
+	return strings.Split(string(b), "\n")
+}
+
+// reservedLines returns the plugin's "slot reserved" lines for allocID.
+func reservedLines(t *testing.T, agent *nomadtest.Agent, allocID string) []string {
+	t.Helper()
+	var out []string
+	for _, l := range logLines(t, agent) {
+		if strings.Contains(l, "slot reserved") && strings.Contains(l, "allocation "+allocID[:8]) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// setArgs matches the arguments of a `zfs set` in a "ran" line.
+var setArgs = regexp.MustCompile(`args=\[set, ([^\]]*)\]`)
+
+// zfsSetsSince returns the `zfs set` commands on dataset that the plugin
+// ran after line from of the agent log, up to its last "slot reserved".
+func zfsSetsSince(t *testing.T, agent *nomadtest.Agent, from int, dataset string) []string {
+	t.Helper()
+	lines := logLines(t, agent)
+	last := from
+	for i := from; i < len(lines); i++ {
+		if strings.Contains(lines[i], "slot reserved") {
+			last = i
+		}
+	}
+	var out []string
+	for _, l := range lines[from:last] {
+		if m := setArgs.FindStringSubmatch(l); m != nil && strings.HasSuffix(m[1], ", "+dataset) &&
+			!strings.Contains(m[1], "nomad-device-zfs:owner=") {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}

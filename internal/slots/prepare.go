@@ -1,0 +1,362 @@
+package slots
+
+// Preparation: the zfs work of a Reserve, done when Nomad places an
+// allocation on a slot, before that allocation's task asks.
+//
+// Nomad's scheduler picks the device when it places the allocation; the
+// task's Reserve comes later, after the client has pulled the allocation
+// and run the task's other prestart hooks (100–300 ms under a churn of
+// short jobs, longer when a task downloads artifacts first). The release
+// pass sees the placement in the node's allocation list as soon as the
+// client does. For a slot that list shows placed, with one live holder that
+// has not started, the pass records the slot's dataset reserved (the one
+// zfs command a Reserve would run) with that allocation as its owner,
+// recorded on ZFS behind it as after a Reserve: the free dataset itself, or
+// the spare of a slot whose tenant has ended (the old dataset's fate
+// written beside it, as handOverSpare does). Nothing is handed over: the
+// dataset is as empty as it was, and the manager remembers that it never
+// left (prep).
+//
+// When the task's Reserve arrives, the handover needs no zfs command, and
+// no read of the node's whole list: one small read of the prepared
+// allocation (Nomad.Holds) made after the Reserve arrived proves the asker
+// is it. The proof: the complete view the slot was prepared from showed
+// that allocation as the device's only live holder (an allocation that
+// holds the device and has not ended is live; a task that asks is live:
+// its alloc is not ended while its hook waits). Nomad places another
+// allocation on the device only once every holder is terminal to the
+// scheduler (its client status terminal, or its desired status stop or
+// evict), and neither status ever goes back. So when the read shows the
+// prepared allocation still live and wanted running, no allocation can
+// have been placed on the device since the view, and every allocation
+// placed before it, live when it asked, was in it: the asker is the
+// prepared allocation. Anything else — the read failing, the allocation
+// stopping, another allocation asking — and the Reserve takes the usual
+// path for a slot recorded in use by that allocation: a read of the
+// node's allocations that began after it arrived decides, and the data
+// (none here) is kept until it does.
+//
+// A plugin stopped at any point leaves what one stopped during or right
+// after a Reserve leaves: a free dataset, or a reserved one, with its owner
+// once recorded (the owner's Reserve then gets it through the usual path),
+// unknown before (kept until no allocation holds it). A preparation whose
+// allocation ends,
+// stops or leaves the device before it asks is forgotten (void): the slot
+// is then one in use by an ended allocation, released as any other.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// Ways a slot is prepared, as "slot reserved" logs them (how=).
+const (
+	prepFresh = "fresh" // its free dataset
+	prepSpare = "spare" // the spare of a slot whose tenant ended
+)
+
+// prepTimeout bounds one preparation: the wait for the slot's lock and
+// the zfs commands (each with the runner's own timeout).
+const prepTimeout = time.Minute
+
+// prep is one slot prepared, or being prepared, for the allocation Nomad
+// placed on it. Only done, dataset and err change after it is made:
+// dataset and err are set before done is closed.
+type prep struct {
+	asker Owner     // the allocation and task placed on the slot
+	how   string    // prepFresh or prepSpare
+	began time.Time // when the view it was decided from began
+	done  chan struct{}
+
+	dataset string // the dataset reserved for asker, never handed over
+	err     error
+}
+
+// finished reports whether p's zfs work is over, and how it went.
+func (p *prep) finished() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Prepare is Run's preparation step, for tests and benchmarks: from the
+// latest read of the node's allocations, it prepares the slots that read
+// shows placed (see the top of this file). On return the preparations it
+// started are over; an error says why the read could not be used.
+func (m *Manager) Prepare(ctx context.Context) error {
+	started, err := m.prepare(ctx)
+	for _, p := range started {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+// prepare starts, each in a goroutine of its own, the preparation of every
+// slot that the latest read of the node's allocations shows placed and not
+// prepared yet, and forgets the preparations that read shows void. It
+// returns the preparations it started, without waiting for them. It reads
+// nothing from the API itself but, for the spare of a slot whose owner is
+// not in the list, whether that owner is gone (decide).
+func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
+	m.mu.Lock()
+	nomad := m.nomad
+	m.mu.Unlock()
+	if nomad == nil {
+		return nil, nil
+	}
+	v, err := nomad.Latest(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("preparing slots: %w", err)
+	}
+	if !v.Complete {
+		// The sole visible holder is no proof of the sole holder.
+		return nil, nil
+	}
+	m.voidPreps(v)
+	var started []*prep
+	for _, s := range m.Slots() {
+		if s.unreadable || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
+			continue
+		}
+		holders := v.Holders(s.ID)
+		switch {
+		case s.State == StateFree && s.Mountpoint != "":
+			if len(holders) != 1 || holders[0].Started {
+				continue
+			}
+			if p := m.startPrep(ctx, s, holders[0].Owner, prepFresh, v.Began); p != nil {
+				started = append(started, p)
+			}
+		case s.State == StateReserved && s.Owner.Known() && s.Spare != "" && s.old == nil:
+			var others []Holding
+			for _, h := range holders {
+				if h.Owner.AllocID != s.Owner.AllocID {
+					others = append(others, h)
+				}
+			}
+			if len(others) != 1 || others[0].Started || m.prepOf(s.ID) != nil {
+				continue
+			}
+			// The decision the asker's own Reserve would make: the owner
+			// has ended, and the one other live holder is the asker.
+			d := m.decide(ctx, nomad, v, s, true)
+			if d.kind != startRelease || d.asker.AllocID != others[0].Owner.AllocID {
+				continue
+			}
+			if p := m.startPrep(ctx, s, d.asker, prepSpare, v.Began); p != nil {
+				started = append(started, p)
+			}
+		}
+	}
+	return started, nil
+}
+
+// prepOf returns the preparation of slot id, or nil.
+func (m *Manager) prepOf(id string) *prep {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.preps[id]
+}
+
+// startPrep registers a preparation of slot s (as last seen) for asker and
+// starts it, unless the slot has one already or a Reserve for it is under
+// way; it returns the preparation, or nil when it started none.
+func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string, began time.Time) *prep {
+	m.mu.Lock()
+	if m.preps[s.ID] != nil || m.reserving[s.ID] > 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	p := &prep{asker: asker, how: how, began: began, done: make(chan struct{})}
+	m.preps[s.ID] = p
+	m.mu.Unlock()
+	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepTimeout)
+		defer cancel()
+		start := time.Now()
+		var err error
+		if how == prepFresh {
+			p.dataset, err = m.prepareFresh(pctx, s, asker)
+		} else {
+			var got Slot
+			if got, err = m.handOverSpare(pctx, s, asker); err == nil {
+				p.dataset = got.Dataset
+			}
+		}
+		p.err = err
+		if err != nil {
+			m.mu.Lock()
+			if m.preps[s.ID] == p {
+				delete(m.preps, s.ID)
+			}
+			m.mu.Unlock()
+			if !errors.Is(err, errChanged) {
+				m.log.Warn("preparing a slot for its allocation failed; its Reserve does the work", "device", s.ID, "asker", asker.String(), "how", how, "error", err)
+			}
+		} else {
+			m.log.Debug("slot prepared", "device", s.ID, "dataset", p.dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
+		}
+		close(p.done)
+	}()
+	return p
+}
+
+// prepareFresh records free slot s reserved for asker, under the slot's
+// lock, after checking that it is still free and mounted as it must be:
+// one zfs command, the asker's owner recorded behind it (recordOwner), as
+// markReserved and reserveFresh do for a Reserve. It returns the dataset,
+// or errChanged when the slot is no longer free.
+func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string, error) {
+	unlock, err := m.lockSlot(ctx, s.ID, "prepare")
+	if err != nil {
+		return "", fmt.Errorf("preparing device %s: %w", s.ID, err)
+	}
+	defer unlock()
+	cur, ok := m.slot(s.ID)
+	if !ok || cur.State != StateFree || !cur.ok || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
+		return "", errChanged
+	}
+	m.mu.Lock()
+	want := hostfs.FlagsFor(classByName(m.cfg, cur.Class).SlotProps())
+	m.mu.Unlock()
+	if err := checkMounted(cur.Mountpoint, want); err != nil {
+		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })
+		return "", fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
+	}
+	// Foreground: the asker's Reserve may be waiting for it.
+	if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, PropState, string(StateReserved)); err != nil {
+		return "", fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
+	}
+	m.mu.Lock()
+	m.owners[cur.ID] = asker
+	m.mu.Unlock()
+	m.setNote(cur.ID, note{})
+	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.stamped = StateReserved, asker, Owner{} })
+	m.Kick() // record the owner, off the asker's path
+	return cur.Dataset, nil
+}
+
+// voidPreps forgets the finished preparations that view v, begun after
+// them, no longer supports: their allocation is not the device's only
+// live holder, or is stopping, or the slot no longer serves the dataset
+// prepared. Their slot stays recorded in use by that allocation, and is
+// released as any other once it has ended. A preparation a Reserve has
+// claimed is not in m.preps.
+func (m *Manager) voidPreps(v *View) {
+	m.mu.Lock()
+	var void []string
+	for id, p := range m.preps {
+		if done, err := p.finished(); !done || err != nil || !v.Began.After(p.began) {
+			continue
+		}
+		i, ok := m.byID[id]
+		if !ok || m.slots[i].Dataset != p.dataset || m.slots[i].State != StateReserved {
+			void = append(void, id)
+			continue
+		}
+		hs := v.Holders(id)
+		a, listed := v.Allocs[p.asker.AllocID]
+		if len(hs) != 1 || hs[0].Owner.AllocID != p.asker.AllocID || hs[0].Owner.Task != p.asker.Task || !listed || a.Stopping {
+			void = append(void, id)
+		}
+	}
+	for _, id := range void {
+		delete(m.preps, id)
+	}
+	m.mu.Unlock()
+	for _, id := range void {
+		m.log.Debug("preparation void: its allocation is no longer the device's only live holder", "device", id)
+	}
+}
+
+// claimPreps marks a Reserve of ids under way (no preparation starts for
+// them until release is called) and takes the preparations of ids, in the
+// order of ids; ok is false when some id has none. release must be called
+// once the Reserve is over.
+func (m *Manager) claimPreps(ids []string) (ps []*prep, ok bool, release func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ok = true
+	for _, id := range ids {
+		m.reserving[id]++
+		p := m.preps[id]
+		delete(m.preps, id)
+		if p == nil {
+			ok = false
+		}
+		ps = append(ps, p)
+	}
+	return ps, ok, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, id := range ids {
+			if m.reserving[id]--; m.reserving[id] <= 0 {
+				delete(m.reserving, id)
+			}
+		}
+	}
+}
+
+// reservePrepared hands the slots of ids, each prepared for the one
+// allocation in ps, to the asker once a read made after the Reserve
+// arrived shows that allocation still live, wanted running and holding
+// them (see the top of this file): no zfs command, one small read. ok is
+// false, with the reason, when it cannot: a preparation failed or does not
+// match the slot any more, they are for different allocations, or the read
+// does not show it (including a read that fails or takes longer than
+// identifyGrace). The caller then takes the usual path. It waits for the
+// preparations still under way, at most until ctx is done.
+func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*prep, arrived time.Time) (res []Slot, ok bool, why string) {
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, false, fmt.Sprintf("its preparation did not end in time (%v)", ctx.Err())
+		}
+		if p.err != nil {
+			return nil, false, fmt.Sprintf("its preparation failed (%v)", p.err)
+		}
+	}
+	asker := ps[0].asker
+	for i, id := range ids {
+		p := ps[i]
+		if p.asker != asker {
+			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, p.asker)
+		}
+		cur, found := m.slot(id)
+		if !found || cur.State != StateReserved || cur.Dataset != p.dataset ||
+			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
+			return nil, false, "the slot changed since it was prepared"
+		}
+		res = append(res, cur)
+	}
+	if nomad == nil {
+		return nil, false, "no Nomad API to verify the asker"
+	}
+	hctx, cancel := context.WithTimeout(ctx, identifyGrace)
+	err := nomad.Holds(hctx, asker, ids)
+	cancel()
+	if err != nil {
+		return nil, false, fmt.Sprintf("the read made for this Reserve does not show %s live and holding it: %v", asker, err)
+	}
+	for i, s := range res {
+		m.setNote(s.ID, note{})
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].how, "prepared", true, "took", time.Since(arrived))
+	}
+	for _, s := range res {
+		m.goTend(ctx, s.ID) // the spare, for the next tenant
+	}
+	return res, true, ""
+}

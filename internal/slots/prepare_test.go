@@ -1,0 +1,328 @@
+package slots_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+// prepareCase is an env of n slots behind a wrapper first on PATH, its
+// manager learning about allocations from a.
+type prepareCase struct {
+	w *zfstest.Wrapper
+	e *env
+	a *allocs
+}
+
+func newPrepareCase(t *testing.T, n int) *prepareCase {
+	t.Helper()
+	c := &prepareCase{w: zfstest.NewWrapper(t)}
+	c.w.SetPATH(t)
+	c.e, c.a = newReleaseEnv(t, n)
+	return c
+}
+
+// prepare runs the manager's preparation step and waits for it.
+func (c *prepareCase) prepare(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, c.e.mgr.Prepare(ctx))
+}
+
+// reserve calls Reserve with a deadline and returns what it gave, the zfs
+// calls made while it ran, and how many full and small reads it made.
+func (c *prepareCase) reserve(t *testing.T, timeout time.Duration, ids ...string) (res []slots.Slot, err error, calls []zfstest.Call, views, holds int32) {
+	t.Helper()
+	before, v0, h0 := len(c.w.Calls()), c.a.views.Load(), c.a.holdsCalls.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err = c.e.mgr.Reserve(ctx, ids)
+	return res, err, c.w.Calls()[before:], c.a.views.Load() - v0, c.a.holdsCalls.Load() - h0
+}
+
+// sets returns the `zfs set` calls among calls, as "prop=value dataset".
+func sets(calls []zfstest.Call) []string {
+	var out []string
+	for _, c := range calls {
+		if c.Cmd == "zfs" && len(c.Args) >= 3 && c.Args[0] == "set" {
+			out = append(out, strings.Join(c.Args[1:], " "))
+		}
+	}
+	return out
+}
+
+// setsOn returns the `zfs set` calls among calls on dataset ds.
+func setsOn(calls []zfstest.Call, ds string) []string {
+	var out []string
+	for _, s := range sets(calls) {
+		if strings.HasSuffix(s, " "+ds) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestPrepare_FreshSlotHandedOverWithoutZFS (issue 10): an allocation
+// placed on a free slot has the slot reserved for it before it asks; its
+// Reserve then runs no zfs command and reads no node list: one small read
+// of the allocation proves the asker. Two devices of one task take one
+// read. The owner is recorded behind, as after any Reserve.
+func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
+	c := newPrepareCase(t, 3)
+	e, a := c.e, c.a
+	B := owner(1)
+	a.hold("scratch-0", B)
+	a.hold("scratch-2", B)
+	free := slotByID(t, e, "scratch-1").Dataset
+
+	c.prepare(t)
+	for _, id := range []string{"scratch-0", "scratch-2"} {
+		s := slotByID(t, e, id)
+		must.Eq(t, slots.StateReserved, s.State)
+		must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
+		must.Eq(t, B.AllocID, s.Owner.AllocID)
+		must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
+	}
+	must.Eq(t, "free", e.pool.Prop(t, free, slots.PropState), must.Sprint("no allocation was placed on it"))
+
+	res, err, calls, views, holds := c.reserve(t, 10*time.Second, "scratch-0", "scratch-2")
+	must.NoError(t, err)
+	must.SliceLen(t, 2, res)
+	must.SliceEmpty(t, sets(calls), must.Sprint("the Reserve of a prepared slot writes nothing"))
+	must.EqOp(t, int32(0), views, must.Sprint("no read of the node's list"))
+	must.EqOp(t, int32(1), holds, must.Sprint("one small read of the allocation"))
+	for _, s := range res {
+		must.Eq(t, B.AllocID, s.Owner.AllocID)
+		entries, err := os.ReadDir(s.Mountpoint)
+		must.NoError(t, err)
+		must.SliceEmpty(t, entries)
+		checkReadied(t, e, s.Mountpoint)
+	}
+	must.NoError(t, e.mgr.Wait(context.Background()))
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
+	for _, s := range res {
+		must.Eq(t, B.AllocID, recordedOwner(t, e, s.Dataset).AllocID)
+	}
+
+	// A repeated Reserve (the task restarted) takes the usual path: the
+	// dataset may now hold the tenant's data.
+	a.start(B)
+	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant B"), 0o644))
+	again, err, _, views, _ := c.reserve(t, 10*time.Second, "scratch-0")
+	must.NoError(t, err)
+	must.Eq(t, res[0].Dataset, again[0].Dataset)
+	must.Positive(t, views, must.Sprint("a used dataset goes to its owner on a read of the node's list"))
+}
+
+// TestPrepare_SpareOfAnEndedTenant: the next allocation placed on a slot
+// whose tenant has ended gets the slot's spare, prepared for it: the
+// tenant's dataset's fate and the spare's marks are written before it
+// asks, and its Reserve writes nothing. The tenant's data reaches the
+// archive behind it.
+func TestPrepare_SpareOfAnEndedTenant(t *testing.T) {
+	c := newPrepareCase(t, 1)
+	e, a := c.e, c.a
+	o1, o2 := owner(1), owner(2)
+	s0, spare := withSpare(t, e, a, "scratch-0", o1)
+	guid := e.guid(t, s0.Dataset)
+	a.end(o1)
+	a.hold("scratch-0", o2)
+
+	c.prepare(t)
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, spare, got.Dataset)
+	must.Eq(t, "reserved", e.pool.Prop(t, spare, slots.PropState))
+	must.Eq(t, "archived", e.pool.Prop(t, s0.Dataset, slots.PropState), must.Sprint("the ended tenant's fate, beside the spare's mark"))
+	must.Eq(t, o2.AllocID, got.Owner.AllocID)
+
+	res, err, calls, views, holds := c.reserve(t, 10*time.Second, "scratch-0")
+	must.NoError(t, err)
+	must.Eq(t, spare, res[0].Dataset)
+	must.SliceEmpty(t, sets(calls))
+	must.EqOp(t, int32(0), views)
+	must.EqOp(t, int32(1), holds)
+	entries, err := os.ReadDir(res[0].Mountpoint)
+	must.NoError(t, err)
+	must.SliceEmpty(t, entries, must.Sprint("the spare is empty"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, e.mgr.Wait(ctx))
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]))
+	must.Eq(t, "tenant "+o1.AllocID, readArchived(t, e, names[0], "data.txt"))
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
+}
+
+// TestPrepare_NothingFromAnIncompleteView: while the token may not see
+// every namespace, the sole visible holder is no proof of the sole holder,
+// and no slot is prepared.
+func TestPrepare_NothingFromAnIncompleteView(t *testing.T) {
+	c := newPrepareCase(t, 1)
+	c.a.setIncomplete("namespace other is not readable")
+	c.a.hold("scratch-0", owner(1))
+	c.prepare(t)
+	s := slotByID(t, c.e, "scratch-0")
+	must.Eq(t, slots.StateFree, s.State)
+	must.Eq(t, "free", c.e.pool.Prop(t, s.Dataset, slots.PropState))
+}
+
+// Fail closed: a Reserve that the small read does not prove to come from
+// the prepared allocation hands nothing over at once; the usual proof, a
+// read of the node's list made after it arrived, decides, and keeps the
+// slot while it cannot.
+func TestPrepare_UnprovenAskerTakesTheUsualPath(t *testing.T) {
+	t.Run("the prepared allocation stops, another is placed", func(t *testing.T) {
+		c := newPrepareCase(t, 1)
+		e, a := c.e, c.a
+		B, C := owner(1), owner(2)
+		a.hold("scratch-0", B)
+		c.prepare(t)
+		prepared := slotByID(t, e, "scratch-0").Dataset
+		guid := e.guid(t, prepared)
+
+		a.setStopping(B) // the scheduler frees the device at once
+		a.hold("scratch-0", C)
+		_, err, calls, views, _ := c.reserve(t, 2*time.Second, "scratch-0") // C asks
+		must.ErrorContains(t, err, "in use by "+B.String())
+		must.SliceEmpty(t, sets(calls))
+		must.Positive(t, views)
+		must.Eq(t, B.AllocID, slotByID(t, e, "scratch-0").Owner.AllocID, must.Sprint("still B's"))
+
+		// B ends: C's Reserve releases B's (empty) dataset and gets a fresh one.
+		a.end(B)
+		res, err, _, _, _ := c.reserve(t, 30*time.Second, "scratch-0")
+		must.NoError(t, err)
+		must.NotEq(t, guid, e.guid(t, res[0].Dataset))
+	})
+	t.Run("the API fails, then answers", func(t *testing.T) {
+		c := newPrepareCase(t, 1)
+		e, a := c.e, c.a
+		B := owner(1)
+		a.hold("scratch-0", B)
+		c.prepare(t)
+		prepared := slotByID(t, e, "scratch-0").Dataset
+
+		a.setErr(errors.New("connection refused"))
+		_, err, _, _, holds := c.reserve(t, 2*time.Second, "scratch-0")
+		must.ErrorContains(t, err, "cannot be read to verify the asker")
+		must.EqOp(t, int32(1), holds)
+
+		a.setErr(nil)
+		res, err, _, _, _ := c.reserve(t, 10*time.Second, "scratch-0")
+		must.NoError(t, err)
+		must.Eq(t, prepared, res[0].Dataset, must.Sprint("its recorded owner gets it, on the usual proof"))
+	})
+}
+
+// TestPrepare_VoidWhenTheAllocationEndsUnasked: an allocation that ends
+// before its task asks leaves its prepared slot recorded in use by it;
+// the release pass releases it as any other, and the slot is fresh again.
+func TestPrepare_VoidWhenTheAllocationEndsUnasked(t *testing.T) {
+	c := newPrepareCase(t, 1)
+	e, a := c.e, c.a
+	B := owner(1)
+	a.hold("scratch-0", B)
+	c.prepare(t)
+	prepared := slotByID(t, e, "scratch-0").Dataset
+	guid := e.guid(t, prepared)
+	a.end(B)
+	c.prepare(t) // forgets the preparation
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	checkFresh(t, e, "scratch-0", guid)
+}
+
+// A Reserve that arrives while the preparation's zfs command runs waits
+// for it, and then writes nothing itself; a preparation does not start
+// for a slot whose Reserve is under way.
+func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
+	t.Run("preparation first", func(t *testing.T) {
+		c := newPrepareCase(t, 1)
+		e, a, w := c.e, c.a, c.w
+		B := owner(1)
+		a.hold("scratch-0", B)
+		ds := slotByID(t, e, "scratch-0").Dataset
+		w.PauseFor("set", ds)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		prepared := make(chan error, 1)
+		go func() { prepared <- e.mgr.Prepare(ctx) }()
+		w.WaitPaused(t, "set", 30*time.Second)
+		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
+		res, err, calls, views, holds := c.reserve(t, 20*time.Second, "scratch-0")
+		must.NoError(t, err)
+		must.NoError(t, <-prepared)
+		must.Eq(t, ds, res[0].Dataset)
+		must.Eq(t, B.AllocID, res[0].Owner.AllocID)
+		for _, s := range sets(calls) {
+			must.StrContains(t, s, ds, must.Sprint("only the preparation's own marks"))
+		}
+		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the state, once; the owner is recorded later"))
+		must.EqOp(t, int32(0), views)
+		must.EqOp(t, int32(1), holds)
+	})
+	t.Run("part of the devices prepared", func(t *testing.T) {
+		c := newPrepareCase(t, 2)
+		e, a, w := c.e, c.a, c.w
+		B := owner(1)
+		a.hold("scratch-0", B)
+		ds0 := slotByID(t, e, "scratch-0").Dataset
+		w.PauseFor("set", ds0)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		prepared := make(chan error, 1)
+		go func() { prepared <- e.mgr.Prepare(ctx) }()
+		w.WaitPaused(t, "set", 30*time.Second)
+		a.hold("scratch-1", B) // placed after the preparation's read
+		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
+		res, err, _, views, _ := c.reserve(t, 20*time.Second, "scratch-0", "scratch-1")
+		must.NoError(t, err)
+		must.NoError(t, <-prepared)
+		must.SliceLen(t, 2, res)
+		for _, s := range res {
+			must.Eq(t, B.AllocID, s.Owner.AllocID, must.Sprint(s.ID))
+		}
+		must.Eq(t, ds0, res[0].Dataset)
+		must.Positive(t, views, must.Sprint("the usual proof: a read of the node's list"))
+	})
+	t.Run("Reserve first", func(t *testing.T) {
+		c := newPrepareCase(t, 1)
+		e, a, w := c.e, c.a, c.w
+		B := owner(1)
+		a.hold("scratch-0", B)
+		ds := slotByID(t, e, "scratch-0").Dataset
+		w.PauseFor("set", ds)
+		type result struct {
+			res []slots.Slot
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+			done <- result{res, err}
+		}()
+		w.WaitPaused(t, "set", 30*time.Second) // the Reserve's own mark
+		c.prepare(t)                           // starts nothing: a Reserve is under way
+		w.Resume("set")
+		r := <-done
+		must.NoError(t, r.err)
+		must.Eq(t, ds, r.res[0].Dataset)
+		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the Reserve's mark only; its owner is recorded later"))
+	})
+}
