@@ -123,6 +123,14 @@ type AllocRecord struct {
 	// ReservePluginMS is the plugin's own part of the hook: from the
 	// Reserve's arrival to its "slot reserved" line (its "took").
 	ReservePluginMS float64 `json:"reserve_plugin_ms,omitempty"`
+	// Prepared: the plugin reserved the slot for this allocation when it
+	// saw it placed, and its Reserve handed it over as prepared.
+	Prepared bool `json:"prepared,omitempty"`
+	// PrepLeadMS is, for a prepared Reserve, how long before the hook
+	// began the preparation's zfs work ended (negative: the Reserve waited
+	// for it that long); PrepMS how long that work took.
+	PrepLeadMS float64 `json:"prep_lead_ms,omitempty"`
+	PrepMS     float64 `json:"prep_ms,omitempty"`
 }
 
 // RunChurn runs the scenario on a pool made for it and returns its

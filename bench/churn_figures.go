@@ -123,7 +123,10 @@ func (r *churnRun) figures() error {
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
 				a.ReserveMS, a.ReserveStart = ms(h.Duration), h.Start
 				r := reservedIn(lg, a.Device, h)
-				a.How, a.ReservePluginMS = r.Text, ms(r.Took)
+				a.How, a.ReservePluginMS, a.Prepared = r.Text, ms(r.Took), r.Prepared
+				if p, ok := preparedFor(lg, a.Device, a.Job, h); ok && r.Prepared {
+					a.PrepLeadMS, a.PrepMS = ms(h.Start.Sub(p.At)), ms(p.Took)
+				}
 				a.Fresh = a.How == "fresh" || a.How == "" && freshAt(lg, a.Device, h.Start)
 				a.ReserveZFSMS = ms(reserveCommand(lg, a.Device, h))
 			}
@@ -201,6 +204,19 @@ func (r *churnRun) figures() error {
 // reservedIn returns the plugin's "slot reserved" line for device within
 // the Reserve that hook timed (its Text says how the slot was handed over,
 // its Took how long the plugin took); a zero logEvent when there is none.
+// preparedFor returns the latest "slot prepared" line of device for job
+// that ended before hook h did.
+func preparedFor(lg *churnLog, device, job string, h devicesHook) (logEvent, bool) {
+	var out logEvent
+	found := false
+	for _, p := range lg.Prepared {
+		if p.Device == device && p.Job == job && !p.At.After(h.Start.Add(h.Duration)) {
+			out, found = p, true
+		}
+	}
+	return out, found
+}
+
 func reservedIn(lg *churnLog, device string, h devicesHook) logEvent {
 	for _, r := range lg.Reserved {
 		if r.Device == device && !r.At.Before(h.Start) && !r.At.After(h.Start.Add(h.Duration)) {
@@ -397,6 +413,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Note: fmt.Sprintf("the Nomad client's hook less the plugin's own time (from the Reserve's arrival to its \"slot reserved\" line: p50 %s during churn, %s idle): gRPC and the client saving the answer, on the same CPUs as the churn; alone it is %.2f× the whole idle Reserve, the least a fresh Reserve's ratio could be if the plugin took no time at all; %d and %d samples",
 				fmtMS(Median(churnIn)), fmtMS(Median(idleIn)), floor, len(churnOut), len(idleOut))})
 	}
+	rows = append(rows, preparedRows(res)...)
 	// Recycle and health shown during the release.
 	var recycle, recycleTask, shownDelay, again, toStart, work []time.Duration
 	shown, last, n, spared := 0, 0, 0, 0
@@ -696,4 +713,47 @@ func besideNote(byBeside [4][]time.Duration) string {
 		return ""
 	}
 	return "; that zfs set by the other slots' Reserves running at the same time: " + strings.Join(parts, ", ")
+}
+
+// preparedRows says how many Reserves of the device batches were handed
+// over as prepared (the slot reserved when the allocation was placed), how
+// many found the preparation done, and what each kind cost in the plugin.
+func preparedRows(res *ChurnResults) []ChurnRow {
+	var all, prepared, ready int
+	var readyIn, waitedIn, waits, preps, leads []time.Duration
+	var idleIn []time.Duration
+	for _, a := range res.Idle {
+		if a.Prepared && a.ReservePluginMS > 0 {
+			idleIn = append(idleIn, msDur(a.ReservePluginMS))
+		}
+	}
+	for _, b := range res.Batches {
+		for _, a := range b.Allocs {
+			if a.ReserveMS == 0 {
+				continue
+			}
+			all++
+			if !a.Prepared {
+				continue
+			}
+			prepared++
+			preps = append(preps, msDur(a.PrepMS))
+			leads = append(leads, msDur(a.PrepLeadMS))
+			if a.PrepLeadMS >= 0 {
+				ready++
+				readyIn = append(readyIn, msDur(a.ReservePluginMS))
+			} else {
+				waitedIn = append(waitedIn, msDur(a.ReservePluginMS))
+				waits = append(waits, msDur(-a.PrepLeadMS))
+			}
+		}
+	}
+	if all == 0 {
+		return nil
+	}
+	return []ChurnRow{{Key: "reserve-prepared", Figure: "Reserves whose slot was prepared at placement (reserved before the task asked)",
+		Measured: fmt.Sprintf("%d of %d", prepared, all), Reference: fmt.Sprintf("%d ready when asked", ready), Target: "—", Verdict: "info",
+		Note: fmt.Sprintf("the plugin's \"slot prepared\" and \"slot reserved … prepared=true\" lines; in the plugin (arrival to answer), p50: ready %s (%d), waited for the preparation %s (%d, the wait p50 %s), idle %s (%d); the preparation's zfs work p50 %s, ended p50 %s before the Reserve arrived (negative: after)",
+			fmtMS(Median(readyIn)), len(readyIn), fmtMS(Median(waitedIn)), len(waitedIn), fmtMS(Median(waits)), fmtMS(Median(idleIn)), len(idleIn),
+			fmtMS(Median(preps)), fmtMS(Median(leads)))}}
 }

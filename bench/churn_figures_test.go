@@ -159,3 +159,24 @@ func TestBesideNote(t *testing.T) {
 	must.Eq(t, "; that zfs set by the other slots' Reserves running at the same time: beside no other Reserve p50 19.0 ms (3), beside 3 or more other Reserves p50 35.0 ms (2)",
 		besideNote([4][]time.Duration{{ms(18), ms(19), ms(40)}, nil, nil, {ms(30), ms(40)}}))
 }
+
+// The prepared row counts the device batches' Reserves handed over as
+// prepared, splits them by whether the preparation had ended when the
+// Reserve arrived, and leaves out batches' records without a Reserve.
+func TestPreparedRows(t *testing.T) {
+	idle := []AllocRecord{{ReserveMS: 4, ReservePluginMS: 2, Prepared: true, PrepLeadMS: 150, PrepMS: 20}}
+	batch := BatchResult{Kind: "device", Allocs: []AllocRecord{
+		{ReserveMS: 10, ReservePluginMS: 4, Prepared: true, PrepLeadMS: 30, PrepMS: 300},
+		{ReserveMS: 12, ReservePluginMS: 6, Prepared: true, PrepLeadMS: 10, PrepMS: 320},
+		{ReserveMS: 90, ReservePluginMS: 80, Prepared: true, PrepLeadMS: -70, PrepMS: 400},
+		{ReserveMS: 200, ReservePluginMS: 190, How: "spare"},
+		{Job: "no Reserve"},
+	}}
+	rows := preparedRows(&ChurnResults{Idle: idle, Batches: []BatchResult{batch}})
+	must.SliceLen(t, 1, rows)
+	must.Eq(t, "3 of 4", rows[0].Measured)
+	must.Eq(t, "2 ready when asked", rows[0].Reference)
+	must.StrContains(t, rows[0].Note, "ready 5.0 ms (2), waited for the preparation 80.0 ms (1, the wait p50 70.0 ms), idle 2.0 ms (1)")
+	must.StrContains(t, rows[0].Note, "zfs work p50 320 ms, ended p50 10.0 ms before")
+	must.SliceEmpty(t, preparedRows(&ChurnResults{Idle: idle}))
+}

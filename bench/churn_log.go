@@ -77,6 +77,7 @@ type churnLog struct {
 	Sent      []logSent              // "fingerprint sent"
 	Unhealthy []logEvent             // plugin lines at WARN or ERROR
 	Marks     []logRan               // "ran": the zfs set of a slot's state, on this class's slots
+	Prepared  []logEvent             // "slot prepared": At its end, Took its zfs work, Job the asker's
 	Reads     []logRead              // "read the node's allocations" with blocking=false
 	LockWaits []logLockWait          // "waited for the slot's lock"
 }
@@ -128,6 +129,9 @@ type logEvent struct {
 	Job    string
 	Text   string
 	Took   time.Duration // a "slot reserved" line's took: the Reserve in the plugin
+	// Prepared: a "slot reserved" line's prepared=true (the slot was
+	// reserved when the allocation was placed: slots.prepare).
+	Prepared bool
 }
 
 // devicesHook is the Nomad client's timing of a task's "devices" prestart
@@ -174,7 +178,15 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 				job = m[1]
 			}
 			took, _ := logDuration(l.KV["took"])
-			out.Reserved = append(out.Reserved, logEvent{At: l.At, Device: l.KV["device"], Job: job, Text: l.KV["how"], Took: took})
+			out.Reserved = append(out.Reserved, logEvent{At: l.At, Device: l.KV["device"], Job: job, Text: l.KV["how"], Took: took,
+				Prepared: l.KV["prepared"] == "true"})
+		case plugin && strings.Contains(l.Text, "slot prepared"):
+			job := ""
+			if m := ownerJobRE.FindStringSubmatch(l.KV["asker"]); m != nil {
+				job = m[1]
+			}
+			took, _ := logDuration(l.KV["took"])
+			out.Prepared = append(out.Prepared, logEvent{At: l.At, Device: l.KV["device"], Job: job, Text: l.KV["how"], Took: took})
 		case plugin && strings.Contains(l.Text, "reserve waiting"):
 			out.Waiting = append(out.Waiting, logEvent{At: l.At, Device: l.KV["devices"], Text: l.KV["reason"]})
 		case plugin && strings.Contains(l.Text, "fingerprint sent"):
