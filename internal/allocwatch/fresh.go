@@ -78,8 +78,9 @@ func (w *Watcher) fly(f *flight) {
 // 403 when the token may not read that namespace, where a read by ID would
 // answer 404 and be mistaken for "gone". An allocation that exists but is
 // not in the node's list is an error (the list is stale, or the token
-// cannot see it there): any doubt means keep.
-func (w *Watcher) Gone(ctx context.Context, namespace, allocID string) (bool, error) {
+// cannot see it there), unless it has ended for task (stubEnded): any
+// doubt means keep.
+func (w *Watcher) Gone(ctx context.Context, namespace, allocID, task string) (bool, error) {
 	if namespace == "" {
 		return false, fmt.Errorf("allocation %s is not in the node's list and its namespace is unknown", short(allocID))
 	}
@@ -102,14 +103,49 @@ func (w *Watcher) Gone(ctx context.Context, namespace, allocID string) (bool, er
 	}
 	for _, s := range stubs {
 		if s.ID == allocID {
-			switch s.ClientStatus {
-			case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
+			if stubEnded(s, task) {
 				return true, nil
 			}
 			return false, fmt.Errorf("allocation %s is %s but missing from the node's allocation list", short(allocID), s.ClientStatus)
 		}
 	}
 	return true, nil
+}
+
+// stubEnded says whether an allocation missing from the node's list has
+// ended for task: complete, or failed with the task dead (with no task
+// named, every task dead). Nomad reports an allocation failed as soon as
+// one task fails, while its poststop tasks have still to run. A lost one
+// is never taken for ended here.
+func stubEnded(s *api.AllocationListStub, task string) bool {
+	switch s.ClientStatus {
+	case api.AllocClientStatusComplete:
+		return true
+	case api.AllocClientStatusFailed:
+		dead := func(name string) bool { ts := s.TaskStates[name]; return ts != nil && ts.State == "dead" }
+		if task != "" {
+			return dead(task)
+		}
+		for name := range s.TaskStates {
+			if !dead(name) {
+				return false
+			}
+		}
+		return len(s.TaskStates) > 0
+	}
+	return false
+}
+
+// VisibleSince returns since when the token has been known to see every
+// namespace: when the check began that first found it so, after a check
+// that did not or a change of the token. It is zero while that is not
+// known. A read of the node's allocations that began before it may have
+// been made while the token saw less (a policy widened, a token file
+// replaced): only the reads after it are complete.
+func (w *Watcher) VisibleSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.visAllSince
 }
 
 // validNamespace is Nomad's rule for namespace names (structs.validNamespaceName).
@@ -129,10 +165,17 @@ func (w *Watcher) Visibility(ctx context.Context) Visibility {
 	v, verr := w.vis, w.visErr
 	w.mu.Unlock()
 	if due {
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		v, verr = CheckVisibility(ctx, w.client)
 		cancel()
 		w.mu.Lock()
+		switch {
+		case verr != nil || !v.All:
+			w.visAllSince = time.Time{}
+		case w.visAllSince.IsZero(): // none before, or the token changed (refreshToken)
+			w.visAllSince = began
+		}
 		w.vis, w.visErr, w.visAt, w.visStale = v, verr, time.Now(), false
 		w.mu.Unlock()
 		w.readFailed(CallVisibility, verr)

@@ -204,10 +204,16 @@ func TestFresh_HangingAPI(t *testing.T) {
 }
 
 // Gone is true only when the namespace-scoped list positively lacks the
-// allocation or shows it complete or failed; any doubt is an error.
+// allocation or shows it complete, or failed with the task dead; any doubt
+// is an error. A failed allocation whose task has not run yet (a poststop
+// task: Nomad reports the allocation failed as soon as one task fails) is
+// not gone.
 func TestGone_Fake(t *testing.T) {
 	f, srv := newFake(t)
+	poststop := alloc("f2", "default", "failed", "scratch-8")
+	poststop.TaskStates["task"] = &api.TaskState{State: "pending"}
 	f.set(
+		poststop,
 		alloc("gc1", "default", "running", "scratch-0"),
 		alloc("c1", "default", "complete", "scratch-1"),
 		alloc("f1", "default", "failed", "scratch-2"),
@@ -230,6 +236,7 @@ func TestGone_Fake(t *testing.T) {
 		{name: "never existed", ns: "default", id: "nope", gone: true},
 		{name: "complete", ns: "default", id: "c1", gone: true},
 		{name: "failed", ns: "default", id: "f1", gone: true},
+		{name: "failed, its task not run yet", ns: "default", id: "f2"},
 		{name: "running, missing from the node list", ns: "default", id: "r1"},
 		{name: "lost", ns: "default", id: "l1"},
 		{name: "pending", ns: "default", id: "p1"},
@@ -482,7 +489,7 @@ func TestGone_RealAgentNamespaceACL(t *testing.T) {
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := tc.w.Gone(ctx, tc.ns, tc.id)
+			g, err := tc.w.Gone(ctx, tc.ns, tc.id, "t")
 			t.Logf("gone=%v err=%v", g, err)
 			if tc.gone {
 				must.NoError(t, err)

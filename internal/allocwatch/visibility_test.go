@@ -131,6 +131,33 @@ func TestVisibility_RealAgentWithACLs(t *testing.T) {
 		})
 	}
 
+	// VisibleSince: zero until a check finds every namespace visible, then
+	// the start of that check; zero again when the token file changes, and
+	// the start of the first check after it that finds them all. A read
+	// that began before it may have been made with the token that saw less.
+	t.Run("VisibleSince", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		must.NoError(t, os.WriteFile(file, []byte(token("narrow", nil, "default-only")+"\n"), 0o600))
+		w := newWatcher(t, a.Addr, Config{TokenFile: file})
+		ctx := context.Background()
+		must.True(t, w.VisibleSince().IsZero())
+		must.False(t, w.Visibility(ctx).All)
+		must.True(t, w.VisibleSince().IsZero(), must.Sprint("not known to see every namespace"))
+
+		must.NoError(t, os.WriteFile(file, []byte(token("wide", nil, "zfs-plugin")+"\n\n"), 0o600))
+		before := time.Now()
+		must.True(t, w.Visibility(ctx).All)
+		first := w.VisibleSince()
+		must.False(t, first.Before(before), must.Sprint("the check made after the token changed"))
+		must.True(t, w.Visibility(ctx).All)
+		must.Eq(t, first, w.VisibleSince(), must.Sprint("a cached or repeated check keeps it"))
+
+		must.NoError(t, os.WriteFile(file, []byte(a.Token+"\n\n\n"), 0o600)) // another size: seen as changed whatever the clock
+		changed := time.Now()
+		must.True(t, w.Visibility(ctx).All)
+		must.False(t, w.VisibleSince().Before(changed), must.Sprint("a new token starts it again"))
+	})
+
 	// What Nomad 1.11 answers about roles: a client token may read a role
 	// linked to it, and gets 403 for any other.
 	c := visibilityClient(t, a.Addr, roleToken)

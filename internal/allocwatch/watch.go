@@ -99,14 +99,15 @@ type Alloc struct {
 }
 
 // Ended reports whether the allocation has positively stopped on the client
-// for the given task: its client status is complete or failed, or it is
-// lost and the task is dead. Desired status alone ("stop") is not enough: the
-// task may still be running.
+// for the given task: its client status is complete, or it is failed or
+// lost and the task is dead. Desired status alone ("stop") is not enough:
+// the task may still be running. Nor is "failed": Nomad reports it as soon
+// as one task fails, and the allocation's poststop tasks run after that.
 func (a *Alloc) Ended(task string) bool {
 	switch a.ClientStatus {
-	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
+	case api.AllocClientStatusComplete:
 		return true
-	case api.AllocClientStatusLost:
+	case api.AllocClientStatusFailed, api.AllocClientStatusLost:
 		return a.DeadTasks[task]
 	}
 	return false
@@ -147,11 +148,15 @@ type Watcher struct {
 	// flight is the latest non-blocking read started by Fresh.
 	flight *flight
 	// vis is what the latest visibility check said; visAt when it ran;
-	// visStale is set when the token changed since.
-	vis      Visibility
-	visErr   error
-	visAt    time.Time
-	visStale bool
+	// visStale is set when the token changed since. visAllSince is when
+	// the check began that found the token seeing every namespace, after
+	// a check that did not (or none) or a change of the token; zero while
+	// it is not known to see them all (VisibleSince).
+	vis         Visibility
+	visErr      error
+	visAt       time.Time
+	visStale    bool
+	visAllSince time.Time
 	// obs is told of failed reads (SetObserver); nil for none.
 	obs Observer
 }
@@ -267,6 +272,7 @@ func (w *Watcher) refreshToken() error {
 	w.mu.Lock()
 	w.tokenMod, w.tokenLen = fi.ModTime(), fi.Size()
 	w.visStale = true
+	w.visAllSince = time.Time{}
 	w.mu.Unlock()
 	w.log.Debug("nomad token read", "token_file", w.cfg.TokenFile)
 	return nil
@@ -395,8 +401,8 @@ func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 }
 
 // holdingKey sums up who holds the plugin's devices in s: every
-// allocation that holds one, with whether its client status is terminal
-// and whether it is stopping, in order. Two snapshots with the same key differ only in what the slot
+// allocation that holds one, with whether it is stopping and, for each
+// device, whether its task has ended (Alloc.Ended), in order. Two snapshots with the same key differ only in what the slot
 // manager does not act on (task events, other allocations).
 func holdingKey(s *Snapshot) string {
 	var b strings.Builder
@@ -406,15 +412,14 @@ func holdingKey(s *Snapshot) string {
 			continue
 		}
 		b.WriteString(id)
-		switch a.ClientStatus {
-		case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
-			b.WriteString("/ended")
-		}
 		if a.Stopping {
 			b.WriteString("!")
 		}
 		devs := make([]string, 0, len(a.Devices))
 		for d, task := range a.Devices {
+			if a.Ended(task) {
+				task += "/ended"
+			}
 			devs = append(devs, d+"="+task)
 		}
 		sort.Strings(devs)

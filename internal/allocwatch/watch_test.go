@@ -319,7 +319,7 @@ func gone(t *testing.T, w *Watcher, ns, id string) (bool, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return w.Gone(ctx, ns, id)
+	return w.Gone(ctx, ns, id, "task")
 }
 
 func TestWatcher_FollowsAllocations(t *testing.T) {
@@ -625,6 +625,10 @@ func TestConvert(t *testing.T) {
 		{name: "desired evict", in: withTask("running", "evict", &api.TaskState{State: "running"}), stopping: true, started: true},
 		{name: "complete", in: withTask("complete", "run", &api.TaskState{State: "dead", StartedAt: time.Unix(1, 0)}), ended: true, dead: true, started: true},
 		{name: "failed before start", in: withTask("failed", "run", &api.TaskState{State: "dead"}), ended: true, dead: true},
+		// Nomad reports an allocation failed as soon as one task fails;
+		// its poststop task (here the device's holder) runs after that.
+		{name: "failed, the holding task yet to run", in: withTask("failed", "run", &api.TaskState{State: "pending"})},
+		{name: "failed, the holding task running", in: withTask("failed", "run", &api.TaskState{State: "running"}), started: true},
 		{name: "lost, task running", in: withTask("lost", "stop", &api.TaskState{State: "running"}), stopping: true, started: true},
 		{name: "lost, task dead", in: withTask("lost", "stop", &api.TaskState{State: "dead"}), ended: true, stopping: true, dead: true},
 		{name: "no resources", in: &api.Allocation{ID: "a1", ClientStatus: "running"}, wantDevs: map[string]string{}},

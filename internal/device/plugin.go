@@ -298,7 +298,11 @@ func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, er
 	return n.view(ctx, snap)
 }
 
-// Latest returns the watcher's latest read, without reading again.
+// Latest returns the watcher's latest read, without reading again, but
+// when it began before the token was known to see every namespace
+// (VisibleSince: the read may be older than the check that says so, right
+// after the plugin starts or the token changes); then it reads anew. A
+// read that began before is never complete.
 func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
 	snap, err := n.w.Snapshot()
 	switch {
@@ -307,7 +311,24 @@ func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
 	case snap == nil:
 		return nil, errors.New("the node's allocations have not been read yet")
 	}
-	return n.view(ctx, snap)
+	v, err := n.view(ctx, snap) // checks the token's visibility when due
+	if err != nil || !v.Complete {
+		return v, err
+	}
+	since := n.w.VisibleSince()
+	if !since.IsZero() && !snap.Began.After(since) {
+		if snap, err = n.w.Fresh(ctx, since.Add(time.Nanosecond)); err != nil {
+			return nil, err
+		}
+		if v, err = n.view(ctx, snap); err != nil {
+			return nil, err
+		}
+	}
+	if since = n.w.VisibleSince(); since.IsZero() || !snap.Began.After(since) {
+		v.Complete = false
+		v.Incomplete = "the latest read of the node's allocations began before the token was known to see every namespace"
+	}
+	return v, nil
 }
 
 // Holds asks the API whether allocation o is live on this node with its
@@ -351,7 +372,7 @@ func (n nomadAllocs) Incomplete(ctx context.Context) string {
 // Gone asks the API whether an allocation absent from the node's list
 // positively no longer exists.
 func (n nomadAllocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
-	return n.w.Gone(ctx, o.Namespace, o.AllocID)
+	return n.w.Gone(ctx, o.Namespace, o.AllocID, o.Task)
 }
 
 func (p *Plugin) fingerprintLoop(ctx context.Context, ch chan<- *device.FingerprintResponse) {

@@ -133,7 +133,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 		holders := v.Holders(s.ID)
 		switch {
 		case s.State == StateFree && s.Mountpoint != "":
-			if len(holders) != 1 || holders[0].Started {
+			if len(holders) != 1 || !preparable(v, holders[0]) {
 				continue
 			}
 			if p := m.startPrep(ctx, s, holders[0].Owner, prepFresh, v.Began); p != nil {
@@ -146,7 +146,12 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 					others = append(others, h)
 				}
 			}
-			if len(others) != 1 || others[0].Started || m.prepOf(s.ID) != nil {
+			if len(others) != 1 || !preparable(v, others[0]) || m.prepOf(s.ID) != nil {
+				continue
+			}
+			if _, listed := v.Allocs[s.Owner.AllocID]; !listed {
+				// Whether it is gone is a call to the API: the asker's
+				// Reserve asks it.
 				continue
 			}
 			// The decision the asker's own Reserve would make: the owner
@@ -161,6 +166,17 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 		}
 	}
 	return started, nil
+}
+
+// preparable reports whether holding h, of view v, is one a slot is
+// prepared for: its task has not started, and its allocation is what the
+// Reserve's proof (Nomad.Holds) will ask it to be, pending or running and
+// wanted running. An allocation that failed (one task failed: its
+// poststop tasks still run) or is told to stop has its device free to the
+// scheduler already, so no read can prove it the asker.
+func preparable(v *View, h Holding) bool {
+	a, ok := v.Allocs[h.Owner.AllocID]
+	return ok && !h.Started && !a.Stopping && (a.ClientStatus == "pending" || a.ClientStatus == "running")
 }
 
 // prepOf returns the preparation of slot id, or nil.
@@ -194,6 +210,16 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string
 			if got, err = m.handOverSpare(pctx, s, asker); err == nil {
 				p.dataset = got.Dataset
 			}
+		}
+		if err == nil {
+			defer func() {
+				// Right behind the mark (after done: off the Reserve's
+				// path), so that a plugin restarted before the task asks
+				// finds its owner; else the next pass records it.
+				if rerr := m.recordOwner(pctx, s.ID, asker); rerr != nil {
+					m.log.Debug("owner of a prepared slot not recorded yet; the next pass does", "device", s.ID, "error", rerr)
+				}
+			}()
 		}
 		p.err = err
 		if err != nil {
@@ -250,8 +276,9 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 
 // voidPreps forgets the finished preparations that view v, begun after
 // them, no longer supports: their allocation is not the device's only
-// live holder, or is stopping, or the slot no longer serves the dataset
-// prepared. Their slot stays recorded in use by that allocation, and is
+// live holder, or no longer one a slot is prepared for (preparable: it
+// failed, say, or is told to stop), or the slot no longer serves the
+// dataset prepared. Their slot stays recorded in use by that allocation, and is
 // released as any other once it has ended. A preparation a Reserve has
 // claimed is not in m.preps.
 func (m *Manager) voidPreps(v *View) {
@@ -267,8 +294,7 @@ func (m *Manager) voidPreps(v *View) {
 			continue
 		}
 		hs := v.Holders(id)
-		a, listed := v.Allocs[p.asker.AllocID]
-		if len(hs) != 1 || hs[0].Owner.AllocID != p.asker.AllocID || hs[0].Owner.Task != p.asker.Task || !listed || a.Stopping {
+		if len(hs) != 1 || hs[0].Owner.AllocID != p.asker.AllocID || hs[0].Owner.Task != p.asker.Task || !preparable(v, hs[0]) {
 			void = append(void, id)
 		}
 	}
@@ -330,6 +356,14 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 		}
 	}
 	asker := ps[0].asker
+	if restores(m.classOf(ids)) {
+		// Its Reserve decides which dataset the asker gets (restore was
+		// turned on since the preparation).
+		return nil, false, "the class restores"
+	}
+	m.mu.Lock()
+	cfg := m.cfg
+	m.mu.Unlock()
 	for i, id := range ids {
 		p := ps[i]
 		if p.asker != asker {
@@ -339,6 +373,14 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 		if !found || cur.State != StateReserved || cur.Dataset != p.dataset ||
 			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
 			return nil, false, "the slot changed since it was prepared"
+		}
+		// As every handover does: the kernel's mount table, not what was
+		// true at the preparation (unmounted by hand since, say).
+		if !cur.ok || cur.unreadable || cur.Mountpoint == "" {
+			return nil, false, fmt.Sprintf("device %s is not sound now: %s", id, orDash(cur.why))
+		}
+		if err := checkMounted(cur.Mountpoint, hostfs.FlagsFor(classByName(cfg, cur.Class).SlotProps())); err != nil {
+			return nil, false, fmt.Sprintf("device %s: %v", id, err)
 		}
 		res = append(res, cur)
 	}

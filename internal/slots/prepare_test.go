@@ -50,11 +50,13 @@ func (c *prepareCase) reserve(t *testing.T, timeout time.Duration, ids ...string
 	return res, err, c.w.Calls()[before:], c.a.views.Load() - v0, c.a.holdsCalls.Load() - h0
 }
 
-// sets returns the `zfs set` calls among calls, as "prop=value dataset".
+// sets returns the `zfs set` calls among calls, as "prop=value dataset",
+// but for those of the owner: a preparation records it behind its mark,
+// in the background, as after any Reserve.
 func sets(calls []zfstest.Call) []string {
 	var out []string
 	for _, c := range calls {
-		if c.Cmd == "zfs" && len(c.Args) >= 3 && c.Args[0] == "set" {
+		if c.Cmd == "zfs" && len(c.Args) >= 3 && c.Args[0] == "set" && !strings.HasPrefix(c.Args[1], slots.PropOwner+"=") {
 			out = append(out, strings.Join(c.Args[1:], " "))
 		}
 	}
@@ -98,7 +100,9 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	res, err, calls, views, holds := c.reserve(t, 10*time.Second, "scratch-0", "scratch-2")
 	must.NoError(t, err)
 	must.SliceLen(t, 2, res)
-	must.SliceEmpty(t, sets(calls), must.Sprint("the Reserve of a prepared slot writes nothing"))
+	for _, s := range res {
+		must.SliceEmpty(t, setsOn(calls, s.Dataset), must.Sprint("the Reserve of a prepared slot writes nothing"))
+	}
 	must.EqOp(t, int32(0), views, must.Sprint("no read of the node's list"))
 	must.EqOp(t, int32(1), holds, must.Sprint("one small read of the allocation"))
 	for _, s := range res {
@@ -148,7 +152,8 @@ func TestPrepare_SpareOfAnEndedTenant(t *testing.T) {
 	res, err, calls, views, holds := c.reserve(t, 10*time.Second, "scratch-0")
 	must.NoError(t, err)
 	must.Eq(t, spare, res[0].Dataset)
-	must.SliceEmpty(t, sets(calls))
+	// The ended tenant's dataset is archived behind (canmount, rename).
+	must.SliceEmpty(t, setsOn(calls, spare))
 	must.EqOp(t, int32(0), views)
 	must.EqOp(t, int32(1), holds)
 	entries, err := os.ReadDir(res[0].Mountpoint)
@@ -271,7 +276,7 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		for _, s := range sets(calls) {
 			must.StrContains(t, s, ds, must.Sprint("only the preparation's own marks"))
 		}
-		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the state, once; the owner is recorded later"))
+		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the state, once"))
 		must.EqOp(t, int32(0), views)
 		must.EqOp(t, int32(1), holds)
 	})
@@ -323,6 +328,47 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		r := <-done
 		must.NoError(t, r.err)
 		must.Eq(t, ds, r.res[0].Dataset)
-		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the Reserve's mark only; its owner is recorded later"))
+		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the Reserve's mark only"))
 	})
+}
+
+// A prepared slot unmounted before its Reserve (by hand, say) is not
+// handed over as prepared: as every handover, the prepared one checks the
+// kernel's mount table, and the usual path mounts the dataset again. Found
+// by a review: it used to hand over the bare mountpoint (the tenant would
+// have written into the parent dataset), or, after a Sync, an empty path.
+func TestPrepare_UnmountedSinceIsNotHandedOverAsIs(t *testing.T) {
+	for _, withSync := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no read of ZFS since", true: "a Sync since"}[withSync], func(t *testing.T) {
+			c := newPrepareCase(t, 1)
+			B := owner(1)
+			c.a.hold("scratch-0", B)
+			c.prepare(t)
+			s := slotByID(t, c.e, "scratch-0")
+			c.e.pool.ZFS(t, "unmount", s.Dataset)
+			if withSync {
+				must.NoError(t, c.e.mgr.Sync(context.Background()))
+			}
+			res, err, _, views, _ := c.reserve(t, 10*time.Second, "scratch-0")
+			must.NoError(t, err)
+			must.Eq(t, s.Dataset, res[0].Dataset)
+			must.NotEq(t, "", res[0].Mountpoint)
+			must.Eq(t, "yes", c.e.pool.Prop(t, res[0].Dataset, "mounted"))
+			checkReadied(t, c.e, res[0].Mountpoint)
+			must.Positive(t, views, must.Sprint("the usual path"))
+		})
+	}
+}
+
+// An allocation told to stop before its task asks has its device free to
+// the scheduler already: no slot is prepared for it.
+func TestPrepare_NotForAStoppingAllocation(t *testing.T) {
+	c := newPrepareCase(t, 1)
+	B := owner(1)
+	c.a.hold("scratch-0", B)
+	c.a.setStopping(B)
+	c.prepare(t)
+	s := slotByID(t, c.e, "scratch-0")
+	must.Eq(t, slots.StateFree, s.State)
+	must.Eq(t, "free", c.e.pool.Prop(t, s.Dataset, slots.PropState))
 }

@@ -67,12 +67,15 @@ type Alloc struct {
 }
 
 // ended reports whether the allocation has positively stopped for task:
-// client status complete or failed, or lost with the task dead.
+// client status complete, or failed or lost with the task dead. Nomad
+// reports an allocation failed as soon as one task fails, while its
+// poststop tasks have still to run (and Reserve their devices): failed
+// alone says nothing of the other tasks.
 func (a Alloc) ended(task string) bool {
 	switch a.ClientStatus {
-	case "complete", "failed":
+	case "complete":
 		return true
-	case "lost":
+	case "failed", "lost":
 		return a.Dead[task]
 	}
 	return false
