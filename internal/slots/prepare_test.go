@@ -39,15 +39,22 @@ func (c *prepareCase) prepare(t *testing.T) {
 	must.NoError(t, c.e.mgr.Prepare(ctx))
 }
 
-// reserve calls Reserve with a deadline and returns what it gave, the zfs
-// calls made while it ran, and how many full and small reads it made.
-func (c *prepareCase) reserve(t *testing.T, timeout time.Duration, ids ...string) (res []slots.Slot, err error, calls []zfstest.Call, views, holds int32) {
+// reserved is what one Reserve gave, the zfs calls made while it ran, and
+// how many full and small reads it made.
+type reserved struct {
+	res          []slots.Slot
+	calls        []zfstest.Call
+	views, holds int32
+}
+
+// reserve calls Reserve with a deadline.
+func (c *prepareCase) reserve(t *testing.T, timeout time.Duration, ids ...string) (reserved, error) {
 	t.Helper()
 	before, v0, h0 := len(c.w.Calls()), c.a.views.Load(), c.a.holdsCalls.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	res, err = c.e.mgr.Reserve(ctx, ids)
-	return res, err, c.w.Calls()[before:], c.a.views.Load() - v0, c.a.holdsCalls.Load() - h0
+	res, err := c.e.mgr.Reserve(ctx, ids)
+	return reserved{res: res, calls: c.w.Calls()[before:], views: c.a.views.Load() - v0, holds: c.a.holdsCalls.Load() - h0}, err
 }
 
 // sets returns the `zfs set` calls among calls, as "prop=value dataset",
@@ -97,7 +104,11 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	}
 	must.Eq(t, "free", e.pool.Prop(t, free, slots.PropState), must.Sprint("no allocation was placed on it"))
 
-	res, err, calls, views, holds := c.reserve(t, 10*time.Second, "scratch-0", "scratch-2")
+	r, err := c.reserve(t, 10*time.Second, "scratch-0", "scratch-2")
+	res := r.res
+	calls := r.calls
+	views := r.views
+	holds := r.holds
 	must.NoError(t, err)
 	must.SliceLen(t, 2, res)
 	for _, s := range res {
@@ -122,10 +133,11 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	// dataset may now hold the tenant's data.
 	a.start(B)
 	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant B"), 0o644))
-	again, err, _, views, _ := c.reserve(t, 10*time.Second, "scratch-0")
+	r, err = c.reserve(t, 10*time.Second, "scratch-0")
+	again := r.res
 	must.NoError(t, err)
 	must.Eq(t, res[0].Dataset, again[0].Dataset)
-	must.Positive(t, views, must.Sprint("a used dataset goes to its owner on a read of the node's list"))
+	must.Positive(t, r.views, must.Sprint("a used dataset goes to its owner on a read of the node's list"))
 }
 
 // TestPrepare_SpareOfAnEndedTenant: the next allocation placed on a slot
@@ -149,7 +161,11 @@ func TestPrepare_SpareOfAnEndedTenant(t *testing.T) {
 	must.Eq(t, "archived", e.pool.Prop(t, s0.Dataset, slots.PropState), must.Sprint("the ended tenant's fate, beside the spare's mark"))
 	must.Eq(t, o2.AllocID, got.Owner.AllocID)
 
-	res, err, calls, views, holds := c.reserve(t, 10*time.Second, "scratch-0")
+	r, err := c.reserve(t, 10*time.Second, "scratch-0")
+	res := r.res
+	calls := r.calls
+	views := r.views
+	holds := r.holds
 	must.NoError(t, err)
 	must.Eq(t, spare, res[0].Dataset)
 	// The ended tenant's dataset is archived behind (canmount, rename).
@@ -200,7 +216,9 @@ func TestPrepare_UnprovenAskerTakesTheUsualPath(t *testing.T) {
 
 		a.setStopping(B) // the scheduler frees the device at once
 		a.hold("scratch-0", C)
-		_, err, calls, views, _ := c.reserve(t, 2*time.Second, "scratch-0") // C asks
+		r, err := c.reserve(t, 2*time.Second, "scratch-0") // C asks
+		calls := r.calls
+		views := r.views
 		must.ErrorContains(t, err, "in use by "+B.String())
 		must.SliceEmpty(t, sets(calls))
 		must.Positive(t, views)
@@ -208,9 +226,9 @@ func TestPrepare_UnprovenAskerTakesTheUsualPath(t *testing.T) {
 
 		// B ends: C's Reserve releases B's (empty) dataset and gets a fresh one.
 		a.end(B)
-		res, err, _, _, _ := c.reserve(t, 30*time.Second, "scratch-0")
+		r, err = c.reserve(t, 30*time.Second, "scratch-0")
 		must.NoError(t, err)
-		must.NotEq(t, guid, e.guid(t, res[0].Dataset))
+		must.NotEq(t, guid, e.guid(t, r.res[0].Dataset))
 	})
 	t.Run("the API fails, then answers", func(t *testing.T) {
 		c := newPrepareCase(t, 1)
@@ -221,14 +239,15 @@ func TestPrepare_UnprovenAskerTakesTheUsualPath(t *testing.T) {
 		prepared := slotByID(t, e, "scratch-0").Dataset
 
 		a.setErr(errors.New("connection refused"))
-		_, err, _, _, holds := c.reserve(t, 2*time.Second, "scratch-0")
+		r, err := c.reserve(t, 2*time.Second, "scratch-0")
+		holds := r.holds
 		must.ErrorContains(t, err, "cannot be read to verify the asker")
 		must.EqOp(t, int32(1), holds)
 
 		a.setErr(nil)
-		res, err, _, _, _ := c.reserve(t, 10*time.Second, "scratch-0")
+		r, err = c.reserve(t, 10*time.Second, "scratch-0")
 		must.NoError(t, err)
-		must.Eq(t, prepared, res[0].Dataset, must.Sprint("its recorded owner gets it, on the usual proof"))
+		must.Eq(t, prepared, r.res[0].Dataset, must.Sprint("its recorded owner gets it, on the usual proof"))
 	})
 }
 
@@ -268,7 +287,11 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		go func() { prepared <- e.mgr.Prepare(ctx) }()
 		w.WaitPaused(t, "set", 30*time.Second)
 		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
-		res, err, calls, views, holds := c.reserve(t, 20*time.Second, "scratch-0")
+		r, err := c.reserve(t, 20*time.Second, "scratch-0")
+		res := r.res
+		calls := r.calls
+		views := r.views
+		holds := r.holds
 		must.NoError(t, err)
 		must.NoError(t, <-prepared)
 		must.Eq(t, ds, res[0].Dataset)
@@ -294,7 +317,9 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		w.WaitPaused(t, "set", 30*time.Second)
 		a.hold("scratch-1", B) // placed after the preparation's read
 		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
-		res, err, _, views, _ := c.reserve(t, 20*time.Second, "scratch-0", "scratch-1")
+		r, err := c.reserve(t, 20*time.Second, "scratch-0", "scratch-1")
+		res := r.res
+		views := r.views
 		must.NoError(t, err)
 		must.NoError(t, <-prepared)
 		must.SliceLen(t, 2, res)
@@ -349,7 +374,9 @@ func TestPrepare_UnmountedSinceIsNotHandedOverAsIs(t *testing.T) {
 			if withSync {
 				must.NoError(t, c.e.mgr.Sync(context.Background()))
 			}
-			res, err, _, views, _ := c.reserve(t, 10*time.Second, "scratch-0")
+			r, err := c.reserve(t, 10*time.Second, "scratch-0")
+			res := r.res
+			views := r.views
 			must.NoError(t, err)
 			must.Eq(t, s.Dataset, res[0].Dataset)
 			must.NotEq(t, "", res[0].Mountpoint)
