@@ -12,10 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // poststopJob's main task fails at once; its poststop task, which holds
@@ -83,27 +80,8 @@ job "poststop" {
 // it ran, is archived.
 func TestFailClosed_PoststopOfAFailedAllocation(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	pool := zfstest.NewPool(t, 0)
-	parent := pool.Dataset("nomad")
-	pool.ZFS(t, "create", parent)
 	artPost, artNext := startHeldArtifact(t), startHeldArtifact(t)
-	pluginBin := devicetest.BuildPlugin(t)
-	agent := nomadtest.StartAgent(t, nomadtest.Options{
-		PluginDir: filepath.Dir(pluginBin),
-		PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
-  config {
-    parent_dataset     = %q
-    fingerprint_period = "2s"
-    reserve_timeout    = "1m"
-    class "scratch" {
-      slots = 1
-      quota = "32M"
-    }
-  }
-}
-`, parent),
-	})
-	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	pool, parent, agent := oneSlotAgent(t, "")
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return

@@ -109,28 +109,8 @@ job "%[2]s" {
 // spare's mark). Each new tenant finds its dataset empty.
 func TestPreparedReserveEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	pool := zfstest.NewPool(t, 0)
-	parent := pool.Dataset("nomad")
-	pool.ZFS(t, "create", parent)
 	art := startHeldArtifact(t)
-	pluginBin := devicetest.BuildPlugin(t)
-	agent := nomadtest.StartAgent(t, nomadtest.Options{
-		PluginDir: filepath.Dir(pluginBin),
-		LogLevel:  "TRACE", // the plugin's zfs commands ("ran")
-		PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
-  config {
-    parent_dataset     = %q
-    fingerprint_period = "2s"
-    reserve_timeout    = "1m"
-    class "scratch" {
-      slots = 1
-      quota = "32M"
-    }
-  }
-}
-`, parent),
-	})
-	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	pool, parent, agent := oneSlotAgent(t, "TRACE") // TRACE: the plugin's zfs commands ("ran")
 	first := servingDataset(pool, parent, 0)
 
 	// 1. A fresh slot: the writer is placed, and held at its artifact.
@@ -204,6 +184,34 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	unmount()
 	must.NoError(t, err)
 	must.EqOp(t, alloc.ID+"\n", string(b))
+}
+
+// oneSlotAgent starts a real Nomad agent at logLevel with the plugin and
+// one class "scratch" of one slot on a new pool, and waits for its device.
+func oneSlotAgent(t *testing.T, logLevel string) (pool *zfstest.Pool, parent string, agent *nomadtest.Agent) {
+	t.Helper()
+	pool = zfstest.NewPool(t, 0)
+	parent = pool.Dataset("nomad")
+	pool.ZFS(t, "create", parent)
+	pluginBin := devicetest.BuildPlugin(t)
+	agent = nomadtest.StartAgent(t, nomadtest.Options{
+		PluginDir: filepath.Dir(pluginBin),
+		LogLevel:  logLevel,
+		PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
+  config {
+    parent_dataset     = %q
+    fingerprint_period = "2s"
+    reserve_timeout    = "1m"
+    class "scratch" {
+      slots = 1
+      quota = "32M"
+    }
+  }
+}
+`, parent),
+	})
+	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
+	return pool, parent, agent
 }
 
 // other returns the slot's other name: <index> and <index>.alt.

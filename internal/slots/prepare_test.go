@@ -39,6 +39,20 @@ func (c *prepareCase) prepare(t *testing.T) {
 	must.NoError(t, c.e.mgr.Prepare(ctx))
 }
 
+// prepareHeld starts the preparation step with the `zfs set` on ds paused
+// (w.Resume("set") lets it go), and returns once that command waits; the
+// step's error comes on the channel.
+func (c *prepareCase) prepareHeld(t *testing.T, ds string) <-chan error {
+	t.Helper()
+	c.w.PauseFor("set", ds)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	prepared := make(chan error, 1)
+	go func() { prepared <- c.e.mgr.Prepare(ctx) }()
+	c.w.WaitPaused(t, "set", 30*time.Second)
+	return prepared
+}
+
 // reserved is what one Reserve gave, the zfs calls made while it ran, and
 // how many full and small reads it made.
 type reserved struct {
@@ -280,12 +294,7 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		B := owner(1)
 		a.hold("scratch-0", B)
 		ds := slotByID(t, e, "scratch-0").Dataset
-		w.PauseFor("set", ds)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		prepared := make(chan error, 1)
-		go func() { prepared <- e.mgr.Prepare(ctx) }()
-		w.WaitPaused(t, "set", 30*time.Second)
+		prepared := c.prepareHeld(t, ds)
 		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
 		r, err := c.reserve(t, 20*time.Second, "scratch-0")
 		res := r.res
@@ -309,12 +318,7 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		B := owner(1)
 		a.hold("scratch-0", B)
 		ds0 := slotByID(t, e, "scratch-0").Dataset
-		w.PauseFor("set", ds0)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		prepared := make(chan error, 1)
-		go func() { prepared <- e.mgr.Prepare(ctx) }()
-		w.WaitPaused(t, "set", 30*time.Second)
+		prepared := c.prepareHeld(t, ds0)
 		a.hold("scratch-1", B) // placed after the preparation's read
 		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
 		r, err := c.reserve(t, 20*time.Second, "scratch-0", "scratch-1")
