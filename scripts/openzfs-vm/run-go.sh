@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# run-go.sh test|bench FLAVOUR [TESTS]: the project's tests or benchmark in the
-# OpenZFS VM (`make test-openzfs`, `make bench-openzfs`).
+# run-go.sh test|bench|prepare FLAVOUR [TESTS]: the project's tests or benchmark in the
+# OpenZFS VM (`make test-openzfs`, `make bench-openzfs`). `prepare` does
+# everything but the VM (image, Nomad, the tests pre-compiled into the VM's
+# Go cache) and stops: .ci/run runs it in the background, niced, while the
+# zfs-fuse suite runs; the `test` after it then finds all of it cached.
 #
 #   FLAVOUR  2.3, 2.1, or all (2.3 then 2.1; fails when either fails)
 #   TESTS    what `test` runs (default all):
@@ -37,7 +40,7 @@ log() { printf '[openzfs-vm %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 2; }
 
 mode=${1:-} flavour=${2:-2.3} tests=${3:-all}
-case $mode in test | bench) ;; *) die "usage: run-go.sh test|bench 2.3|2.1|all [all|ci|PACKAGES]" ;; esac
+case $mode in test | bench | prepare) ;; *) die "usage: run-go.sh test|bench|prepare 2.3|2.1|all [all|ci|PACKAGES]" ;; esac
 [ "$(id -u)" = 0 ] || die "run as root (the image build and the tests need it)"
 command -v go > /dev/null || die "no go on PATH"
 
@@ -47,14 +50,22 @@ command -v go > /dev/null || die "no go on PATH"
 # agentconfig, localagent, metrics, testenv: about 4 minutes under
 # emulation, nothing in them depends on the ZFS), which keeps CI under its
 # 60 minutes on a fresh machine. See docs/testing-openzfs.md.
+# `ci` also leaves out four end-to-end tests whose subject is the Nomad API,
+# not the ZFS: a token that cannot read a namespace, the API cut, the API
+# hung, the poststop task of a failed allocation. The plugin's ZFS commands
+# in them are those the other tests run; `make test` runs them, and so does
+# TESTS=all.
+VM_SKIP='^TestDist$' # see above; a -skip in GOTESTFLAGS replaces it
 case $tests in
 all) pkgs=(./...) ;;
-ci) pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
-	./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./bench/... ./e2e/...) ;;
+ci)
+	pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
+		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./bench/... ./e2e/...)
+	VM_SKIP='^(TestDist|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation)$'
+	;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
 : "${GOTEST_TIMEOUT:=180m}"
-VM_SKIP='^TestDist$' # see above; a -skip in GOTESTFLAGS replaces it
 read -r -a testflags <<< "${GOTESTFLAGS:-}"
 read -r -a benchflags <<< "${BENCHFLAGS:--sizes 10,100}"
 
@@ -131,6 +142,10 @@ run_one() {
 	local flavour=$1 start=$SECONDS rc=0
 	log "== OpenZFS $flavour: $mode ${pkgs[*]}"
 	prepare "$flavour"
+	if [ "$mode" = prepare ]; then
+		log "== OpenZFS $flavour: prepared after $((SECONDS - start))s"
+		return 0
+	fi
 	bash "$HERE/run-in-vm.sh" "$flavour" --go \
 		--share "$REPO" --share "$(dirname "$NOMAD"):$(dirname "$NOMAD"):ro" \
 		--env CI=true --env "NOMAD_BIN=$NOMAD" \
