@@ -1,9 +1,6 @@
 #!/usr/bin/env bash
-# run-go.sh test|bench|prepare FLAVOUR [TESTS]: the project's tests or benchmark in the
-# OpenZFS VM (`make test-openzfs`, `make bench-openzfs`). `prepare` does
-# everything but the VM (image, Nomad, the tests pre-compiled into the VM's
-# Go cache) and stops: .ci/run runs it in the background, niced, while the
-# zfs-fuse suite runs; the `test` after it then finds all of it cached.
+# run-go.sh test|bench FLAVOUR [TESTS]: the project's tests or benchmark in the
+# OpenZFS VM (`make test-openzfs`, `make bench-openzfs`).
 #
 #   FLAVOUR  2.3, 2.1, or all (2.3 then 2.1; fails when either fails)
 #   TESTS    what `test` runs (default all):
@@ -15,10 +12,11 @@
 #              or go packages, e.g. "./internal/zfs ./e2e"
 #
 # Steps, for each flavour: build or reuse the image (build-image.sh), build or
-# reuse the pinned Nomad (scripts/build-nomad.sh), compile the tests and the
-# plugin on the host into the VM's Go cache (the guest then only links and
-# runs them), boot a fresh VM (run-in-vm.sh), run, power off. Output streams;
-# the exit status is the tests' (125 when the VM itself failed).
+# reuse the pinned Nomad (scripts/build-nomad.sh), compile the test binaries
+# (kept, shared read-only) and the plugin (into the VM's Go cache) on the
+# host, boot a fresh VM (run-in-vm.sh), run each test binary in its
+# package's dir, power off. Output streams; the exit status is the tests'
+# (1 when any package failed; 125 when the VM itself failed).
 #
 # In the guest: CI=true (a test whose ZFS or Nomad is missing fails instead
 # of skipping), NOMAD_BIN = the host's Nomad, shared read-only. One test is
@@ -26,7 +24,8 @@
 # the plugin and packaging, no ZFS in it; far too slow under emulation).
 # `make test` runs it on the host.
 #
-# Env: GOTESTFLAGS (e.g. -v or -run X), GOTEST_TIMEOUT (go test -timeout,
+# Env: GOTESTFLAGS (go test's flags, e.g. -v or -run X: passed to each test
+#      binary as -test.v, -test.run X), GOTEST_TIMEOUT (-test.timeout,
 #      180m), BENCHFLAGS (zfsbench's, default -sizes 10,100), BENCH_CHURN
 #      (0 leaves the churn of 160 exec jobs out; "only" runs the churn alone), the
 #      run-in-vm.sh and build-image.sh variables.
@@ -40,7 +39,7 @@ log() { printf '[openzfs-vm %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 2; }
 
 mode=${1:-} flavour=${2:-2.3} tests=${3:-all}
-case $mode in test | bench | prepare) ;; *) die "usage: run-go.sh test|bench|prepare 2.3|2.1|all [all|ci|PACKAGES]" ;; esac
+case $mode in test | bench) ;; *) die "usage: run-go.sh test|bench 2.3|2.1|all [all|ci|PACKAGES]" ;; esac
 [ "$(id -u)" = 0 ] || die "run as root (the image build and the tests need it)"
 command -v go > /dev/null || die "no go on PATH"
 
@@ -50,7 +49,9 @@ command -v go > /dev/null || die "no go on PATH"
 # agentconfig, localagent, metrics, testenv: about 4 minutes under
 # emulation, nothing in them depends on the ZFS), which keeps CI under its
 # 60 minutes on a fresh machine. See docs/testing-openzfs.md.
-# `ci` also leaves out four end-to-end tests whose subject is the Nomad API,
+# `ci` also leaves out ./bench (the benchmark harness's own tests, about 2
+# minutes in the VM: `make bench-openzfs` runs the harness there) and four
+# end-to-end tests whose subject is the Nomad API,
 # not the ZFS: a token that cannot read a namespace, the API cut, the API
 # hung, the poststop task of a failed allocation. The plugin's ZFS commands
 # in them are those the other tests run; `make test` runs them, and so does
@@ -60,7 +61,7 @@ case $tests in
 all) pkgs=(./...) ;;
 ci)
 	pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
-		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./bench/... ./e2e/...)
+		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./e2e/...)
 	VM_SKIP='^(TestDist|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation)$'
 	;;
 *) read -r -a pkgs <<< "$tests" ;;
@@ -69,7 +70,9 @@ esac
 read -r -a testflags <<< "${GOTESTFLAGS:-}"
 read -r -a benchflags <<< "${BENCHFLAGS:--sizes 10,100}"
 
-# prepare FLAVOUR: image, Nomad, host pre-compile. Sets NOMAD.
+# prepare FLAVOUR: image, Nomad, host pre-compile. Sets NOMAD; for `test`,
+# TESTBIN (a dir of the test binaries, removed by run_one) and TESTPKGS
+# ("IMPORTPATH DIR" of each package that has tests, in go test's order).
 prepare() {
 	local t0=$SECONDS tmp
 	# (explicit checks throughout: with FLAVOUR=all this runs where set -e
@@ -80,15 +83,17 @@ prepare() {
 	NOMAD=$(bash "$REPO/scripts/build-nomad.sh") || die "building Nomad failed (see above)"
 	log "Nomad: $NOMAD ($((SECONDS - t0))s)"
 	# Same toolchain, same paths, same GOFLAGS and CGO setting as the guest
-	# (run-in-vm.sh --go): the same cache keys.
+	# (run-in-vm.sh --go): the same cache keys. The test binaries are kept:
+	# the guest runs them as they are (linking one under emulation, and the
+	# go command around it, cost about 20 s per package).
 	t0=$SECONDS
 	tmp=$(mktemp -d)
+	TESTBIN=$(mktemp -d "${TMPDIR:-/tmp}/ozvm-tests.XXXXXX")
 	if ! (
 		cd "$REPO" || exit 1
 		export GOCACHE=${OZVM_GOCACHE:-$OZVM_CACHE/gocache}
 		mkdir -p "$GOCACHE" || exit 1
-		nice -n 10 go test -c -o "$tmp/" "${pkgs[@]}" > /dev/null || exit 1
-		nice -n 10 go vet "${pkgs[@]}" > /dev/null 2>&1 # warms go test's vet step; its findings are make lint's
+		nice -n 10 go test -c -o "$TESTBIN/" "${pkgs[@]}" > /dev/null || exit 1
 		# What the tests and the bench build with `go build` (pluginhost.Build).
 		nice -n 10 go build -o "$tmp/plugin" ./cmd/nomad-device-zfs || exit 1
 		if [ "$mode" = bench ]; then # zfsbench builds the plugin with -trimpath
@@ -96,11 +101,26 @@ prepare() {
 			nice -n 10 go build -o "$REPO/bin/zfsbench" ./bench/cmd/zfsbench || exit 1
 		fi
 	); then
-		rm -rf "$tmp"
+		rm -rf "$tmp" "$TESTBIN"
 		die "compiling on the host failed (see above)"
 	fi
 	rm -rf "$tmp"
+	mapfile -t TESTPKGS < <(cd "$REPO" && go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "${pkgs[@]}" | grep .) \
+		|| die "go list ${pkgs[*]} failed"
 	log "host pre-compile ($((SECONDS - t0))s)"
+}
+
+# guest_flags: GOTESTFLAGS as the test binary's flags (-v → -test.v,
+# -run=X → -test.run=X; values as they are).
+guest_flags() {
+	local f
+	for f in "${testflags[@]}"; do
+		case $f in
+		-test.*) printf ' %q' "$f" ;;
+		-*) printf ' %q' "-test.${f#"${f%%[!-]*}"}" ;;
+		*) printf ' %q' "$f" ;;
+		esac
+	done
 }
 
 # The guest's script: check that the kernel module answers, then run.
@@ -115,11 +135,21 @@ guest_script() {
 	echo "openzfs-vm: OpenZFS $(cat /sys/module/zfs/version), kernel $(uname -r), $(nproc) vCPUs"
 	CHECK
 	if [ "$mode" = test ]; then
+		local line imp dir flags
+		flags="-test.paniconexit0 -test.count=1 -test.timeout=$(printf %q "$GOTEST_TIMEOUT") -test.skip=$(printf %q "$VM_SKIP")$(guest_flags)"
 		printf 'echo "openzfs-vm: CI=$CI NOMAD_BIN=$NOMAD_BIN"\n'
-		printf 'echo %q\n' "openzfs-vm: go test -p 1 -count=1 -timeout $GOTEST_TIMEOUT -skip '$VM_SKIP' ${testflags[*]} ${pkgs[*]}"
-		printf 'go test -p 1 -count=1 -timeout %q -skip %q' "$GOTEST_TIMEOUT" "$VM_SKIP"
-		for q in "${testflags[@]}" "${pkgs[@]}"; do printf ' %q' "$q"; done
-		echo
+		printf 'echo %q\n' "openzfs-vm: ${#TESTPKGS[@]} test binaries compiled on the host (go test -c ${pkgs[*]}), one at a time in its package's dir: $flags"
+		# Each binary where go test would run it, one at a time (go test
+		# -p 1), with go test's summary line after it.
+		printf 'rc=0\n'
+		printf 'run_pkg() {\n\tlocal imp=$1 dir=$2 bin=$3 t0=$EPOCHREALTIME st t\n\tshift 3\n\tcd "$dir" || return 1\n\t"$bin" "$@"\n\tst=$?\n'
+		printf '\tt=$(awk -v a="$t0" -v b="$EPOCHREALTIME" %q)\n' 'BEGIN { printf "%.3f", b - a }'
+		printf '\tif [ "$st" = 0 ]; then printf %q "$imp" "$t"; else printf %q "$imp" "$t"; fi\n\treturn "$st"\n}\n' 'ok  \t%s\t%ss\n' 'FAIL\t%s\t%ss\n'
+		for line in "${TESTPKGS[@]}"; do
+			imp=${line%% *} dir=${line#* }
+			printf 'run_pkg %q %q %q %s || rc=1\n' "$imp" "$dir" "$TESTBIN/${imp##*/}.test" "$flags"
+		done
+		printf 'exit "$rc"\n'
 	else
 		local out=bench/out/openzfs-$flavour
 		printf 'mkdir -p %q || exit 1\n' "$out"
@@ -142,14 +172,11 @@ run_one() {
 	local flavour=$1 start=$SECONDS rc=0
 	log "== OpenZFS $flavour: $mode ${pkgs[*]}"
 	prepare "$flavour"
-	if [ "$mode" = prepare ]; then
-		log "== OpenZFS $flavour: prepared after $((SECONDS - start))s"
-		return 0
-	fi
 	bash "$HERE/run-in-vm.sh" "$flavour" --go \
-		--share "$REPO" --share "$(dirname "$NOMAD"):$(dirname "$NOMAD"):ro" \
+		--share "$REPO" --share "$(dirname "$NOMAD"):$(dirname "$NOMAD"):ro" --share "$TESTBIN:$TESTBIN:ro" \
 		--env CI=true --env "NOMAD_BIN=$NOMAD" \
 		-- "$(guest_script)" || rc=$?
+	rm -rf "$TESTBIN"
 	log "== OpenZFS $flavour: exit status $rc after $((SECONDS - start))s"
 	return "$rc"
 }
