@@ -119,18 +119,14 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	must.Eq(t, "free", e.pool.Prop(t, free, slots.PropState), must.Sprint("no allocation was placed on it"))
 
 	r, err := c.reserve(t, 10*time.Second, "scratch-0", "scratch-2")
-	res := r.res
-	calls := r.calls
-	views := r.views
-	holds := r.holds
 	must.NoError(t, err)
-	must.SliceLen(t, 2, res)
-	for _, s := range res {
-		must.SliceEmpty(t, setsOn(calls, s.Dataset), must.Sprint("the Reserve of a prepared slot writes nothing"))
+	must.SliceLen(t, 2, r.res)
+	for _, s := range r.res {
+		must.SliceEmpty(t, setsOn(r.calls, s.Dataset), must.Sprint("the Reserve of a prepared slot writes nothing"))
 	}
-	must.EqOp(t, int32(0), views, must.Sprint("no read of the node's list"))
-	must.EqOp(t, int32(1), holds, must.Sprint("one small read of the allocation"))
-	for _, s := range res {
+	must.EqOp(t, int32(0), r.views, must.Sprint("no read of the node's list"))
+	must.EqOp(t, int32(1), r.holds, must.Sprint("one small read of the allocation"))
+	for _, s := range r.res {
 		must.Eq(t, B.AllocID, s.Owner.AllocID)
 		entries, err := os.ReadDir(s.Mountpoint)
 		must.NoError(t, err)
@@ -139,19 +135,18 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	}
 	must.NoError(t, e.mgr.Wait(context.Background()))
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
-	for _, s := range res {
+	for _, s := range r.res {
 		must.Eq(t, B.AllocID, recordedOwner(t, e, s.Dataset).AllocID)
 	}
 
 	// A repeated Reserve (the task restarted) takes the usual path: the
 	// dataset may now hold the tenant's data.
 	a.start(B)
-	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant B"), 0o644))
-	r, err = c.reserve(t, 10*time.Second, "scratch-0")
-	again := r.res
+	must.NoError(t, os.WriteFile(filepath.Join(r.res[0].Mountpoint, "data.txt"), []byte("tenant B"), 0o644))
+	again, err := c.reserve(t, 10*time.Second, "scratch-0")
 	must.NoError(t, err)
-	must.Eq(t, res[0].Dataset, again[0].Dataset)
-	must.Positive(t, r.views, must.Sprint("a used dataset goes to its owner on a read of the node's list"))
+	must.Eq(t, r.res[0].Dataset, again.res[0].Dataset)
+	must.Positive(t, again.views, must.Sprint("a used dataset goes to its owner on a read of the node's list"))
 }
 
 // TestPrepare_SpareOfAnEndedTenant: the next allocation placed on a slot
@@ -176,17 +171,13 @@ func TestPrepare_SpareOfAnEndedTenant(t *testing.T) {
 	must.Eq(t, o2.AllocID, got.Owner.AllocID)
 
 	r, err := c.reserve(t, 10*time.Second, "scratch-0")
-	res := r.res
-	calls := r.calls
-	views := r.views
-	holds := r.holds
 	must.NoError(t, err)
-	must.Eq(t, spare, res[0].Dataset)
+	must.Eq(t, spare, r.res[0].Dataset)
 	// The ended tenant's dataset is archived behind (canmount, rename).
-	must.SliceEmpty(t, setsOn(calls, spare))
-	must.EqOp(t, int32(0), views)
-	must.EqOp(t, int32(1), holds)
-	entries, err := os.ReadDir(res[0].Mountpoint)
+	must.SliceEmpty(t, setsOn(r.calls, spare))
+	must.EqOp(t, int32(0), r.views)
+	must.EqOp(t, int32(1), r.holds)
+	entries, err := os.ReadDir(r.res[0].Mountpoint)
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries, must.Sprint("the spare is empty"))
 
@@ -231,11 +222,9 @@ func TestPrepare_UnprovenAskerTakesTheUsualPath(t *testing.T) {
 		a.setStopping(B) // the scheduler frees the device at once
 		a.hold("scratch-0", C)
 		r, err := c.reserve(t, 2*time.Second, "scratch-0") // C asks
-		calls := r.calls
-		views := r.views
 		must.ErrorContains(t, err, "in use by "+B.String())
-		must.SliceEmpty(t, sets(calls))
-		must.Positive(t, views)
+		must.SliceEmpty(t, sets(r.calls))
+		must.Positive(t, r.views)
 		must.Eq(t, B.AllocID, slotByID(t, e, "scratch-0").Owner.AllocID, must.Sprint("still B's"))
 
 		// B ends: C's Reserve releases B's (empty) dataset and gets a fresh one.
@@ -254,9 +243,8 @@ func TestPrepare_UnprovenAskerTakesTheUsualPath(t *testing.T) {
 
 		a.setErr(errors.New("connection refused"))
 		r, err := c.reserve(t, 2*time.Second, "scratch-0")
-		holds := r.holds
 		must.ErrorContains(t, err, "cannot be read to verify the asker")
-		must.EqOp(t, int32(1), holds)
+		must.EqOp(t, int32(1), r.holds)
 
 		a.setErr(nil)
 		r, err = c.reserve(t, 10*time.Second, "scratch-0")
@@ -297,20 +285,16 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		prepared := c.prepareHeld(t, ds)
 		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
 		r, err := c.reserve(t, 20*time.Second, "scratch-0")
-		res := r.res
-		calls := r.calls
-		views := r.views
-		holds := r.holds
 		must.NoError(t, err)
 		must.NoError(t, <-prepared)
-		must.Eq(t, ds, res[0].Dataset)
-		must.Eq(t, B.AllocID, res[0].Owner.AllocID)
-		for _, s := range sets(calls) {
+		must.Eq(t, ds, r.res[0].Dataset)
+		must.Eq(t, B.AllocID, r.res[0].Owner.AllocID)
+		for _, s := range sets(r.calls) {
 			must.StrContains(t, s, ds, must.Sprint("only the preparation's own marks"))
 		}
 		must.SliceLen(t, 1, setsOn(w.Calls(), ds), must.Sprint("the state, once"))
-		must.EqOp(t, int32(0), views)
-		must.EqOp(t, int32(1), holds)
+		must.EqOp(t, int32(0), r.views)
+		must.EqOp(t, int32(1), r.holds)
 	})
 	t.Run("part of the devices prepared", func(t *testing.T) {
 		c := newPrepareCase(t, 2)
@@ -322,16 +306,14 @@ func TestPrepare_ReserveMeetsThePreparation(t *testing.T) {
 		a.hold("scratch-1", B) // placed after the preparation's read
 		time.AfterFunc(300*time.Millisecond, func() { w.Resume("set") })
 		r, err := c.reserve(t, 20*time.Second, "scratch-0", "scratch-1")
-		res := r.res
-		views := r.views
 		must.NoError(t, err)
 		must.NoError(t, <-prepared)
-		must.SliceLen(t, 2, res)
-		for _, s := range res {
+		must.SliceLen(t, 2, r.res)
+		for _, s := range r.res {
 			must.Eq(t, B.AllocID, s.Owner.AllocID, must.Sprint(s.ID))
 		}
-		must.Eq(t, ds0, res[0].Dataset)
-		must.Positive(t, views, must.Sprint("the usual proof: a read of the node's list"))
+		must.Eq(t, ds0, r.res[0].Dataset)
+		must.Positive(t, r.views, must.Sprint("the usual proof: a read of the node's list"))
 	})
 	t.Run("Reserve first", func(t *testing.T) {
 		c := newPrepareCase(t, 1)
@@ -379,14 +361,12 @@ func TestPrepare_UnmountedSinceIsNotHandedOverAsIs(t *testing.T) {
 				must.NoError(t, c.e.mgr.Sync(context.Background()))
 			}
 			r, err := c.reserve(t, 10*time.Second, "scratch-0")
-			res := r.res
-			views := r.views
 			must.NoError(t, err)
-			must.Eq(t, s.Dataset, res[0].Dataset)
-			must.NotEq(t, "", res[0].Mountpoint)
-			must.Eq(t, "yes", c.e.pool.Prop(t, res[0].Dataset, "mounted"))
-			checkReadied(t, c.e, res[0].Mountpoint)
-			must.Positive(t, views, must.Sprint("the usual path"))
+			must.Eq(t, s.Dataset, r.res[0].Dataset)
+			must.NotEq(t, "", r.res[0].Mountpoint)
+			must.Eq(t, "yes", c.e.pool.Prop(t, r.res[0].Dataset, "mounted"))
+			checkReadied(t, c.e, r.res[0].Mountpoint)
+			must.Positive(t, r.views, must.Sprint("the usual path"))
 		})
 	}
 }

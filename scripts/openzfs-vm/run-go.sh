@@ -70,9 +70,10 @@ esac
 read -r -a testflags <<< "${GOTESTFLAGS:-}"
 read -r -a benchflags <<< "${BENCHFLAGS:--sizes 10,100}"
 
-# prepare FLAVOUR: image, Nomad, host pre-compile. Sets NOMAD; for `test`,
-# TESTBIN (a dir of the test binaries, removed by run_one) and TESTPKGS
-# ("IMPORTPATH DIR" of each package that has tests, in go test's order).
+# prepare FLAVOUR: image, Nomad, host pre-compile. Sets NOMAD, TESTBIN (a
+# dir for the test binaries, removed by run_one; empty for `bench`) and
+# TESTPKGS ("IMPORTPATH DIR" of each package that has tests, in go test's
+# order; only for `test`).
 prepare() {
 	local t0=$SECONDS tmp
 	# (explicit checks throughout: with FLAVOUR=all this runs where set -e
@@ -93,7 +94,9 @@ prepare() {
 		cd "$REPO" || exit 1
 		export GOCACHE=${OZVM_GOCACHE:-$OZVM_CACHE/gocache}
 		mkdir -p "$GOCACHE" || exit 1
-		nice -n 10 go test -c -o "$TESTBIN/" "${pkgs[@]}" > /dev/null || exit 1
+		if [ "$mode" = test ]; then
+			nice -n 10 go test -c -o "$TESTBIN/" "${pkgs[@]}" > /dev/null || exit 1
+		fi
 		# What the tests and the bench build with `go build` (pluginhost.Build).
 		nice -n 10 go build -o "$tmp/plugin" ./cmd/nomad-device-zfs || exit 1
 		if [ "$mode" = bench ]; then # zfsbench builds the plugin with -trimpath
@@ -105,8 +108,11 @@ prepare() {
 		die "compiling on the host failed (see above)"
 	fi
 	rm -rf "$tmp"
-	mapfile -t TESTPKGS < <(cd "$REPO" && go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "${pkgs[@]}" | grep .) \
-		|| die "go list ${pkgs[*]} failed"
+	TESTPKGS=()
+	if [ "$mode" = test ]; then
+		mapfile -t TESTPKGS < <(cd "$REPO" && go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "${pkgs[@]}" | grep .) \
+			|| die "go list ${pkgs[*]} failed"
+	fi
 	log "host pre-compile ($((SECONDS - t0))s)"
 }
 
