@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,14 @@ func runCLI(t *testing.T, bin string, env []string, args ...string) cliResult {
 	case err != nil:
 		t.Fatalf("running %s %s: %v", bin, strings.Join(args, " "), err)
 	}
-	t.Logf("$ nomad-device-zfs %s → exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	// JSON is logged on one line: a failed test's own message must not be
+	// lost among the outputs of the commands before it.
+	shown := r.stdout
+	var c bytes.Buffer
+	if json.Compact(&c, out.Bytes()) == nil {
+		shown = c.String() + "\n"
+	}
+	t.Logf("$ nomad-device-zfs %s → exit %d\n%s%s", strings.Join(args, " "), r.code, shown, r.stderr)
 	return r
 }
 
@@ -249,7 +257,7 @@ func TestOperator_DoctorAndStatus(t *testing.T) {
 		must.StrContains(t, text.stdout, "states and holders are what ZFS records")
 	})
 	t.Run("pool exported", func(t *testing.T) {
-		unmountAll(t, e.pool)
+		unmountPool(t, e.pool)
 		exportPool(t, e.pool.Name)
 		t.Cleanup(func() { importPool(t, e.pool.Name, e.pool.Dir) })
 		r := doctor(env, agentCfg, cfgDir)
@@ -268,18 +276,20 @@ func TestOperator_DoctorAndStatus(t *testing.T) {
 	})
 }
 
-// unmountAll runs `zfs unmount -a`, again while it is refused as busy, for
-// three minutes at most: the agent was just stopped, and its plugin's last
-// zfs command (killed with it), or its tasks' executors, may still be
-// ending. Each refusal logs what holds the pool's file systems (busyUnder):
-// on 2026-11-27 the e2e suite on OpenZFS 2.3 under emulation failed here
-// once, refused for the whole minute this waited then, and passed when the
-// test ran again alone.
-func unmountAll(t *testing.T, pool *zfstest.Pool) {
+// unmountPool unmounts every mounted file system of pool, deepest first,
+// and again while one is refused as busy, for three minutes at most: the
+// agent was just stopped, and its plugin's last zfs command (killed with
+// it), or its tasks' executors, may still be ending. It touches no other
+// pool: `zfs unmount -a`, which this used to run, unmounts every ZFS file
+// system of the machine, and in the OpenZFS VM failed this test twice
+// (2026-11-27) while it passed alone, most likely on a mount of another
+// test's pool. Each refusal logs what holds the pool's file systems
+// (busyUnder).
+func unmountPool(t *testing.T, pool *zfstest.Pool) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		_, err := pool.Runner.ZFSCmd(context.Background(), "unmount", "-a")
+		err := unmountMounted(pool)
 		if err == nil {
 			return
 		}
@@ -289,6 +299,35 @@ func unmountAll(t *testing.T, pool *zfstest.Pool) {
 		t.Logf("%v; again in a second\n%s", err, busyUnder(pool.Mountpoint, pool.Name))
 		time.Sleep(time.Second)
 	}
+}
+
+// unmountMounted runs `zfs unmount` on each mounted file system of pool,
+// children before their parents (reverse name order), and returns the
+// first error.
+func unmountMounted(pool *zfstest.Pool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := pool.Runner.ZFSCmd(ctx, "list", "-H", "-o", "name,mounted", "-r", "-t", "filesystem", pool.Name)
+	if err != nil {
+		return err
+	}
+	var mounted []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 2 {
+			return fmt.Errorf("zfs list -o name,mounted: want 2 columns, got %q", line)
+		}
+		if f[1] == "yes" {
+			mounted = append(mounted, f[0])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(mounted)))
+	for _, ds := range mounted {
+		if _, err := pool.Runner.ZFSCmd(ctx, "unmount", ds); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // busyUnder says what may keep the pool's file systems busy: the mounts at

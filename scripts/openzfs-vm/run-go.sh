@@ -148,7 +148,10 @@ guest_script() {
 		# Each binary where go test would run it, one at a time (go test
 		# -p 1), with go test's summary line after it.
 		printf 'rc=0\n'
-		printf 'run_pkg() {\n\tlocal imp=$1 dir=$2 bin=$3 t0=$EPOCHREALTIME st t\n\tshift 3\n\tcd "$dir" || return 1\n\t"$bin" "$@"\n\tst=$?\n'
+		printf 'run_pkg() {\n\tlocal imp=$1 dir=$2 bin=$3 t0=$EPOCHREALTIME st t left\n\tshift 3\n\tcd "$dir" || return 1\n\t"$bin" "$@"\n\tst=$?\n'
+		# A pool a test left imported (its cleanup could not destroy it) is
+		# named: it may fail a later test, as a busy mount.
+		printf '\tleft=$(zpool list -H -o name 2>/dev/null | tr "\\n" " ")\n\t[ -z "$left" ] || echo "openzfs-vm: pools left imported after $imp: $left"\n'
 		printf '\tt=$(awk -v a="$t0" -v b="$EPOCHREALTIME" %q)\n' 'BEGIN { printf "%.3f", b - a }'
 		printf '\tif [ "$st" = 0 ]; then printf %q "$imp" "$t"; else printf %q "$imp" "$t"; fi\n\treturn "$st"\n}\n' 'ok  \t%s\t%ss\n' 'FAIL\t%s\t%ss\n'
 		for line in "${TESTPKGS[@]}"; do
