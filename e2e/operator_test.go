@@ -301,29 +301,28 @@ func unmountPool(t *testing.T, pool *zfstest.Pool) {
 	}
 }
 
-// unmountMounted runs `zfs unmount` on each mounted file system of pool,
-// children before their parents (reverse name order), and returns the
-// first error.
+// unmountMounted unmounts each mounted file system of pool, children
+// before their parents (reverse name order), and returns the first error.
 func unmountMounted(pool *zfstest.Pool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := pool.Runner.ZFSCmd(ctx, "list", "-H", "-o", "name,mounted", "-r", "-t", "filesystem", pool.Name)
+	z := zfs.NewClient(pool.Runner)
+	all, err := z.Get(ctx, pool.Name, -1, "mounted")
 	if err != nil {
 		return err
 	}
 	var mounted []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Split(line, "\t")
-		if len(f) != 2 {
-			return fmt.Errorf("zfs list -o name,mounted: want 2 columns, got %q", line)
+	for _, d := range all {
+		if d.Err != nil {
+			return d.Err
 		}
-		if f[1] == "yes" {
-			mounted = append(mounted, f[0])
+		if v, _ := d.Value("mounted"); v == "yes" {
+			mounted = append(mounted, d.Name)
 		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(mounted)))
 	for _, ds := range mounted {
-		if _, err := pool.Runner.ZFSCmd(ctx, "unmount", ds); err != nil {
+		if err := z.Unmount(ctx, ds); err != nil {
 			return err
 		}
 	}

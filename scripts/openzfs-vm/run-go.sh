@@ -111,7 +111,7 @@ prepare() {
 	TESTPKGS=()
 	if [ "$mode" = test ]; then
 		mapfile -t TESTPKGS < <(cd "$REPO" && go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "${pkgs[@]}" | grep .) \
-			|| die "go list ${pkgs[*]} failed"
+			|| { rm -rf "$TESTBIN"; die "go list ${pkgs[*]} failed"; }
 	fi
 	log "host pre-compile ($((SECONDS - t0))s)"
 }
