@@ -263,6 +263,7 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 	}
 	// Foreground: the asker's Reserve may be waiting for it.
 	if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, PropState, string(StateReserved)); err != nil {
+		m.unmarkFresh(ctx, cur)
 		return "", fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
 	}
 	m.mu.Lock()

@@ -383,3 +383,52 @@ func TestPrepare_NotForAStoppingAllocation(t *testing.T) {
 	must.Eq(t, slots.StateFree, s.State)
 	must.Eq(t, "free", c.e.pool.Prop(t, s.Dataset, slots.PropState))
 }
+
+// TestReserve_AMarkThatLandedThoughItFailedIsUndone: the `zfs set` that
+// marks a free dataset reserved, at placement or at Reserve, lands but is
+// reported failed (cut short by its deadline after ZFS applied it). The
+// dataset was handed to no one, so it is recorded free again: the next
+// read finds it free and healthy, not reserved with an unknown owner
+// (which would keep it from its asker until no allocation held it), and
+// the asker's Reserve gets the same empty dataset.
+func TestReserve_AMarkThatLandedThoughItFailedIsUndone(t *testing.T) {
+	cases := []struct {
+		name string
+		mark func(t *testing.T, c *prepareCase) // the marking that fails
+	}{
+		{"prepared at placement", func(t *testing.T, c *prepareCase) {
+			c.prepare(t) // logs the failure; its Reserve does the work
+		}},
+		{"at Reserve", func(t *testing.T, c *prepareCase) {
+			_, err := c.reserve(t, 10*time.Second, "scratch-0")
+			must.ErrorContains(t, err, "signal: killed")
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newPrepareCase(t, 1)
+			e, a := c.e, c.a
+			ds := slotByID(t, e, "scratch-0").Dataset
+			o := owner(70)
+			a.hold("scratch-0", o)
+			mark := slots.PropState + "=reserved"
+			c.w.FailAfterFor("set", mark, "signal: killed")
+
+			tc.mark(t, c)
+			must.Eq(t, []string{mark + " " + ds, slots.PropState + "=free " + ds}, setsOn(c.w.Calls(), ds),
+				must.Sprint("the mark ran (and landed), then its undoing"))
+			c.w.Unfail("set")
+			must.Eq(t, "free", e.pool.Prop(t, ds, slots.PropState), must.Sprint("the mark is undone on ZFS"))
+
+			s := e.sync(t)[0]
+			must.Eq(t, slots.StateFree, s.State)
+			must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
+			r, err := c.reserve(t, 10*time.Second, "scratch-0")
+			must.NoError(t, err)
+			must.Eq(t, ds, r.res[0].Dataset)
+			entries, err := os.ReadDir(r.res[0].Mountpoint)
+			must.NoError(t, err)
+			must.SliceEmpty(t, entries)
+		})
+	}
+}

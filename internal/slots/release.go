@@ -18,6 +18,14 @@ import (
 // that the end of one allocation is acted on while another slot's release
 // is still running.
 //
+// Three loops share each wake-up: the preparation of slots for
+// allocations just placed (prepare.go), the owners identified at Reserve
+// (recordOwners: ZFS only), and the release pass. None waits for another:
+// a hung or slow API holds up only the loop that reads it, never the owner
+// records (ZFS only). A release pass resumes the releases already begun
+// before it reads the API. Each loop coalesces the wake-ups that come
+// while it works into one more round.
+//
 // A pass that a kick starts decides from the latest read of the
 // allocations when that read began after the latest Reserve arrived (the
 // read that a new allocation list kicks with, or the Reserve's own) and
@@ -30,6 +38,19 @@ import (
 // that an API that stopped answering shows in the slots' health within a
 // period.
 func (m *Manager) Run(ctx context.Context, period time.Duration) {
+	prep, owners := make(chan struct{}, 1), make(chan struct{}, 1)
+	go rounds(ctx, prep, func() {
+		// Allocations just placed: their Reserve may come at any moment,
+		// and waits for what this starts.
+		if _, err := m.prepare(ctx); err != nil && ctx.Err() == nil {
+			m.log.Debug("no slot prepared", "error", err)
+		}
+	})
+	go rounds(ctx, owners, func() {
+		if err := m.recordOwners(ctx); err != nil && ctx.Err() == nil {
+			m.log.Error("owners identified at Reserve not recorded yet; the next pass retries", "error", err)
+		}
+	})
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	for {
@@ -42,14 +63,33 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 			timer.Reset(period)
 			since = time.Now()
 		}
-		// Allocations just placed first: their Reserve may come at any
-		// moment, and waits for what this starts (prepare.go).
-		if _, err := m.prepare(ctx); err != nil && ctx.Err() == nil {
-			m.log.Debug("no slot prepared", "error", err)
-		}
-		if _, err := m.releasePass(ctx, since); err != nil && ctx.Err() == nil {
+		wake(prep)
+		wake(owners)
+		if _, err := m.passReleases(ctx, since); err != nil && ctx.Err() == nil {
 			m.log.Error("release pass incomplete", "error", err)
 		}
+	}
+}
+
+// rounds calls round once for each wake-up on ch (those that come while a
+// round runs make one more round), until ctx is done.
+func rounds(ctx context.Context, ch <-chan struct{}, round func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			round()
+		}
+	}
+}
+
+// wake wakes a rounds loop; it never blocks (ch has room for one wake-up,
+// and one waiting is enough).
+func wake(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -85,6 +125,15 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 // unknown or cannot be verified, or when something holds it that should
 // not (conflict). No lock is held while the API is read.
 func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseRun, error) {
+	runs, err := m.passReleases(ctx, since)
+	// Then the owners identified at Reserve, after the releases have
+	// started: a release records its owner itself.
+	return runs, errors.Join(err, m.recordOwners(ctx))
+}
+
+// passReleases is releasePass without the owners: Run records them in a
+// loop of its own.
+func (m *Manager) passReleases(ctx context.Context, since time.Time) ([]*releaseRun, error) {
 	m.mu.Lock()
 	nomad := m.nomad
 	m.mu.Unlock()
@@ -94,10 +143,7 @@ func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseR
 	// A kicked pass (since is zero) follows the allocations as they
 	// change, and leaves a slot with a spare to its next tenant for a
 	// while; the others release every slot they may.
-	runs, err := m.startReleases(ctx, nomad, since, since.IsZero())
-	// Then the owners identified at Reserve, after the releases have
-	// started: a release records its owner itself.
-	return runs, errors.Join(err, m.recordOwners(ctx))
+	return m.startReleases(ctx, nomad, since, since.IsZero())
 }
 
 // recordOwners records the owners identified at Reserve and not recorded
@@ -120,9 +166,6 @@ func (m *Manager) recordOwners(ctx context.Context) error {
 // tenant for spareHold after its owner was first found ended (holdFor).
 func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Time, hold bool) ([]*releaseRun, error) {
 	var errs []error
-	// Every device's health warns while the token may not see every
-	// namespace, whether or not a slot is in use.
-	m.setIncomplete(nomad.Incomplete(ctx))
 	// Decisions are made from this copy; a release starts only while the
 	// slot still shows the tenancy decided from (startReleaseLocked).
 	slots := m.Slots()
@@ -133,13 +176,17 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		case s.unreadable:
 			continue
 		case s.old != nil || s.State == StateReleasing || s.State == StateDestroying:
-			// Begun: the old dataset first, then the slot's own.
+			// Begun: the old dataset first, then the slot's own. Before
+			// any read of the API: finishing it needs none.
 			runs = append(runs, m.goRelease(ctx, s, false, Owner{}))
 		}
 		if s.State == StateReserved {
 			reserved = append(reserved, s)
 		}
 	}
+	// Every device's health warns while the token may not see every
+	// namespace, whether or not a slot is in use.
+	m.setIncomplete(nomad.Incomplete(ctx))
 	if len(reserved) == 0 {
 		return runs, errors.Join(errs...)
 	}

@@ -470,11 +470,29 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	}
 	// Foreground: the task's start waits for this command.
 	if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, PropState, string(StateReserved)); err != nil {
+		m.unmarkFresh(ctx, s)
 		return Slot{}, fmt.Errorf("reserving device %s (dataset %s): %w", id, s.Dataset, err)
 	}
 	m.updateSlot(id, func(x *Slot) { x.State = StateReserved; x.Owner, x.stamped = Owner{}, Owner{} })
 	s.State = StateReserved
 	return s, nil
+}
+
+// unmarkFresh records the dataset of free slot s as free again after its
+// `zfs set` of the reserved state failed, under the slot's lock (held by
+// the caller). The command may have landed all the same (cut short by its
+// deadline after ZFS applied it), and nobody has had the dataset: it is
+// still fresh. Unwritten, the mark would make the next read find the slot
+// reserved with no owner, kept until no allocation holds it. When ZFS
+// refuses this too, the slot stays free here (nobody has had it, so the
+// next Reserve may mark it again), and the error is logged: a read of ZFS
+// before the next mark would find it kept, as before.
+//
+// It runs even when ctx has ended: the runner's own timeout bounds it.
+func (m *Manager) unmarkFresh(ctx context.Context, s Slot) {
+	if err := m.zfs.Set(context.WithoutCancel(ctx), s.Dataset, PropState, string(StateFree)); err != nil {
+		m.log.Error("marking a free dataset reserved failed, and so did marking it free again; if the mark landed, the next sync keeps the dataset until no allocation holds it", "device", s.ID, "dataset", s.Dataset, "error", err)
+	}
 }
 
 // classOf returns the class of the first of ids (all of one class: see

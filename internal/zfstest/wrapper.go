@@ -27,8 +27,9 @@ const pausePoll = 100 * time.Millisecond
 // (a plugin started by a Nomad agent, say), so every control is a file in
 // the control directory: pause.<cmd>.<sub> pauses, fail.<cmd>.<sub> holds
 // the stderr of a failure, failfor.<cmd>.<sub> the argument that fails a
-// run, then its stderr. It records the call, then pauses, then fails,
-// and otherwise execs the real command with the arguments as given, so that
+// run, then its stderr, failafter.<cmd>.<sub> the same for a run that
+// fails after the real command ran. It records the call, then pauses, then
+// fails, and otherwise execs the real command with the arguments as given, so that
 // the PID its caller started becomes the real command.
 const wrapperScript = `#!/bin/sh
 # Written by zfstest.NewWrapper. Runs the real %[1]s after the faults set in
@@ -81,6 +82,19 @@ if [ -e "$ctl/failfor.$name.$sub" ]; then
 	for a in "$@"; do
 		if [ "$a" = "$want" ]; then
 			tail -n +2 "$ctl/failfor.$name.$sub" >&2
+			exit 1
+		fi
+	done
+fi
+
+# A failafter file names an argument on its first line, the stderr after
+# it: the runs given it run the real command, then fail all the same.
+if [ -e "$ctl/failafter.$name.$sub" ]; then
+	want=$(head -n 1 "$ctl/failafter.$name.$sub" 2>/dev/null)
+	for a in "$@"; do
+		if [ "$a" = "$want" ]; then
+			"$real" "$@"
+			tail -n +2 "$ctl/failafter.$name.$sub" >&2
 			exit 1
 		fi
 	done
@@ -229,10 +243,20 @@ func (w *Wrapper) FailFor(sub, arg, stderr string) {
 	w.writeControl("failfor", sub, []byte(arg+"\n"+stderr+"\n"))
 }
 
-// Unfail ends Fail and FailFor for sub.
+// FailAfterFor makes the runs of sub given arg as one of their arguments
+// (a property assignment, say) run the real command, then print stderr
+// (plus a newline) and exit 1 all the same: a change that landed although
+// its caller was told it failed, as when a command is cut short by its
+// deadline after ZFS applied it. Unfail ends it.
+func (w *Wrapper) FailAfterFor(sub, arg, stderr string) {
+	w.writeControl("failafter", sub, []byte(arg+"\n"+stderr+"\n"))
+}
+
+// Unfail ends Fail, FailFor and FailAfterFor for sub.
 func (w *Wrapper) Unfail(sub string) {
 	w.removeControl("fail", sub)
 	w.removeControl("failfor", sub)
+	w.removeControl("failafter", sub)
 }
 
 // WaitPaused waits until a run of sub is paused and returns its arguments

@@ -344,6 +344,42 @@ func TestWrapperFailFor(t *testing.T) {
 	must.EqOp(t, "1", p.Prop(t, a, "user:x"))
 }
 
+// TestWrapperFailAfterFor runs the real command for the runs given the
+// named argument, then fails them all the same; other runs go on.
+func TestWrapperFailAfterFor(t *testing.T) {
+	p := NewPool(t, 0)
+	w := NewWrapper(t)
+	ds := p.Dataset("a")
+	p.ZFS(t, "create", ds)
+	env := w.Env(os.Environ())
+	const msg = "signal: killed"
+
+	w.FailAfterFor("set", "user:x=1", msg)
+	cases := []struct {
+		prop, want string
+		fails      bool
+	}{
+		{"user:x=1", "1", true},  // landed, and reported failed
+		{"user:x=2", "2", false}, // another argument: as given
+	}
+	for _, tc := range cases {
+		_, stderr, err := run(t, viaPATH(env, "zfs", "set", tc.prop, ds))
+		if tc.fails {
+			var exitErr *exec.ExitError
+			must.True(t, errors.As(err, &exitErr), must.Sprintf("error %v", err))
+			must.EqOp(t, msg+"\n", stderr)
+		} else {
+			must.NoError(t, err, must.Sprint(stderr))
+		}
+		must.EqOp(t, tc.want, p.Prop(t, ds, "user:x"), must.Sprint(tc.prop))
+	}
+
+	w.Unfail("set")
+	_, stderr, err := run(t, viaPATH(env, "zfs", "set", "user:x=1", ds))
+	must.NoError(t, err, must.Sprint(stderr))
+	must.EqOp(t, "1", p.Prop(t, ds, "user:x"))
+}
+
 // TestWrapperArgsExact passes values with tabs, spaces, newlines, quotes,
 // globs and dollars through the wrapper byte for byte, to the real zfs and
 // into the call log.
