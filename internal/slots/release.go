@@ -20,11 +20,11 @@ import (
 //
 // Three loops share each wake-up: the preparation of slots for
 // allocations just placed (prepare.go), the owners identified at Reserve
-// (recordOwners: ZFS only), and the release pass. None waits for another:
-// a hung or slow API holds up only the loop that reads it, never the owner
-// records (ZFS only). A release pass resumes the releases already begun
-// before it reads the API. Each loop coalesces the wake-ups that come
-// while it works into one more round.
+// (recordOwners: ZFS only), and the release passes. Run itself only wakes
+// them. None waits for another: a hung or slow API holds up only the loops
+// that read it, never the owner records. A release pass resumes the
+// releases already begun before it reads the API. Each loop coalesces the
+// wake-ups that come while it works into one more round.
 //
 // A pass that a kick starts decides from the latest read of the
 // allocations when that read began after the latest Reserve arrived (the
@@ -39,6 +39,7 @@ import (
 // period.
 func (m *Manager) Run(ctx context.Context, period time.Duration) {
 	prep, owners := make(chan struct{}, 1), make(chan struct{}, 1)
+	kicked, periodic := make(chan struct{}, 1), make(chan struct{}, 1)
 	go rounds(ctx, prep, func() {
 		// Allocations just placed: their Reserve may come at any moment,
 		// and waits for what this starts.
@@ -47,24 +48,50 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 		}
 	})
 	go rounds(ctx, owners, func() {
-		if err := m.recordOwners(ctx); err != nil && ctx.Err() == nil {
+		err := m.recordOwners(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			m.log.Error("owners identified at Reserve not recorded yet; the next pass retries", "error", err)
+		case err == nil && m.ownersPending():
+			// Left for a slot busy with other work (the spare made
+			// behind its Reserve, say): again shortly.
+			time.AfterFunc(ownerRetry, func() { wake(owners) })
 		}
 	})
+	go m.passes(ctx, kicked, periodic)
 	timer := time.NewTimer(period)
 	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+			wake(kicked)
+		case <-timer.C:
+			timer.Reset(period)
+			wake(periodic)
+		}
+		wake(prep)
+		wake(owners)
+	}
+}
+
+// ownerRetry is how soon the owner loop tries again to record an owner
+// left pending because its slot was busy.
+const ownerRetry = 250 * time.Millisecond
+
+// passes runs a release pass for each wake-up on kicked (see Run) and a
+// periodic one, reading anew, for each on periodic, until ctx is done.
+func (m *Manager) passes(ctx context.Context, kicked, periodic <-chan struct{}) {
 	for {
 		var since time.Time // a kick: any read after the latest Reserve (startReleases)
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.kick:
-		case <-timer.C:
-			timer.Reset(period)
+		case <-kicked:
+		case <-periodic:
 			since = time.Now()
 		}
-		wake(prep)
-		wake(owners)
 		if _, err := m.passReleases(ctx, since); err != nil && ctx.Err() == nil {
 			m.log.Error("release pass incomplete", "error", err)
 		}
@@ -144,6 +171,14 @@ func (m *Manager) passReleases(ctx context.Context, since time.Time) ([]*release
 	// change, and leaves a slot with a spare to its next tenant for a
 	// while; the others release every slot they may.
 	return m.startReleases(ctx, nomad, since, since.IsZero())
+}
+
+// ownersPending reports whether an owner identified at Reserve is not
+// recorded yet.
+func (m *Manager) ownersPending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.owners) > 0
 }
 
 // recordOwners records the owners identified at Reserve and not recorded

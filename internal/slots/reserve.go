@@ -485,15 +485,24 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 // still fresh. Unwritten, the mark would make the next read find the slot
 // reserved with no owner, kept until no allocation holds it. When ZFS
 // refuses this too, the slot stays free here (nobody has had it, so the
-// next Reserve may mark it again), and the error is logged: a read of ZFS
-// before the next mark would find it kept, as before.
+// next Reserve may mark it again) and the error is logged; if the mark did
+// land, a sync before the next mark finds the slot reserved for no one and
+// keeps it, as it would without this step.
 //
-// It runs even when ctx has ended: the runner's own timeout bounds it.
+// It runs even when ctx has ended (the mark was cut short by the Reserve's
+// deadline), for unmarkTimeout at most. On return, a Sync that read ZFS
+// before it does not overwrite the slot with what it read.
 func (m *Manager) unmarkFresh(ctx context.Context, s Slot) {
-	if err := m.zfs.Set(context.WithoutCancel(ctx), s.Dataset, PropState, string(StateFree)); err != nil {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
+	defer cancel()
+	if err := m.zfs.Set(uctx, s.Dataset, PropState, string(StateFree)); err != nil {
 		m.log.Error("marking a free dataset reserved failed, and so did marking it free again; if the mark landed, the next sync keeps the dataset until no allocation holds it", "device", s.ID, "dataset", s.Dataset, "error", err)
 	}
+	m.updateSlot(s.ID, func(*Slot) {}) // a new version: see Sync
 }
+
+// unmarkTimeout bounds unmarkFresh, which holds the slot's lock.
+const unmarkTimeout = 15 * time.Second
 
 // classOf returns the class of the first of ids (all of one class: see
 // checkIDs), or a zero Class when there is none.
