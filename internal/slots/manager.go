@@ -220,12 +220,7 @@ func (m *Manager) Changed() <-chan struct{} {
 }
 
 // Kick asks Run to look for ended allocations now. It never blocks.
-func (m *Manager) Kick() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
-}
+func (m *Manager) Kick() { wake(m.kick) }
 
 // SetConfig replaces the configuration. Nothing changes on ZFS until the
 // next Sync; until then the slots of the new configuration are reported as

@@ -92,7 +92,7 @@ func (m *Manager) passes(ctx context.Context, kicked, periodic <-chan struct{}) 
 		case <-periodic:
 			since = time.Now()
 		}
-		if _, err := m.passReleases(ctx, since); err != nil && ctx.Err() == nil {
+		if _, err := m.releasePass(ctx, since); err != nil && ctx.Err() == nil {
 			m.log.Error("release pass incomplete", "error", err)
 		}
 	}
@@ -111,8 +111,8 @@ func rounds(ctx context.Context, ch <-chan struct{}, round func()) {
 	}
 }
 
-// wake wakes a rounds loop; it never blocks (ch has room for one wake-up,
-// and one waiting is enough).
+// wake sends a wake-up on ch (a rounds loop's, or Run's kick) without
+// blocking: ch has room for one, and one waiting is enough.
 func wake(ch chan<- struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -127,7 +127,9 @@ func wake(ch chan<- struct{}) {
 // identified at Reserve is recorded (or its error is returned).
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	runs, err := m.releasePass(ctx, time.Now())
-	errs := []error{err}
+	// Then the owners identified at Reserve, after the releases have
+	// started: a release records its owner itself.
+	errs := []error{err, m.recordOwners(ctx)}
 	for _, r := range runs {
 		select {
 		case <-r.done:
@@ -144,23 +146,14 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 
 // releasePass, from one read of the node's allocations that began after
 // since (and after the latest Reserve arrived), starts the release of
-// every reserved slot that may be released (decide), makes sure every
-// started release is being carried out, then records the owners
-// identified at Reserve. It returns the release runs it started or
-// joined, without waiting for them. A slot that may not be
+// every reserved slot that may be released (decide) and makes sure every
+// started release is being carried out. It returns the release runs it
+// started or joined, without waiting for them. A slot that may not be
 // released is kept, with why in its health: unhealthy when its owner is
 // unknown or cannot be verified, or when something holds it that should
-// not (conflict). No lock is held while the API is read.
+// not (conflict). No lock is held while the API is read. It records no
+// owner: Run does in a loop of its own, ReleaseEnded after it.
 func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseRun, error) {
-	runs, err := m.passReleases(ctx, since)
-	// Then the owners identified at Reserve, after the releases have
-	// started: a release records its owner itself.
-	return runs, errors.Join(err, m.recordOwners(ctx))
-}
-
-// passReleases is releasePass without the owners: Run records them in a
-// loop of its own.
-func (m *Manager) passReleases(ctx context.Context, since time.Time) ([]*releaseRun, error) {
 	m.mu.Lock()
 	nomad := m.nomad
 	m.mu.Unlock()
