@@ -43,17 +43,21 @@ sub=$1
 # argument count, the command and each argument, NUL-terminated.
 printf '%%s\0' "$#" "$name" "$@" >>"$ctl/calls"
 
+# given WANT ARG...: whether this run was given argument WANT.
+given() {
+	want=$1
+	shift
+	for a in "$@"; do
+		if [ "$a" = "$want" ]; then return 0; fi
+	done
+	return 1
+}
+
 # A pause file that names an argument pauses only the runs given it.
 pause=0
 if [ -e "$ctl/pause.$name.$sub" ]; then
-	pause=1
 	want=$(cat "$ctl/pause.$name.$sub" 2>/dev/null)
-	if [ -n "$want" ]; then
-		pause=0
-		for a in "$@"; do
-			if [ "$a" = "$want" ]; then pause=1; fi
-		done
-	fi
+	if [ -z "$want" ] || given "$want" "$@"; then pause=1; fi
 fi
 if [ "$pause" = 1 ]; then
 	marker="$ctl/paused.$name.$sub.$$"
@@ -77,27 +81,17 @@ if [ -e "$ctl/fail.$name.$sub" ]; then
 	exit 1
 fi
 # A failfor file names an argument on its first line, the stderr after it.
-if [ -e "$ctl/failfor.$name.$sub" ]; then
-	want=$(head -n 1 "$ctl/failfor.$name.$sub" 2>/dev/null)
-	for a in "$@"; do
-		if [ "$a" = "$want" ]; then
-			tail -n +2 "$ctl/failfor.$name.$sub" >&2
-			exit 1
-		fi
-	done
+if [ -e "$ctl/failfor.$name.$sub" ] && given "$(head -n 1 "$ctl/failfor.$name.$sub" 2>/dev/null)" "$@"; then
+	tail -n +2 "$ctl/failfor.$name.$sub" >&2
+	exit 1
 fi
 
 # A failafter file names an argument on its first line, the stderr after
 # it: the runs given it run the real command, then fail all the same.
-if [ -e "$ctl/failafter.$name.$sub" ]; then
-	want=$(head -n 1 "$ctl/failafter.$name.$sub" 2>/dev/null)
-	for a in "$@"; do
-		if [ "$a" = "$want" ]; then
-			"$real" "$@"
-			tail -n +2 "$ctl/failafter.$name.$sub" >&2
-			exit 1
-		fi
-	done
+if [ -e "$ctl/failafter.$name.$sub" ] && given "$(head -n 1 "$ctl/failafter.$name.$sub" 2>/dev/null)" "$@"; then
+	"$real" "$@"
+	tail -n +2 "$ctl/failafter.$name.$sub" >&2
+	exit 1
 fi
 
 exec "$real" "$@"
