@@ -488,20 +488,28 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 // next Reserve may mark it again) and the error is logged; if the mark did
 // land, a sync before the next mark finds the slot reserved for no one and
 // keeps it, as it would without this step.
-//
-// It runs even when ctx has ended (the mark was cut short by the Reserve's
-// deadline), for unmarkTimeout at most. On return, a Sync that read ZFS
-// before it does not overwrite the slot with what it read.
 func (m *Manager) unmarkFresh(ctx context.Context, s Slot) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
-	defer cancel()
-	if err := m.zfs.Set(uctx, s.Dataset, PropState, string(StateFree)); err != nil {
+	if err := m.writeBackFree(ctx, s.ID, s.Dataset); err != nil {
 		m.log.Error("marking a free dataset reserved failed, and so did marking it free again; if the mark landed, the next sync keeps the dataset until no allocation holds it", "device", s.ID, "dataset", s.Dataset, "error", err)
 	}
-	m.updateSlot(s.ID, func(*Slot) {}) // a new version: see Sync
 }
 
-// unmarkTimeout bounds unmarkFresh, which holds the slot's lock.
+// writeBackFree records dataset, of slot id, free again after a mark of it
+// as reserved that failed or that its asker does not get (unmarkFresh,
+// unmarkSpare). The caller holds the slot's lock. It runs even when ctx
+// has ended (the mark was cut short by the Reserve's deadline), for
+// unmarkTimeout at most. On return the slot has a new version, so that a
+// Sync that read ZFS before the write-back, and saw the mark, does not
+// overwrite the slot with what it read.
+func (m *Manager) writeBackFree(ctx context.Context, id, dataset string) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
+	defer cancel()
+	err := m.zfs.Set(wctx, dataset, PropState, string(StateFree))
+	m.updateSlot(id, func(*Slot) {}) // a new version: see Sync
+	return err
+}
+
+// unmarkTimeout bounds writeBackFree, which runs under the slot's lock.
 const unmarkTimeout = 15 * time.Second
 
 // classOf returns the class of the first of ids (all of one class: see

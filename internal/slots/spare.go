@@ -39,12 +39,10 @@ func promoteSpare(x *Slot, state State) {
 // reserved for an asker that does not get it (the old dataset's fate could
 // not be written): nobody has had it, so it is still fresh. When ZFS
 // refuses that too, the spare is no longer offered, and the next Sync
-// finds both datasets recorded in use: a conflict that keeps both.
-//
-// It runs even when ctx has ended (the fate was cut short by the Reserve's
-// deadline): the runner's own timeout bounds it.
+// finds both datasets recorded in use: a conflict that keeps both. The
+// write-back is bounded even when ctx has ended (writeBackFree).
 func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) {
-	if err := m.zfs.Set(context.WithoutCancel(ctx), cur.Spare, PropState, string(StateFree)); err != nil {
+	if err := m.writeBackFree(ctx, cur.ID, cur.Spare); err != nil {
 		m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
 		m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; both datasets are kept until one is released", "device", cur.ID, "spare", cur.Spare, "error", err)
 	}

@@ -273,6 +273,50 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 	must.Eq(t, spare, got.Spare, must.Sprint("and still offered as the slot's spare"))
 }
 
+// TestSpare_AHungWriteBackIsBounded: ZFS refuses the handover's fate (a
+// full pool), and the spare, marked reserved beside it, is to be recorded
+// free again; that write hangs (paused by the wrapper). It runs under the
+// slot's lock, after the Reserve's own deadline, so it is bounded on its
+// own: the Reserve returns, naming the refusal, within that bound, not
+// after the runner's two minutes. The write cut short, the spare is no
+// longer offered (its mark landed: both datasets are kept, see
+// TestSpare_StoppedBetweenTheMarks), and the owner's data is untouched.
+func TestSpare_AHungWriteBackIsBounded(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
+	w.Resume("rename")
+	a.hold("scratch-0", o2)
+	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+	w.PauseFor("set", slots.PropState+"=free")
+	t.Cleanup(func() { w.Resume("set") })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+		done <- err
+	}()
+	paused := w.WaitPaused(t, "set", 30*time.Second)
+	must.SliceContains(t, paused, spare, must.Sprint("the spare's write-back hangs"))
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("Reserve still waiting %s after it began, on the spare's write-back under the slot's lock", time.Since(began).Round(time.Second))
+	}
+	must.ErrorContains(t, err, "out of space")
+
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, "", got.Spare, must.Sprint("a spare whose write-back was cut short is no longer offered"))
+	must.Eq(t, "reserved", e.pool.Prop(t, spare, slots.PropState), must.Sprint("the write-back never ran"))
+	must.Eq(t, "reserved", e.pool.Prop(t, s0.Dataset, slots.PropState))
+	must.Eq(t, guid, e.guid(t, s0.Dataset))
+	data, rerr := os.ReadFile(filepath.Join(s0.Mountpoint, "data.txt"))
+	must.NoError(t, rerr)
+	must.Eq(t, "tenant "+o1.AllocID, string(data))
+}
+
 // TestSpare_StoppedBetweenTheMarks (issue 10): a plugin stopped after the
 // handover marked the spare reserved and before the owner's dataset's
 // fate landed (the two go side by side) leaves both datasets of the slot
