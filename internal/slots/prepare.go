@@ -120,11 +120,11 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 	if err != nil {
 		return nil, fmt.Errorf("preparing slots: %w", err)
 	}
+	m.voidPreps(v)
 	if !v.Complete {
 		// The sole visible holder is no proof of the sole holder.
 		return nil, nil
 	}
-	m.voidPreps(v)
 	var started []*prep
 	for _, s := range m.Slots() {
 		if s.unreadable || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
@@ -282,6 +282,13 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 // dataset prepared. Their slot stays recorded in use by that allocation, and is
 // released as any other once it has ended. A preparation a Reserve has
 // claimed is not in m.preps.
+//
+// An incomplete view (a namespace the token cannot read) proves nothing
+// of an allocation it does not list, but what it shows of one it lists is
+// so: a preparation whose allocation it lists is judged as above. Voiding
+// is always safe: the asker's Reserve then takes the usual path, where a
+// preparation kept past its allocation's end costs a Reserve that asks
+// for the device next a read of that allocation (up to identifyGrace).
 func (m *Manager) voidPreps(v *View) {
 	m.mu.Lock()
 	var void []string
@@ -292,6 +299,9 @@ func (m *Manager) voidPreps(v *View) {
 		i, ok := m.byID[id]
 		if !ok || m.slots[i].Dataset != p.dataset || m.slots[i].State != StateReserved {
 			void = append(void, id)
+			continue
+		}
+		if _, listed := v.Allocs[p.asker.AllocID]; !listed && !v.Complete {
 			continue
 		}
 		hs := v.Holders(id)

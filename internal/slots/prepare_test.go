@@ -272,6 +272,36 @@ func TestPrepare_VoidWhenTheAllocationEndsUnasked(t *testing.T) {
 	checkFresh(t, e, "scratch-0", guid)
 }
 
+// TestPrepare_VoidWhenAnIncompleteViewShowsTheEnd: a view that cannot
+// show every namespace proves no sole holder, but the end of the prepared
+// allocation, which it lists, is proof enough to forget the preparation.
+// The next asker's Reserve then takes the usual path at once, and spends
+// no read on the ended allocation (a read that, against a hung API, costs
+// it up to 2 s); the ended allocation's slot is kept while the view
+// cannot prove who may have it.
+func TestPrepare_VoidWhenAnIncompleteViewShowsTheEnd(t *testing.T) {
+	c := newPrepareCase(t, 1)
+	e, a := c.e, c.a
+	B, C := owner(1), owner(2)
+	a.hold("scratch-0", B)
+	c.prepare(t)
+	prepared := slotByID(t, e, "scratch-0").Dataset
+	must.Eq(t, "reserved", e.pool.Prop(t, prepared, slots.PropState))
+
+	a.setIncomplete("namespace other is not readable")
+	a.end(B)
+	a.hold("scratch-0", C)
+	c.prepare(t)                                       // forgets the preparation: B is listed, and ended
+	r, err := c.reserve(t, 2*time.Second, "scratch-0") // C asks
+	must.Error(t, err)
+	must.EqOp(t, int32(0), r.holds, must.Sprint("no read of the ended allocation the preparation was for"))
+	must.SliceEmpty(t, sets(r.calls))
+	s := slotByID(t, e, "scratch-0")
+	must.Eq(t, prepared, s.Dataset)
+	must.Eq(t, B.AllocID, s.Owner.AllocID, must.Sprint("still B's while the view cannot prove more"))
+	must.Eq(t, "reserved", e.pool.Prop(t, prepared, slots.PropState))
+}
+
 // A Reserve that arrives while the preparation's zfs command runs waits
 // for it, and then writes nothing itself; a preparation does not start
 // for a slot whose Reserve is under way.
