@@ -286,9 +286,14 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 // An incomplete view (a namespace the token cannot read) proves nothing
 // of an allocation it does not list, but what it shows of one it lists is
 // so: a preparation whose allocation it lists is judged as above. Voiding
-// is always safe: the asker's Reserve then takes the usual path, where a
-// preparation kept past its allocation's end costs a Reserve that asks
-// for the device next a read of that allocation (up to identifyGrace).
+// never hands anything over: the asker's Reserve takes the usual path,
+// which, while the views stay incomplete, hands over nothing (decide keeps
+// the slot). A void is so final for its asker, and is right only because
+// every reason for it is one for which reservePrepared would refuse too:
+// the slot changed, or its allocation ended, is stopping, is not pending
+// or running, or no longer holds the device (Nomad.Holds). Kept past its allocation's
+// end, a preparation costs the next Reserve of the device a read of that
+// allocation (up to identifyGrace) before the usual path.
 func (m *Manager) voidPreps(v *View) {
 	m.mu.Lock()
 	var void []string

@@ -278,28 +278,48 @@ func TestPrepare_VoidWhenTheAllocationEndsUnasked(t *testing.T) {
 // The next asker's Reserve then takes the usual path at once, and spends
 // no read on the ended allocation (a read that, against a hung API, costs
 // it up to 2 s); the ended allocation's slot is kept while the view
-// cannot prove who may have it.
+// cannot prove who may have it. A prepared allocation that such a view
+// lists live, still the sole visible holder, keeps its preparation: its
+// Reserve is proved by the one small read, and runs no zfs command.
 func TestPrepare_VoidWhenAnIncompleteViewShowsTheEnd(t *testing.T) {
-	c := newPrepareCase(t, 1)
-	e, a := c.e, c.a
 	B, C := owner(1), owner(2)
-	a.hold("scratch-0", B)
-	c.prepare(t)
-	prepared := slotByID(t, e, "scratch-0").Dataset
-	must.Eq(t, "reserved", e.pool.Prop(t, prepared, slots.PropState))
+	for _, tc := range []struct {
+		name  string
+		then  func(a *allocs) // after the view becomes incomplete
+		asker slots.Owner
+		void  bool
+	}{
+		{"the prepared allocation ended, another asks", func(a *allocs) { a.end(B); a.hold("scratch-0", C) }, C, true},
+		{"the prepared allocation asks", func(*allocs) {}, B, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newPrepareCase(t, 1)
+			e, a := c.e, c.a
+			a.hold("scratch-0", B)
+			c.prepare(t)
+			prepared := slotByID(t, e, "scratch-0").Dataset
+			must.Eq(t, "reserved", e.pool.Prop(t, prepared, slots.PropState))
 
-	a.setIncomplete("namespace other is not readable")
-	a.end(B)
-	a.hold("scratch-0", C)
-	c.prepare(t)                                       // forgets the preparation: B is listed, and ended
-	r, err := c.reserve(t, 2*time.Second, "scratch-0") // C asks
-	must.Error(t, err)
-	must.EqOp(t, int32(0), r.holds, must.Sprint("no read of the ended allocation the preparation was for"))
-	must.SliceEmpty(t, sets(r.calls))
-	s := slotByID(t, e, "scratch-0")
-	must.Eq(t, prepared, s.Dataset)
-	must.Eq(t, B.AllocID, s.Owner.AllocID, must.Sprint("still B's while the view cannot prove more"))
-	must.Eq(t, "reserved", e.pool.Prop(t, prepared, slots.PropState))
+			a.setIncomplete("namespace other is not readable")
+			tc.then(a)
+			c.prepare(t)
+			r, err := c.reserve(t, 2*time.Second, "scratch-0")
+			must.SliceEmpty(t, sets(r.calls))
+			if tc.void {
+				must.Error(t, err)
+				must.EqOp(t, int32(0), r.holds, must.Sprint("no read of the ended allocation the preparation was for"))
+				s := slotByID(t, e, "scratch-0")
+				must.Eq(t, prepared, s.Dataset)
+				must.Eq(t, B.AllocID, s.Owner.AllocID, must.Sprint("still B's while the view cannot prove more"))
+				must.Eq(t, "reserved", e.pool.Prop(t, prepared, slots.PropState))
+				return
+			}
+			must.NoError(t, err)
+			must.EqOp(t, int32(1), r.holds, must.Sprint("the preparation kept: one small read proves the asker"))
+			must.EqOp(t, int32(0), r.views)
+			must.Eq(t, prepared, r.res[0].Dataset)
+		})
+	}
 }
 
 // A Reserve that arrives while the preparation's zfs command runs waits

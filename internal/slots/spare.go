@@ -37,15 +37,22 @@ func promoteSpare(x *Slot, state State) {
 
 // unmarkSpare records the spare of cur as free again after it was marked
 // reserved for an asker that does not get it (the old dataset's fate could
-// not be written): nobody has had it, so it is still fresh. When ZFS
-// refuses that too, the spare is no longer offered, and the next Sync
-// finds both datasets recorded in use: a conflict that keeps both. The
-// write-back is bounded even when ctx has ended (writeBackFree).
-func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) {
-	if err := m.writeBackFree(ctx, cur.ID, cur.Spare); err != nil {
-		m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
-		m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; both datasets are kept until one is released", "device", cur.ID, "spare", cur.Spare, "error", err)
+// not be written), or after its mark was cut short (whether it landed is
+// not known): nobody has had it, so it is still fresh. It reports whether
+// the spare is still offered. When ZFS refuses the write-back too, the
+// spare is no longer offered, and the next read decides from what ZFS
+// says: a spare recorded reserved, for no owner, is kept until no
+// allocation holds the device (beside an old dataset also in use, a
+// conflict that keeps both). The write-back is bounded even when ctx has
+// ended (writeBackFree).
+func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
+	err := m.writeBackFree(ctx, cur.ID, cur.Spare)
+	if err == nil {
+		return true
 	}
+	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
+	m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; it is kept until no allocation holds the device", "device", cur.ID, "spare", cur.Spare, "error", err)
+	return false
 }
 
 // handOverSpare gives the asker of a Reserve the spare of reserved slot s,
@@ -95,12 +102,25 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	// may have reached ZFS before its process was stopped, so whether the
 	// spare is marked is not known.
 	cutShort := errors.Is(herr, context.DeadlineExceeded) || errors.Is(herr, context.Canceled)
+	kept := true
 	if cutShort || (err != nil && herr == nil) {
-		m.unmarkSpare(ctx, cur)
+		kept = m.unmarkSpare(ctx, cur)
 	}
 	if err != nil {
 		unlock()
 		return Slot{}, err
+	}
+	if !kept {
+		// The fate landed, and the spare, whose mark was cut short,
+		// could not be recorded free again: there is no dataset to
+		// offer in the old one's place. The next read decides from ZFS
+		// (the old dataset's release goes on; the spare, if marked, is
+		// kept until no allocation holds the device).
+		why := fmt.Sprintf("the spare %s, whose reserved mark was cut short (%v), could not be recorded free again", cur.Spare, herr)
+		m.updateSlot(s.ID, func(x *Slot) { x.setHealth(false, why) })
+		unlock()
+		m.Kick()
+		return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
 	}
 	given := StateReserved
 	if herr != nil {

@@ -289,7 +289,8 @@ func TestSpare_AHungWriteBackIsBounded(t *testing.T) {
 	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
 	w.PauseFor("set", slots.PropState+"=free")
 	t.Cleanup(func() { w.Resume("set") })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Long enough for the spare's real mark to land on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	began := time.Now()
@@ -315,6 +316,46 @@ func TestSpare_AHungWriteBackIsBounded(t *testing.T) {
 	data, rerr := os.ReadFile(filepath.Join(s0.Mountpoint, "data.txt"))
 	must.NoError(t, rerr)
 	must.Eq(t, "tenant "+o1.AllocID, string(data))
+}
+
+// TestSpare_ACutMarkThatCannotBeUndone: the spare's mark hangs past the
+// Reserve's deadline (cut short: whether it landed is not known) while the
+// old dataset's fate lands, and the write-back of the spare hangs too, up
+// to its bound. There is then no dataset to offer in the old one's place:
+// the Reserve fails, saying so, and the slot stays unhealthy with its old
+// dataset until a read of ZFS decides; it never shows a slot with no
+// dataset. Once ZFS answers, the old dataset is archived with its data and
+// the slot serves the spare (its mark never ran).
+func TestSpare_ACutMarkThatCannotBeUndone(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o2, s0, spare, guid := c.w, c.e, c.a, c.o2, c.s0, c.spare, c.guid
+	w.Resume("rename")
+	a.hold("scratch-0", o2)
+	w.PauseFor("set", spare) // the mark and its write-back
+	t.Cleanup(func() { w.Resume("set") })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.Error(t, err)
+	got := slotByID(t, e, "scratch-0")
+	must.Eq(t, s0.Dataset, got.Dataset, must.Sprint("the slot keeps its old dataset until a read decides"))
+	must.False(t, got.Healthy)
+	must.StrContains(t, got.HealthDesc, "could not be recorded free again")
+	must.Eq(t, "", got.Spare)
+
+	w.Resume("set")
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, e.mgr.Sync(ctx))
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.NoError(t, e.mgr.Sync(ctx))
+	names := archived(t, e)
+	must.SliceLen(t, 1, names)
+	must.Eq(t, guid, e.guid(t, names[0]), must.Sprint("the old tenant's dataset, archived"))
+	got = slotByID(t, e, "scratch-0")
+	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+	must.Eq(t, spare, got.Dataset)
+	must.Eq(t, "free", e.pool.Prop(t, spare, slots.PropState))
 }
 
 // TestSpare_StoppedBetweenTheMarks (issue 10): a plugin stopped after the
