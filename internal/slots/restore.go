@@ -2,6 +2,7 @@ package slots
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -45,7 +46,8 @@ type restoreOutcome struct {
 	fresh []string
 	// notes are, by ID, why a best-effort restore started empty.
 	notes map[string]string
-	// wait is why a required restore must wait (and renew: for a new read).
+	// wait is why the Reserve must wait: a required restore that cannot be
+	// done, or an archive waiting for its slot (and renew: for a new read).
 	wait  string
 	renew bool
 }
@@ -129,6 +131,15 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 			continue
 		}
 		got, err := m.restoreInto(ctx, id, names[i], asker)
+		if errors.Is(err, errChanged) {
+			// Not a failure of the restore: the slot changed, or its
+			// other name is still on its way to the archive (a release
+			// of another tenant's dataset that put its spare in service
+			// at once). The next round decides from the slot as it is
+			// then; the archive waits for it, under restore = best-effort
+			// too, rather than the asker start without its data.
+			return restoreOutcome{wait: fmt.Sprintf("device %s: %v; its archive %s waits for it", id, err, names[i])}
+		}
 		if err != nil {
 			why := fmt.Sprintf("restoring %s failed: %v", names[i], err)
 			if c.Restore == RestoreRequired {
@@ -155,7 +166,9 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 // to mount, given the class quota, and mounted with the class's flags. The
 // fresh dataset that served becomes the slot's spare. On return the slot
 // is the asker's with the archive's data, or, on an error before the marks
-// were written, unchanged with the archive back in place.
+// were written, unchanged with the archive back in place. It returns
+// errChanged, having done nothing, when the slot is no longer free or its
+// other name is still on its way to the archive: the caller decides again.
 func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Owner) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, id, "restore")
 	if err != nil {
@@ -166,8 +179,11 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 	if !ok || cur.State != StateFree || !cur.ok || cur.Mountpoint == "" {
 		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
 	}
-	if cur.old != nil || cur.Spare != "" || cur.sib != nameAbsent {
-		return Slot{}, fmt.Errorf("the slot's other dataset name is taken (a release is still under way): %w", errChanged)
+	if cur.old != nil || cur.sib == nameReleasing {
+		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is still being released: %w", id, errChanged)
+	}
+	if cur.Spare != "" || cur.sib != nameAbsent {
+		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, orDash(cur.Spare))
 	}
 	m.mu.Lock()
 	cfg := m.cfg

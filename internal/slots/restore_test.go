@@ -40,6 +40,22 @@ func tenant(n, index int) slots.Owner {
 	return o
 }
 
+// archivedTenant reserves device id for o, writes into it, ends o and
+// waits for its dataset to be archived, the only archive; it returns the
+// dataset's guid.
+func archivedTenant(t *testing.T, e *env, a *allocs, id string, o slots.Owner) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := reserveAndWrite(t, e, a, id, o)
+	guid := e.guid(t, s.Dataset)
+	a.end(o)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.SliceLen(t, 1, archived(t, e))
+	return guid
+}
+
 func readData(t *testing.T, s slots.Slot) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(s.Mountpoint, "data.txt"))
@@ -57,12 +73,7 @@ func TestRestore_ReplacementGetsItsPredecessorsData(t *testing.T) {
 	// Stop and run: the first tenant ends, its dataset is archived; the
 	// next allocation of the same identity gets it back by a rename.
 	first := tenant(1, 0)
-	s := reserveAndWrite(t, e, a, "scratch-0", first)
-	guid := e.guid(t, s.Dataset)
-	a.end(first)
-	must.NoError(t, e.mgr.ReleaseEnded(ctx))
-	must.NoError(t, e.mgr.Wait(ctx))
-	must.SliceLen(t, 1, archived(t, e))
+	guid := archivedTenant(t, e, a, "scratch-0", first)
 
 	second := tenant(2, 0)
 	a.hold("scratch-0", second)
@@ -202,4 +213,62 @@ func TestRestore_WaitsForAPredecessorStillInAnotherSlot(t *testing.T) {
 	res, err := e.mgr.Reserve(ctx, []string{"scratch-1"})
 	must.NoError(t, err)
 	must.Eq(t, "tenant "+first.AllocID, readData(t, res[0]))
+}
+
+// TestRestore_WaitsForTheReleaseUnderWay (red team): another identity's
+// tenant ends on the slot, and its release puts the spare in service at
+// once while its old dataset is still on its way to the archive (the
+// `zfs rename` paused by a wrapper first on PATH). The allocation placed
+// on the freed device next has an archive of its own, and its Reserve
+// comes inside that release. The slot's other name is still taken, so
+// the archive cannot come in yet: the Reserve waits for the release, then
+// gets its data. Before, with restore = "best-effort", it started empty,
+// and its empty dataset would have been archived as its newest.
+func TestRestore_WaitsForTheReleaseUnderWay(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newRestoreEnv(t, 1, slots.RestoreBestEffort)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	first := tenant(1, 0)
+	guid := archivedTenant(t, e, a, "scratch-0", first)
+
+	other := tenant(2, 1)
+	q := reserveAndWrite(t, e, a, "scratch-0", other)
+	a.end(other)
+	w.PauseFor("rename", q.Dataset)
+	t.Cleanup(func() { w.Resume("rename") })
+	released := make(chan error, 1)
+	go func() { released <- e.mgr.ReleaseEnded(ctx) }()
+	w.WaitPaused(t, "rename", 30*time.Second)
+
+	second := tenant(3, 0)
+	a.hold("scratch-0", second)
+	type answer struct {
+		res []slots.Slot
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+		done <- answer{res, err}
+	}()
+	early := false
+	var got answer
+	select {
+	case got = <-done:
+		early = true
+	case <-time.After(3 * time.Second):
+	}
+	w.Resume("rename")
+	if !early {
+		got = <-done
+	}
+	must.NoError(t, <-released)
+	must.NoError(t, got.err)
+	must.False(t, early, must.Sprint("the Reserve did not wait for the release under way"))
+	must.Eq(t, "tenant "+first.AllocID, readData(t, got.res[0]))
+	must.Eq(t, guid, e.guid(t, got.res[0].Dataset))
+	must.Eq(t, "", slotByID(t, e, "scratch-0").HealthDesc)
 }
