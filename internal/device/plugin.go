@@ -289,20 +289,20 @@ func (p *Plugin) startWatching(ctx context.Context) {
 type nomadAllocs struct{ w *allocwatch.Watcher }
 
 // View returns a read of the node's allocations that began after since,
-// with whether the token is known to see every namespace.
+// with whether the token is known to see every namespace (see
+// completeSince: a read that began before the token was known to is never
+// complete).
 func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
 	snap, err := n.w.Fresh(ctx, since)
 	if err != nil {
 		return nil, err
 	}
-	return n.view(ctx, snap)
+	return n.completeSince(ctx, snap)
 }
 
 // Latest returns the watcher's latest read, without reading again, but
-// when it began before the token was known to see every namespace
-// (VisibleSince: the read may be older than the check that says so, right
-// after the plugin starts or the token changes); then it reads anew. A
-// read that began before is never complete.
+// when it began before the token was known to see every namespace (see
+// completeSince).
 func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
 	snap, err := n.w.Snapshot()
 	switch {
@@ -311,6 +311,17 @@ func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
 	case snap == nil:
 		return nil, errors.New("the node's allocations have not been read yet")
 	}
+	return n.completeSince(ctx, snap)
+}
+
+// completeSince is snap as the slot manager reads it, complete only when
+// the token is known to see every namespace and snap began after it was
+// known to (VisibleSince): a read that began before may have been made
+// while the token saw less (right after the plugin starts, or a policy
+// widened or the token file replaced since), even though the check that
+// follows it passes. Such a read is replaced by a new one, which is then
+// complete or not on the same terms.
+func (n nomadAllocs) completeSince(ctx context.Context, snap *allocwatch.Snapshot) (*slots.View, error) {
 	v, err := n.view(ctx, snap) // checks the token's visibility when due
 	if err != nil || !v.Complete {
 		return v, err
@@ -326,7 +337,7 @@ func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
 	}
 	if since = n.w.VisibleSince(); since.IsZero() || !snap.Began.After(since) {
 		v.Complete = false
-		v.Incomplete = "the latest read of the node's allocations began before the token was known to see every namespace"
+		v.Incomplete = "the read of the node's allocations began before the token was known to see every namespace"
 	}
 	return v, nil
 }

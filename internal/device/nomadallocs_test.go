@@ -1,0 +1,74 @@
+package device
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+)
+
+// TestNomadAllocs_ViewCompleteOnlyFromAReadAfterTheTokenSawAll (red team):
+// a read of the node's allocations made while the token could not see
+// every namespace stays incomplete after the token is widened (here the
+// token file replaced), even though the visibility check that follows it
+// now passes: the read may have missed the allocations of the namespaces
+// the token could not read then. A View that may use that read reads anew
+// instead, as Latest does, so a complete view (the proof of a sole holder)
+// only ever comes from a read that began after the token was known to see
+// every namespace.
+func TestNomadAllocs_ViewCompleteOnlyFromAReadAfterTheTokenSawAll(t *testing.T) {
+	testenv.SkipShort(t, "starts a Nomad agent")
+	a := nomadtest.StartAgent(t, nomadtest.Options{ACL: true})
+	const nodeRead = "node {\n  policy = \"read\"\n}\n"
+	for name, rules := range map[string]string{
+		"default-only": nodeRead + `namespace "default" { capabilities = ["read-job"] }`,
+		"all":          nodeRead + `namespace "*" { capabilities = ["read-job"] }`,
+	} {
+		_, err := a.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: name, Rules: rules}, nil)
+		must.NoError(t, err)
+	}
+	_, err := a.API.Namespaces().Register(&api.Namespace{Name: "other"}, nil)
+	must.NoError(t, err)
+	token := func(policy string) string {
+		out, _, err := a.API.ACLTokens().Create(&api.ACLToken{Name: policy, Type: "client", Policies: []string{policy}}, nil)
+		must.NoError(t, err)
+		return out.SecretID
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	must.NoError(t, os.WriteFile(file, []byte(token("default-only")+"\n"), 0o600))
+	w, err := allocwatch.New(allocwatch.Config{Address: a.Addr, TokenFile: file, NodeID: a.NodeID}, hclog.NewNullLogger())
+	must.NoError(t, err)
+	n := nomadAllocs{w}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	since := time.Now()
+	narrow, err := n.View(ctx, since)
+	must.NoError(t, err)
+	must.False(t, narrow.Complete, must.Sprint("the narrow token does not see namespace other"))
+
+	// The token is widened; a View that may use the read made before
+	// (it began after since) must not call that read complete.
+	must.NoError(t, os.WriteFile(file, []byte(token("all")+"\n"), 0o600))
+	wide, err := n.View(ctx, since)
+	must.NoError(t, err)
+	visible := w.VisibleSince()
+	must.False(t, visible.IsZero(), must.Sprint("the wide token is known to see every namespace"))
+	if wide.Complete {
+		must.True(t, wide.Began.After(visible), must.Sprintf(
+			"a complete view from a read that began at %s, before the token was known to see all at %s (the narrow read began at %s)",
+			wide.Began.Format(time.RFC3339Nano), visible.Format(time.RFC3339Nano), narrow.Began.Format(time.RFC3339Nano)))
+	}
+	again, err := n.View(ctx, since)
+	must.NoError(t, err)
+	must.True(t, again.Complete, must.Sprint("a read after the widening is complete: ", again.Incomplete))
+}
