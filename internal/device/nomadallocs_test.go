@@ -59,6 +59,10 @@ func TestNomadAllocs_ViewCompleteOnlyFromAReadAfterTheTokenSawAll(t *testing.T) 
 	// The token is widened; a View that may use the read made before
 	// (it began after since) must not call that read complete.
 	must.NoError(t, os.WriteFile(file, []byte(token("all")+"\n"), 0o600))
+	// The watcher sees a new token file by its size and time: the same
+	// size here, so a time apart from the first file's.
+	later := time.Now().Add(2 * time.Second)
+	must.NoError(t, os.Chtimes(file, later, later))
 	wide, err := n.View(ctx, since)
 	must.NoError(t, err)
 	visible := w.VisibleSince()

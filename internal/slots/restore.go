@@ -113,8 +113,15 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 	// Its predecessor's data may not be in the archive yet: still in
 	// another slot, in use or on its way out. Wait for it to arrive
 	// there rather than start without it.
-	if other := m.predecessorSlot(c.Name, ids, asker); other != "" {
-		return fail(fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", other), true)
+	if other, leaving := m.predecessorSlot(c.Name, ids, asker); other != "" {
+		why := fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", other)
+		if leaving && time.Since(arrived) < restoreSlotWait {
+			// On its way (the release pass saw its allocation end before
+			// the replacement asked, say): with either setting, a wait of
+			// a few hundred milliseconds, not a task started empty.
+			return restoreOutcome{wait: fmt.Sprintf("device %s: %s; it is on its way there", strings.Join(ids, ", "), why)}
+		}
+		return fail(why, true)
 	}
 	names, release, err := archives.Claim(ctx, c.Name, asker)
 	defer release()
@@ -131,14 +138,14 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 			continue
 		}
 		got, err := m.restoreInto(ctx, id, names[i], asker)
-		if errors.Is(err, errChanged) {
+		if errors.Is(err, errChanged) && (c.Restore == RestoreRequired || time.Since(arrived) < restoreSlotWait) {
 			// Not a failure of the restore: the slot changed, or its
 			// other name is still on its way to the archive (a release
 			// of another tenant's dataset that put its spare in service
 			// at once). The next round decides from the slot as it is
-			// then; the archive waits for it, under restore = best-effort
-			// too, rather than the asker start without its data.
-			return restoreOutcome{wait: fmt.Sprintf("device %s: %v; its archive %s waits for it", id, err, names[i])}
+			// then; the archive waits for it rather than the asker start
+			// without its data, under best-effort for restoreSlotWait.
+			return restoreOutcome{wait: fmt.Sprintf("%v; its archive %s waits for it", err, names[i])}
 		}
 		if err != nil {
 			why := fmt.Sprintf("restoring %s failed: %v", names[i], err)
@@ -236,6 +243,15 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 	return got, nil
 }
 
+// restoreSlotWait is how long, from its arrival, a Reserve of a class with
+// restore = "best-effort" waits for a release under way before its task
+// starts empty: its predecessor's dataset on its way to the archive, or
+// another tenant's still taking its slot's other name (a release that goes
+// well takes a few hundred milliseconds; one that keeps failing, busy or
+// out of room, would otherwise hold the asker to reserve_timeout).
+// "required" waits until reserve_timeout.
+const restoreSlotWait = 10 * time.Second
+
 // restores reports whether class c restores archives at Reserve.
 func restores(c Class) bool { return c.Restore == RestoreBestEffort || c.Restore == RestoreRequired }
 
@@ -277,8 +293,9 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slo
 // predecessorSlot returns a slot of class whose dataset belongs to an
 // allocation of asker's identity other than asker: the one serving (in
 // slots other than ids, which the asker is reserving), or the old one on
-// its way to the archive (in any slot); "" for none.
-func (m *Manager) predecessorSlot(class string, ids []string, asker Owner) string {
+// its way to the archive (in any slot); "" for none. leaving says that the
+// dataset is being released (on its way to the archive), not in use.
+func (m *Manager) predecessorSlot(class string, ids []string, asker Owner) (id string, leaving bool) {
 	mine := map[string]bool{}
 	for _, id := range ids {
 		mine[id] = true
@@ -289,11 +306,11 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker Owner) strin
 		}
 		held := s.State == StateReserved || s.State == StateReleasing || s.State == StateDestroying
 		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && SameIdentity(s.Owner, asker) {
-			return s.ID
+			return s.ID, s.State != StateReserved
 		}
 		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) {
-			return s.ID
+			return s.ID, true
 		}
 	}
-	return ""
+	return "", false
 }

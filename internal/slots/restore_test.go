@@ -56,6 +56,26 @@ func archivedTenant(t *testing.T, e *env, a *allocs, id string, o slots.Owner) s
 	return guid
 }
 
+// newWrappedRestoreEnv is newRestoreEnv for one slot of a best-effort
+// class, with a zfs wrapper first on PATH.
+func newWrappedRestoreEnv(t *testing.T) (*zfstest.Wrapper, *env, *allocs) {
+	t.Helper()
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newRestoreEnv(t, 1, slots.RestoreBestEffort)
+	return w, e, a
+}
+
+// archivedGUIDs returns the guids of the datasets in the archive.
+func archivedGUIDs(t *testing.T, e *env) []string {
+	t.Helper()
+	var out []string
+	for _, n := range archived(t, e) {
+		out = append(out, e.guid(t, n))
+	}
+	return out
+}
+
 func readData(t *testing.T, s slots.Slot) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(s.Mountpoint, "data.txt"))
@@ -217,58 +237,137 @@ func TestRestore_WaitsForAPredecessorStillInAnotherSlot(t *testing.T) {
 
 // TestRestore_WaitsForTheReleaseUnderWay (red team): another identity's
 // tenant ends on the slot, and its release puts the spare in service at
-// once while its old dataset is still on its way to the archive (the
-// `zfs rename` paused by a wrapper first on PATH). The allocation placed
-// on the freed device next has an archive of its own, and its Reserve
-// comes inside that release. The slot's other name is still taken, so
-// the archive cannot come in yet: the Reserve waits for the release, then
-// gets its data. Before, with restore = "best-effort", it started empty,
-// and its empty dataset would have been archived as its newest.
+// once while its old dataset is still on its way to the archive. The
+// allocation placed on the freed device next has an archive of its own,
+// and its Reserve comes inside that release. The slot's other name is
+// still taken, so the archive cannot come in yet:
+//   - the release goes on (its `zfs rename` paused by a wrapper first on
+//     PATH, then let go): the Reserve waits for it, then gets its data.
+//     Before, with restore = "best-effort", it started empty, and its
+//     empty dataset would have been archived as its newest;
+//   - the release keeps failing (the rename refused): a best-effort
+//     Reserve waits 10 s at most, then starts empty and says why, rather
+//     than wait for another tenant's release until reserve_timeout; the
+//     archive is kept.
 func TestRestore_WaitsForTheReleaseUnderWay(t *testing.T) {
-	w := zfstest.NewWrapper(t)
-	w.SetPATH(t)
-	e, a := newRestoreEnv(t, 1, slots.RestoreBestEffort)
+	for _, tc := range []struct {
+		name    string
+		fault   func(w *zfstest.Wrapper, ds string)
+		restore bool // the Reserve gets the archive; else it starts empty
+	}{
+		{"the release goes on", func(w *zfstest.Wrapper, ds string) { w.PauseFor("rename", ds) }, true},
+		{"the release keeps failing", func(w *zfstest.Wrapper, ds string) {
+			w.FailFor("rename", ds, "cannot rename '"+ds+"': out of space")
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, e, a := newWrappedRestoreEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+
+			first := tenant(1, 0)
+			guid := archivedTenant(t, e, a, "scratch-0", first)
+
+			other := tenant(2, 1)
+			q := reserveAndWrite(t, e, a, "scratch-0", other)
+			a.end(other)
+			tc.fault(w, q.Dataset)
+			t.Cleanup(func() { w.Resume("rename"); w.Unfail("rename") })
+			released := make(chan error, 1)
+			go func() { released <- e.mgr.ReleaseEnded(ctx) }()
+			if tc.restore {
+				w.WaitPaused(t, "rename", 30*time.Second)
+			} else {
+				<-released // the rename refused: the release failed
+			}
+
+			second := tenant(3, 0)
+			a.hold("scratch-0", second)
+			type answer struct {
+				res []slots.Slot
+				err error
+			}
+			done := make(chan answer, 1)
+			began := time.Now()
+			go func() {
+				res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+				done <- answer{res, err}
+			}()
+			if !tc.restore {
+				got := <-done
+				must.NoError(t, got.err)
+				took := time.Since(began)
+				must.Greater(t, 9*time.Second, took, must.Sprint("it waited for the release first"))
+				must.Less(t, 30*time.Second, took, must.Sprint("but not until reserve_timeout"))
+				must.Eq(t, "", readData(t, got.res[0]))
+				must.SliceContains(t, archivedGUIDs(t, e), guid, must.Sprint("the archive is kept"))
+				// The failing release is the slot's health meanwhile; once
+				// it is over, the health says why the tenant started empty.
+				must.StrContains(t, slotByID(t, e, "scratch-0").HealthDesc, "out of space")
+				w.Unfail("rename")
+				must.NoError(t, e.mgr.ReleaseEnded(ctx))
+				must.NoError(t, e.mgr.Wait(ctx))
+				must.StrContains(t, slotByID(t, e, "scratch-0").HealthDesc, "started empty: restoring")
+				return
+			}
+			early := false
+			var got answer
+			select {
+			case got = <-done:
+				early = true
+			case <-time.After(3 * time.Second):
+			}
+			w.Resume("rename")
+			if !early {
+				got = <-done
+			}
+			must.NoError(t, <-released)
+			must.NoError(t, got.err)
+			must.False(t, early, must.Sprint("the Reserve did not wait for the release under way"))
+			must.Eq(t, "tenant "+first.AllocID, readData(t, got.res[0]))
+			must.Eq(t, guid, e.guid(t, got.res[0].Dataset))
+			must.Eq(t, "", slotByID(t, e, "scratch-0").HealthDesc)
+		})
+	}
+}
+
+// TestRestore_WaitsForItsPredecessorOnItsWay (review): the release pass
+// sees the allocation end before its replacement asks, and its dataset is
+// on its way to the archive (the `zfs rename` paused by a wrapper first on
+// PATH) when the replacement's Reserve comes. With restore = "best-effort"
+// the Reserve waits for it, then gets the data; before, it started empty.
+func TestRestore_WaitsForItsPredecessorOnItsWay(t *testing.T) {
+	w, e, a := newWrappedRestoreEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	first := tenant(1, 0)
-	guid := archivedTenant(t, e, a, "scratch-0", first)
-
-	other := tenant(2, 1)
-	q := reserveAndWrite(t, e, a, "scratch-0", other)
-	a.end(other)
-	w.PauseFor("rename", q.Dataset)
+	s := reserveAndWrite(t, e, a, "scratch-0", first)
+	guid := e.guid(t, s.Dataset)
+	a.end(first)
+	w.PauseFor("rename", s.Dataset)
 	t.Cleanup(func() { w.Resume("rename") })
 	released := make(chan error, 1)
 	go func() { released <- e.mgr.ReleaseEnded(ctx) }()
 	w.WaitPaused(t, "rename", 30*time.Second)
 
-	second := tenant(3, 0)
+	second := tenant(2, 0)
 	a.hold("scratch-0", second)
-	type answer struct {
-		res []slots.Slot
-		err error
-	}
-	done := make(chan answer, 1)
+	done := make(chan error, 1)
+	var res []slots.Slot
 	go func() {
-		res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-		done <- answer{res, err}
+		var err error
+		res, err = e.mgr.Reserve(ctx, []string{"scratch-0"})
+		done <- err
 	}()
-	early := false
-	var got answer
 	select {
-	case got = <-done:
-		early = true
+	case err := <-done:
+		t.Fatalf("the Reserve did not wait for its predecessor's data on its way to the archive (error %v)", err)
 	case <-time.After(3 * time.Second):
 	}
 	w.Resume("rename")
-	if !early {
-		got = <-done
-	}
+	must.NoError(t, <-done)
 	must.NoError(t, <-released)
-	must.NoError(t, got.err)
-	must.False(t, early, must.Sprint("the Reserve did not wait for the release under way"))
-	must.Eq(t, "tenant "+first.AllocID, readData(t, got.res[0]))
-	must.Eq(t, guid, e.guid(t, got.res[0].Dataset))
-	must.Eq(t, "", slotByID(t, e, "scratch-0").HealthDesc)
+	must.Eq(t, "tenant "+first.AllocID, readData(t, res[0]))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
 }
