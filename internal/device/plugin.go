@@ -293,13 +293,6 @@ type nomadAllocs struct{ w *allocwatch.Watcher }
 // completeSince: a read that began before the token was known to is never
 // complete).
 func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
-	// The token's visibility first (checked when due, else cached), so
-	// that the read begins after the check that found the token seeing
-	// every namespace, and completeSince has no cause to read again.
-	n.w.Visibility(ctx)
-	if vs := n.w.VisibleSince(); !vs.IsZero() && !since.After(vs) {
-		since = vs.Add(time.Nanosecond)
-	}
 	snap, err := n.w.Fresh(ctx, since)
 	if err != nil {
 		return nil, err

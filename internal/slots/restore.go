@@ -113,12 +113,13 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 	// Its predecessor's data may not be in the archive yet: still in
 	// another slot, in use or on its way out. Wait for it to arrive
 	// there rather than start without it.
-	if other, leaving := m.predecessorSlot(c.Name, ids, asker); other != "" {
+	if other, leaving := m.predecessorSlot(c.Name, ids, asker, *view); other != "" {
 		why := fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", other)
 		if leaving && time.Since(arrived) < restoreSlotWait {
-			// On its way (the release pass saw its allocation end before
-			// the replacement asked, say): with either setting, a wait of
-			// a few hundred milliseconds, not a task started empty.
+			// On its way, or its allocation has ended and the next pass
+			// sends it (kicked now): with either setting, a wait of a
+			// few hundred milliseconds, not a task started empty.
+			m.Kick()
 			return restoreOutcome{wait: fmt.Sprintf("device %s: %s; it is on its way there", strings.Join(ids, ", "), why)}
 		}
 		return fail(why, true)
@@ -293,24 +294,42 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slo
 // predecessorSlot returns a slot of class whose dataset belongs to an
 // allocation of asker's identity other than asker: the one serving (in
 // slots other than ids, which the asker is reserving), or the old one on
-// its way to the archive (in any slot); "" for none. leaving says that the
-// dataset is being released (on its way to the archive), not in use.
-func (m *Manager) predecessorSlot(class string, ids []string, asker Owner) (id string, leaving bool) {
+// its way to the archive (in any slot); "" for none. leaving says that
+// every such dataset is on its way to the archive, or soon will be: being
+// released, or recorded in use by an allocation that v (the read made for
+// this Reserve) shows ended, stopping or gone from the node's list, whose
+// release the next pass starts. That is weak evidence on purpose: it only
+// ever makes the asker wait (restoreSlotWait), never hands anything over.
+func (m *Manager) predecessorSlot(class string, ids []string, asker Owner, v *View) (id string, leaving bool) {
 	mine := map[string]bool{}
 	for _, id := range ids {
 		mine[id] = true
 	}
+	leaving = true
 	for _, s := range m.Slots() {
 		if s.Class != class {
 			continue
 		}
 		held := s.State == StateReserved || s.State == StateReleasing || s.State == StateDestroying
 		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && SameIdentity(s.Owner, asker) {
-			return s.ID, s.State != StateReserved
+			if id == "" {
+				id = s.ID
+			}
+			leaving = leaving && (s.State != StateReserved || endedIn(v, s.Owner))
 		}
-		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) {
-			return s.ID, true
+		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) && id == "" {
+			id = s.ID
 		}
 	}
-	return "", false
+	if id == "" {
+		return "", false
+	}
+	return id, leaving
+}
+
+// endedIn reports whether read v shows o's allocation ended for its task,
+// told to stop, or not in the node's list at all.
+func endedIn(v *View, o Owner) bool {
+	a, ok := v.Allocs[o.AllocID]
+	return !ok || a.Stopping || a.ended(o.Task)
 }

@@ -315,7 +315,7 @@ func TestRestore_WaitsForTheReleaseUnderWay(t *testing.T) {
 			select {
 			case got = <-done:
 				early = true
-			case <-time.After(3 * time.Second):
+			case <-time.After(time.Second):
 			}
 			w.Resume("rename")
 			if !early {
@@ -331,43 +331,70 @@ func TestRestore_WaitsForTheReleaseUnderWay(t *testing.T) {
 	}
 }
 
-// TestRestore_WaitsForItsPredecessorOnItsWay (review): the release pass
-// sees the allocation end before its replacement asks, and its dataset is
-// on its way to the archive (the `zfs rename` paused by a wrapper first on
-// PATH) when the replacement's Reserve comes. With restore = "best-effort"
-// the Reserve waits for it, then gets the data; before, it started empty.
-func TestRestore_WaitsForItsPredecessorOnItsWay(t *testing.T) {
-	w, e, a := newWrappedRestoreEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+// TestRestore_WaitsForItsPredecessor (review): the replacement of an
+// allocation that has ended asks while its predecessor's data is not in
+// the archive yet, but on its way there or about to be:
+//   - on its way: the release pass saw the end first, and the dataset's
+//     `zfs rename` into the archive is under way (paused by a wrapper
+//     first on PATH);
+//   - about to be: no pass has seen the end yet, so the predecessor's slot
+//     is still recorded in use, and the replacement asks for another
+//     device; the read made for its Reserve shows the predecessor ended.
+//
+// With restore = "best-effort" the Reserve waits for the data, then gets
+// it; before, it started empty.
+func TestRestore_WaitsForItsPredecessor(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		slots  int
+		device string // the replacement's
+		paused bool   // the release runs first, its rename paused
+	}{
+		{"on its way", 1, "scratch-0", true},
+		{"about to be", 2, "scratch-1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := zfstest.NewWrapper(t)
+			w.SetPATH(t)
+			e, a := newRestoreEnv(t, tc.slots, slots.RestoreBestEffort)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
 
-	first := tenant(1, 0)
-	s := reserveAndWrite(t, e, a, "scratch-0", first)
-	guid := e.guid(t, s.Dataset)
-	a.end(first)
-	w.PauseFor("rename", s.Dataset)
-	t.Cleanup(func() { w.Resume("rename") })
-	released := make(chan error, 1)
-	go func() { released <- e.mgr.ReleaseEnded(ctx) }()
-	w.WaitPaused(t, "rename", 30*time.Second)
+			first := tenant(1, 0)
+			s := reserveAndWrite(t, e, a, "scratch-0", first)
+			guid := e.guid(t, s.Dataset)
+			a.end(first)
+			released := make(chan error, 1)
+			if tc.paused {
+				w.PauseFor("rename", s.Dataset)
+				t.Cleanup(func() { w.Resume("rename") })
+				go func() { released <- e.mgr.ReleaseEnded(ctx) }()
+				w.WaitPaused(t, "rename", 30*time.Second)
+			}
 
-	second := tenant(2, 0)
-	a.hold("scratch-0", second)
-	done := make(chan error, 1)
-	var res []slots.Slot
-	go func() {
-		var err error
-		res, err = e.mgr.Reserve(ctx, []string{"scratch-0"})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("the Reserve did not wait for its predecessor's data on its way to the archive (error %v)", err)
-	case <-time.After(3 * time.Second):
+			second := tenant(2, 0)
+			a.hold(tc.device, second)
+			done := make(chan error, 1)
+			var res []slots.Slot
+			go func() {
+				var err error
+				res, err = e.mgr.Reserve(ctx, []string{tc.device})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				t.Fatalf("the Reserve did not wait for its predecessor's data (error %v)", err)
+			case <-time.After(time.Second):
+			}
+			if tc.paused {
+				w.Resume("rename")
+			} else {
+				go func() { released <- e.mgr.ReleaseEnded(ctx) }() // the pass its Reserve kicked
+			}
+			must.NoError(t, <-done)
+			must.NoError(t, <-released)
+			must.Eq(t, "tenant "+first.AllocID, readData(t, res[0]))
+			must.Eq(t, guid, e.guid(t, res[0].Dataset))
+		})
 	}
-	w.Resume("rename")
-	must.NoError(t, <-done)
-	must.NoError(t, <-released)
-	must.Eq(t, "tenant "+first.AllocID, readData(t, res[0]))
-	must.Eq(t, guid, e.guid(t, res[0].Dataset))
 }
