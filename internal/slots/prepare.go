@@ -291,9 +291,9 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 // the slot). A void is so final for its asker, and is right only because
 // every reason for it is one for which reservePrepared would refuse too:
 // the slot changed, or its allocation ended, is stopping, is not pending
-// or running, or no longer holds the device (Nomad.Holds). Kept past its allocation's
-// end, a preparation costs the next Reserve of the device a read of that
-// allocation (up to identifyGrace) before the usual path.
+// or running, or no longer holds the device (Nomad.Holds). Kept past its
+// allocation's end, a preparation costs the next Reserve of the device a
+// read of that allocation (up to identifyGrace) before the usual path.
 func (m *Manager) voidPreps(v *View) {
 	m.mu.Lock()
 	var void []string

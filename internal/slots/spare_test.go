@@ -57,6 +57,15 @@ func newSpareCase(t *testing.T) *spareCase {
 	return c
 }
 
+// refuseFate makes ZFS refuse the old dataset's fate, as a full pool does
+// (a wrapper first on PATH), with the rename let go and o2 placed on the
+// slot: o2's handover of the spare then fails at its first mark.
+func (c *spareCase) refuseFate() {
+	c.w.Resume("rename")
+	c.a.hold("scratch-0", c.o2)
+	c.w.FailFor("set", c.s0.Dataset, "cannot set property for '"+c.s0.Dataset+"': out of space")
+}
+
 // TestSpare_HandOverWhileTheReleaseIsPaused (issue 10): the next tenant of
 // a slot whose owner has ended gets the slot's spare with two zfs
 // commands (the owner's dataset's fate, the spare reserved) and waits for
@@ -126,10 +135,8 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 // for an asker that never got it (the VM's TestSpare_RefusedFate… failure).
 func TestSpare_MarkCutShortIsUndone(t *testing.T) {
 	c := newSpareCase(t)
-	w, e, a, o2, s0, spare := c.w, c.e, c.a, c.o2, c.s0, c.spare
-	w.Resume("rename")
-	a.hold("scratch-0", o2)
-	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+	w, e, spare := c.w, c.e, c.spare
+	c.refuseFate()
 	w.PauseFor("set", spare)
 	before := len(w.Calls())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -163,11 +170,8 @@ func TestSpare_MarkCutShortIsUndone(t *testing.T) {
 // the fate, the next Reserve gets the spare.
 func TestSpare_RefusedFateLeavesTheSpareFresh(t *testing.T) {
 	c := newSpareCase(t)
-	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
-	w.Resume("rename")
-	a.hold("scratch-0", o2)
-	refusal := "cannot set property for '" + s0.Dataset + "': out of space"
-	w.FailFor("set", s0.Dataset, refusal)
+	w, e, o1, s0, spare, guid := c.w, c.e, c.o1, c.s0, c.spare, c.guid
+	c.refuseFate()
 	before := len(w.Calls())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
@@ -218,10 +222,8 @@ func TestSpare_RefusedFateLeavesTheSpareFresh(t *testing.T) {
 // emulation, where each round is slow.)
 func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 	c := newSpareCase(t)
-	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
-	w.Resume("rename")
-	a.hold("scratch-0", o2)
-	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+	w, e, o1, s0, spare, guid := c.w, c.e, c.o1, c.s0, c.spare, c.guid
+	c.refuseFate()
 	t.Cleanup(func() { w.Resume("set") })
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
@@ -283,10 +285,8 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 // TestSpare_StoppedBetweenTheMarks), and the owner's data is untouched.
 func TestSpare_AHungWriteBackIsBounded(t *testing.T) {
 	c := newSpareCase(t)
-	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
-	w.Resume("rename")
-	a.hold("scratch-0", o2)
-	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+	w, e, o1, s0, spare, guid := c.w, c.e, c.o1, c.s0, c.spare, c.guid
+	c.refuseFate()
 	w.PauseFor("set", slots.PropState+"=free")
 	t.Cleanup(func() { w.Resume("set") })
 	// Long enough for the spare's real mark to land on a loaded machine.

@@ -62,9 +62,9 @@ command -v go > /dev/null || die "no go on PATH"
 # kernel's mount flags of a dataset in use remounted by hand
 # (TestPrepare_UnmountedSinceIsNotHandedOverAsIs,
 # TestRedTeam_RepeatReserveReturnsUnmountedPath), and the tests of a
-# restore's wait for a release under way or about to begin: about 2.5 minutes in the VM; the
-# same package's release, spare, restore and fault tests run the
-# OpenZFS-only paths. And internal/device's test of the API reads under a
+# restore's wait for a release under way or about to begin: about 2.5
+# minutes in the VM; the same package's release, spare, restore and fault
+# tests run the OpenZFS-only paths. And internal/device's test of the API reads under a
 # token widened mid-way (TestNomadAllocs_*: a Nomad agent, no ZFS).
 VM_SKIP='^TestDist$' # see above; a -skip in GOTESTFLAGS replaces it
 case $tests in
