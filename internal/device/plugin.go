@@ -549,7 +549,8 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 type held struct{ dataset, mountpoint string }
 
 // reservation builds the mounts and environment for the datasets reserved
-// for one request of a class, in the order Nomad gave the IDs.
+// for one request of a class, in the order given: the order of the
+// slots' indexes for per-slot classes (slots.Manager.Reserve).
 func reservation(class, mountPath string, readOnly bool, ds []held) *device.ContainerReservation {
 	name := EnvName(class)
 	res := &device.ContainerReservation{Envs: map[string]string{}}

@@ -135,19 +135,20 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	}, res.Envs)
 	must.Eq(t, "reserved", pool.Prop(t, pool.Dataset("nomad/fast-io/0"), "nomad-device-zfs:state"))
 
-	// Several IDs: mount_path/0, mount_path/1 in the order given.
+	// Several IDs: mount_path/0, mount_path/1 in the order of the slots'
+	// indexes, whatever order Nomad gives (it comes from a map).
 	res, err = p.Reserve([]string{"scratch-1", "scratch-0"})
 	must.NoError(t, err)
 	must.SliceLen(t, 2, res.Mounts)
 	mp0 := pool.Prop(t, pool.Dataset("nomad/scratch/0"), "mountpoint")
 	mp1 := pool.Prop(t, pool.Dataset("nomad/scratch/1"), "mountpoint")
-	must.Eq(t, &nomaddevice.Mount{TaskPath: "/zfs/scratch/0", HostPath: mp1}, res.Mounts[0])
-	must.Eq(t, &nomaddevice.Mount{TaskPath: "/zfs/scratch/1", HostPath: mp0}, res.Mounts[1])
-	must.Eq(t, pool.Dataset("nomad/scratch/1"), res.Envs["ZFS_SCRATCH_DATASET"])
+	must.Eq(t, &nomaddevice.Mount{TaskPath: "/zfs/scratch/0", HostPath: mp0}, res.Mounts[0])
+	must.Eq(t, &nomaddevice.Mount{TaskPath: "/zfs/scratch/1", HostPath: mp1}, res.Mounts[1])
+	must.Eq(t, pool.Dataset("nomad/scratch/0"), res.Envs["ZFS_SCRATCH_DATASET"])
 	must.Eq(t, "/zfs/scratch/0", res.Envs["ZFS_SCRATCH_PATH"])
-	must.Eq(t, pool.Dataset("nomad/scratch/0"), res.Envs["ZFS_SCRATCH_1_DATASET"])
+	must.Eq(t, pool.Dataset("nomad/scratch/1"), res.Envs["ZFS_SCRATCH_1_DATASET"])
 	must.Eq(t, "/zfs/scratch/1", res.Envs["ZFS_SCRATCH_1_PATH"])
-	must.Eq(t, mp0, res.Envs["ZFS_SCRATCH_1_HOST_PATH"])
+	must.Eq(t, mp1, res.Envs["ZFS_SCRATCH_1_HOST_PATH"])
 	must.MapLen(t, 9, res.Envs)
 
 	_, err = p.Reserve([]string{"scratch-7"})

@@ -1,9 +1,12 @@
 package slots
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,8 +21,11 @@ import (
 const identifyGrace = 2 * time.Second
 
 // Reserve is called (through the device plugin) when Nomad starts a task
-// that was given these device IDs; it returns the slots in the order given.
-// All IDs must belong to one class.
+// that was given these device IDs; it returns the slots in the order of
+// their index, whatever order Nomad gave (it comes from a map, so it
+// differs between allocations): the task finds the same data at the same
+// path after a restore, which gives the archives in the order of the slots
+// they came from. All IDs must belong to one class.
 //
 // A slot is handed over only when that is provably safe:
 //   - a fresh slot (free, healthy, mounted: no tenant has written to it)
@@ -38,6 +44,7 @@ const identifyGrace = 2 * time.Second
 // No lock is held while Reserve waits or reads the API.
 func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	arrived := time.Now()
+	ids = m.inSlotOrder(ids)
 	ps, prepared, release := m.claimPreps(ids)
 	defer release()
 	if !prepared {
@@ -130,6 +137,22 @@ func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, 
 		}
 		retry.Stop()
 	}
+}
+
+// inSlotOrder returns a copy of ids sorted by the index of their slot;
+// unknown IDs (which checkIDs refuses) go last, in the order given.
+func (m *Manager) inSlotOrder(ids []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	index := func(id string) int {
+		if i, ok := m.byID[id]; ok {
+			return m.slots[i].Index
+		}
+		return math.MaxInt
+	}
+	out := slices.Clone(ids)
+	slices.SortStableFunc(out, func(a, b string) int { return cmp.Compare(index(a), index(b)) })
+	return out
 }
 
 // checkIDs verifies that every ID names a slot and that all are of one class.
@@ -305,7 +328,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	for id, why := range notes {
 		m.setEmptyStart(id, why)
 	}
-	// In the order Nomad gave the IDs.
+	// In the order of ids: the slots' (see Reserve).
 	byID := map[string]Slot{}
 	for _, s := range append(res, reserved...) {
 		byID[s.ID] = s
