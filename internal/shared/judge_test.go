@@ -48,6 +48,7 @@ func TestJudge(t *testing.T) {
 		name     string
 		c        *Class // nil: c
 		private  []string
+		real     string // the private path's symlinks resolved; "": as it is
 		d        zfs.Dataset
 		readErr  error
 		parentMP string
@@ -73,6 +74,7 @@ func TestJudge(t *testing.T) {
 		{name: "a slot mounted inside", d: ds(good...), table: with2(hostfs.Mount{ID: 4, ParentID: 2, MountPoint: "/tank/models/x", Root: "/", Source: "tank/nomad/ci/0", FSType: "zfs"}),
 			wantWhy: "tank/nomad/ci/0 (zfs) is mounted inside it at /tank/models/x"},
 		{name: "holds key_dir", private: []string{"/tank/models/keys"}, d: ds(good...), table: mounted, wantWhy: "holds /tank/models/keys, the plugin's own"},
+		{name: "key_dir through a symlink", private: []string{"/var/lib/keys"}, real: "/tank/models/keys", d: ds(good...), table: mounted, wantWhy: "holds /var/lib/keys (/tank/models/keys), the plugin's own"},
 		{name: "private elsewhere", private: []string{"/var/lib/keys", "/tank/modelsx"}, d: ds(good...), table: mounted},
 		{name: "writable with nosuid,nodev", c: &writable, d: ds(good...), table: mounted},
 		{name: "writable without nosuid,nodev", c: &writable, d: ds(good...), table: noFlags, wantWhy: "writes are allowed and its mount at /tank/models lacks nosuid or nodev"},
@@ -85,7 +87,15 @@ func TestJudge(t *testing.T) {
 			if tc.c != nil {
 				cl = *tc.c
 			}
-			st := judge(cl, tc.d, tc.readErr, tc.parentMP, tc.private, tc.table, tc.tableErr)
+			var private []privatePath
+			for _, p := range tc.private {
+				real := p
+				if tc.real != "" {
+					real = tc.real
+				}
+				private = append(private, privatePath{path: p, real: real})
+			}
+			st := judge(cl, tc.d, tc.readErr, tc.parentMP, private, tc.table, tc.tableErr)
 			must.Eq(t, cl, st.Class)
 			if tc.wantWhy == "" {
 				must.True(t, st.Healthy)

@@ -261,15 +261,20 @@ func (s *Set) read(ctx context.Context, parent string, private []string, classes
 	if d, ok := byName[parent]; ok && d.Err == nil {
 		parentMP, _ = d.Value("mountpoint")
 	}
+	// Resolved at each read: a component made a symlink since counts.
+	priv := make([]privatePath, len(private))
+	for i, p := range private {
+		priv[i] = privatePath{path: p, real: hostfs.RealPath(p)}
+	}
 	out := make([]State, len(classes))
 	for i, c := range classes {
-		out[i] = judge(c, byName[c.Dataset], readErr[c.Dataset], parentMP, private, table, tableErr)
+		out[i] = judge(c, byName[c.Dataset], readErr[c.Dataset], parentMP, priv, table, tableErr)
 	}
 	return out
 }
 
 // judge decides one class's state from what was read. It is pure.
-func judge(c Class, d zfs.Dataset, readErr error, parentMP string, private []string, table hostfs.Table, tableErr error) State {
+func judge(c Class, d zfs.Dataset, readErr error, parentMP string, private []privatePath, table hostfs.Table, tableErr error) State {
 	st := State{Class: c}
 	bad := func(format string, args ...any) State {
 		st.Healthy, st.Why = false, "shared dataset "+c.Dataset+": "+fmt.Sprintf(format, args...)
@@ -302,8 +307,12 @@ func judge(c Class, d zfs.Dataset, readErr error, parentMP string, private []str
 		return bad("its mountpoint %s holds the plugin's parent dataset (mounted at %s): every tenant's data would be visible", mp, parentMP)
 	}
 	for _, p := range private {
-		if within(p, mp) {
-			return bad("its mountpoint %s holds %s, the plugin's own: every task holding it would see it", mp, p)
+		if within(p.path, mp) || within(p.real, mp) {
+			name := p.path
+			if p.real != p.path {
+				name += " (" + p.real + ")"
+			}
+			return bad("its mountpoint %s holds %s, the plugin's own: every task holding it would see it", mp, name)
 		}
 	}
 	if tableErr != nil {
@@ -330,6 +339,10 @@ func judge(c Class, d zfs.Dataset, readErr error, parentMP string, private []str
 	st.Healthy, st.Why = true, ""
 	return st
 }
+
+// privatePath is one of the plugin's own host paths (key_dir,
+// backup_dir), as configured and with its symlinks resolved (RealPath).
+type privatePath struct{ path, real string }
 
 // within reports whether path p is dir or below it (both clean).
 func within(p, dir string) bool {

@@ -111,3 +111,47 @@ func TestSet_RealPool(t *testing.T) {
 
 	must.Eq(t, before, fingerprint(t, pool, models))
 }
+
+// TestSet_PrivatePathThroughASymlink (red team): key_dir or backup_dir
+// named by a path that goes through a symlink into a shared dataset's
+// mountpoint. The check compared the strings only, so the class stayed
+// healthy, and every task holding it would have seen the plugin's keys or
+// backups. The paths are resolved first, also when the last components do
+// not exist yet (the plugin makes them when it starts).
+func TestSet_PrivatePathThroughASymlink(t *testing.T) {
+	pool := zfstest.NewPool(t, 256<<20)
+	models := pool.Dataset("models")
+	pool.ZFS(t, "create", "-o", "setuid=off", "-o", "devices=off", models)
+	mp := pool.Prop(t, models, "mountpoint")
+	must.NoError(t, os.MkdirAll(filepath.Join(mp, "plugin"), 0o700))
+	host := t.TempDir()
+	link := filepath.Join(host, "lib")
+	must.NoError(t, os.Symlink(filepath.Join(mp, "plugin"), link))
+	classes := []shared.Class{{Name: "models", Dataset: models, Slots: 1, MountPath: "/models", ReadOnly: true}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		private string
+		wantWhy string
+	}{
+		{"elsewhere", filepath.Join(host, "keys"), ""},
+		{"through the link, existing", link, "holds " + link},
+		{"through the link, not made yet", filepath.Join(link, "backups", "nomad-device-zfs"), "holds " + filepath.Join(link, "backups", "nomad-device-zfs")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := shared.NewSet(zfs.NewClient(pool.Runner))
+			set.SetConfig(pool.Dataset("nomad"), []string{tc.private}, classes)
+			set.Refresh(ctx)
+			st := set.States()
+			must.SliceLen(t, 1, st)
+			if tc.wantWhy == "" {
+				must.True(t, st[0].Healthy, must.Sprint(st[0].Why))
+				return
+			}
+			must.False(t, st[0].Healthy)
+			must.StrContains(t, st[0].Why, tc.wantWhy)
+			must.StrContains(t, st[0].Why, "the plugin's own")
+		})
+	}
+}
