@@ -113,14 +113,9 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 	// Its predecessor's data may not be in the archive yet: still in
 	// another slot, in use or on its way out. Wait for it to arrive
 	// there rather than start without it.
-	if p := m.predecessorSlot(c.Name, ids, asker, *view); p.id != "" {
-		why := fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", p.id)
-		switch {
-		case p.unknown:
-			// Never archived under its identity: a wait does not bring
-			// it, and an older archive would roll its data back.
-			return fail(fmt.Sprintf("the data of its predecessor may be in device %s, whose owner was never recorded (the allocation it was handed to was not identified); an older archive is not restored in its place", p.id), true)
-		case p.leaving && time.Since(arrived) < restoreSlotWait:
+	if other, leaving := m.predecessorSlot(c.Name, ids, asker, *view); other != "" {
+		why := fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", other)
+		if leaving && time.Since(arrived) < restoreSlotWait {
 			// On its way, or its allocation has ended and the next pass
 			// sends it (kicked now): with either setting, a wait of a
 			// few hundred milliseconds, not a task started empty.
@@ -296,17 +291,6 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slo
 	return got, nil
 }
 
-// predecessor is what predecessorSlot found.
-type predecessor struct {
-	id string // the device; "" for none
-	// leaving: every dataset of the identity found is on its way to the
-	// archive, or soon will be.
-	leaving bool
-	// unknown: id is a slot whose owner was never recorded, and v shows
-	// it held by an allocation of the identity.
-	unknown bool
-}
-
 // predecessorSlot returns a slot of class whose dataset belongs to an
 // allocation of asker's identity other than asker: the one serving (in
 // slots other than ids, which the asker is reserving), or the old one on
@@ -316,60 +300,31 @@ type predecessor struct {
 // this Reserve) shows ended, stopping or gone from the node's list, whose
 // release the next pass starts. That is weak evidence on purpose: it only
 // ever makes the asker wait (restoreSlotWait), never hands anything over.
-//
-// When there is none, a slot in use whose owner was never recorded is
-// returned as unknown when v shows an allocation of the identity (other
-// than asker) holding its device, live or ended: its newest data may be
-// there, and it is never archived under the identity.
-func (m *Manager) predecessorSlot(class string, ids []string, asker Owner, v *View) predecessor {
+func (m *Manager) predecessorSlot(class string, ids []string, asker Owner, v *View) (id string, leaving bool) {
 	mine := map[string]bool{}
 	for _, id := range ids {
 		mine[id] = true
 	}
-	p := predecessor{leaving: true}
-	var unknown string
+	leaving = true
 	for _, s := range m.Slots() {
 		if s.Class != class {
 			continue
 		}
 		held := s.State == StateReserved || s.State == StateReleasing || s.State == StateDestroying
 		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && SameIdentity(s.Owner, asker) {
-			if p.id == "" {
-				p.id = s.ID
+			if id == "" {
+				id = s.ID
 			}
-			p.leaving = p.leaving && (s.State != StateReserved || endedIn(v, s.Owner))
+			leaving = leaving && (s.State != StateReserved || endedIn(v, s.Owner))
 		}
-		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) && p.id == "" {
-			p.id = s.ID
-		}
-		if !mine[s.ID] && held && !s.Owner.Known() && unknown == "" && heldByIdentity(v, s.ID, asker) {
-			unknown = s.ID
+		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) && id == "" {
+			id = s.ID
 		}
 	}
-	switch {
-	case p.id != "":
-		return p
-	case unknown != "":
-		return predecessor{id: unknown, unknown: true}
+	if id == "" {
+		return "", false
 	}
-	return predecessor{}
-}
-
-// heldByIdentity reports whether read v lists an allocation of asker's
-// identity, other than asker, whose task holds device id, ended or not.
-func heldByIdentity(v *View, id string, asker Owner) bool {
-	for _, a := range v.Allocs {
-		task, ok := a.Devices[id]
-		if !ok || a.Owner.AllocID == asker.AllocID {
-			continue
-		}
-		o := a.Owner
-		o.Task = task
-		if SameIdentity(o, asker) {
-			return true
-		}
-	}
-	return false
+	return id, leaving
 }
 
 // endedIn reports whether read v shows o's allocation ended for its task,
