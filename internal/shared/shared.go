@@ -87,7 +87,7 @@ type Set struct {
 	// mu guards the fields below. No zfs command runs under it.
 	mu      sync.Mutex
 	parent  string
-	private []string         // paths no shared mount may hold (key_dir, backup_dir)
+	private []privatePath    // paths no shared mount may hold (key_dir, backup_dir)
 	classes []Class          // sorted by Name
 	states  map[string]State // by class name
 	readAt  time.Time
@@ -104,20 +104,22 @@ func NewSet(z Reader) *Set {
 // SetConfig replaces the classes. parent is the plugin's parent dataset,
 // and private the host paths of the plugin's own (its key directory, the
 // backup directory): a shared dataset whose mount would show either is
-// never healthy. The states of classes that remain are kept until the
-// next Refresh.
+// never healthy, also when a symlink leads there: private is resolved
+// here (RealPath), once per configuration, so that no Reserve waits on the
+// host paths (a hung NFS backup_dir, say). The states of classes that
+// remain are kept until the next Refresh.
 func (s *Set) SetConfig(parent string, private []string, classes []Class) {
 	cs := append([]Class(nil), classes...)
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.parent, s.classes = parent, cs
-	s.private = nil
+	var priv []privatePath
 	for _, p := range private {
 		if p != "" {
-			s.private = append(s.private, p)
+			priv = append(priv, privatePath{path: p, real: hostfs.RealPath(p)})
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.parent, s.classes, s.private = parent, cs, priv
 	states := make(map[string]State, len(cs))
 	for _, c := range cs {
 		st, ok := s.states[c.Name]
@@ -230,7 +232,7 @@ func (s *Set) Check(ctx context.Context, c Class) State {
 }
 
 // read returns one state per class, in order.
-func (s *Set) read(ctx context.Context, parent string, private []string, classes []Class) []State {
+func (s *Set) read(ctx context.Context, parent string, private []privatePath, classes []Class) []State {
 	names := []string{parent}
 	for _, c := range classes {
 		names = append(names, c.Dataset)
@@ -261,14 +263,9 @@ func (s *Set) read(ctx context.Context, parent string, private []string, classes
 	if d, ok := byName[parent]; ok && d.Err == nil {
 		parentMP, _ = d.Value("mountpoint")
 	}
-	// Resolved at each read: a component made a symlink since counts.
-	priv := make([]privatePath, len(private))
-	for i, p := range private {
-		priv[i] = privatePath{path: p, real: hostfs.RealPath(p)}
-	}
 	out := make([]State, len(classes))
 	for i, c := range classes {
-		out[i] = judge(c, byName[c.Dataset], readErr[c.Dataset], parentMP, priv, table, tableErr)
+		out[i] = judge(c, byName[c.Dataset], readErr[c.Dataset], parentMP, private, table, tableErr)
 	}
 	return out
 }
