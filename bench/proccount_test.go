@@ -62,15 +62,20 @@ func TestProcessCounts(t *testing.T) {
 					calls: 3,
 				},
 				{
-					// One zfs set marks it reserved; behind it, the
-					// slot's spare is made: one zfs create, and no read
-					// (the mount table shows where it is mounted).
-					name: "Reserve on a free slot, and its spare",
+					// The Reserve runs no zfs command (the dataset is
+					// armed); behind it, a pass records its owner (one zfs
+					// set), and then the slot's spare is made: one zfs
+					// create, and no read (the mount table shows where it
+					// is mounted).
+					name: "Reserve on a free slot, its owner, and its spare",
 					setup: func(t *testing.T) func(context.Context) error {
 						id := env.nextFree(t)
 						return func(ctx context.Context) error {
 							env.tenants.Hold(id)
 							if _, err := env.mgr.Reserve(ctx, []string{id}); err != nil {
+								return err
+							}
+							if err := env.mgr.ReleaseEnded(ctx); err != nil {
 								return err
 							}
 							return env.mgr.Wait(ctx)
@@ -81,10 +86,11 @@ func TestProcessCounts(t *testing.T) {
 				},
 				{
 					// The next tenant of a slot whose owner has ended: the
-					// owner's dataset's fate and the spare reserved, on
-					// Reserve's path; behind it unmount, canmount=noauto,
-					// rename into the archive, and the next spare made
-					// under the released name. No read.
+					// owner's dataset's fate on Reserve's path (the spare,
+					// armed, is handed over with no command); behind it
+					// unmount, canmount=noauto, rename into the archive,
+					// the new owner recorded, and the next spare made under
+					// the released name. No read.
 					name: "Reserve by the next tenant, and the release behind it",
 					setup: func(t *testing.T) func(context.Context) error {
 						id := env.nextFree(t)
@@ -94,6 +100,12 @@ func TestProcessCounts(t *testing.T) {
 							env.tenants.End(o)
 							env.tenants.Next(id)
 							if _, err := env.mgr.Reserve(ctx, []string{id}); err != nil {
+								return err
+							}
+							if err := env.mgr.Wait(ctx); err != nil {
+								return err
+							}
+							if err := env.mgr.ReleaseEnded(ctx); err != nil {
 								return err
 							}
 							return env.mgr.Wait(ctx)
@@ -210,8 +222,13 @@ func newEnv(t *testing.T, n int) *env {
 	e.mgr.SetNomad(e.tenants)
 	e.mgr.SetConfig(bench.SlotsConfig(parent, n))
 	must.NoError(t, e.mgr.Sync(context.Background()))
+	// The plugin's fresh datasets are armed by its run: to this manager, a
+	// run after it, they are in use by an unknown allocation until a pass
+	// finds nobody holding them and adopts them (internal/slots/armed.go).
+	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	for _, s := range e.mgr.Slots() {
 		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
+		must.EqOp(t, slots.StateFree, s.State, must.Sprint(s.ID))
 	}
 	return e
 }

@@ -150,6 +150,10 @@ func Tenancy(ctx context.Context, mgr *slots.Manager, t *Tenants, id string) (sl
 	if err := mgr.ReleaseEnded(ctx); err != nil { // stamps the owner
 		return o, err
 	}
+	// Then the spare, made once the owner is recorded (slots/armed.go).
+	if err := mgr.Wait(ctx); err != nil {
+		return o, err
+	}
 	return o, os.WriteFile(filepath.Join(res[0].Mountpoint, "data"), []byte(o.AllocID), 0o644)
 }
 

@@ -208,13 +208,13 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	step("found %s/hello.txt in %s", slotMP, slotDS)
 	_, err := os.Stat(filepath.Join(pool.Prop(t, otherDS, "mountpoint"), "hello.txt"))
 	must.True(t, os.IsNotExist(err), must.Sprintf("hello.txt must not be in %s: %v", otherDS, err))
-	must.EqOp(t, "reserved", pool.Prop(t, slotDS, "nomad-device-zfs:state"))
-	must.EqOp(t, "free", pool.Prop(t, otherDS, "nomad-device-zfs:state"))
 	must.EqOp(t, "on", pool.Prop(t, slotDS, "compression"))
 	agent.Wait(t, "the owner's alloc ID stamped on "+slotDS, holdTimeout, func() (bool, string) {
 		v := recordedOwner(t, pool, slotDS).AllocID
 		return v == alloc.ID, fmt.Sprintf("owner alloc ID=%q", v)
 	})
+	must.EqOp(t, "reserved", stateOf(t, pool, slotDS))
+	must.EqOp(t, "free", stateOf(t, pool, otherDS))
 	step("%s is reserved by %s", slotDS, alloc.ID)
 
 	// The stats stream reaches the client's host stats. The reserved slot's
@@ -279,8 +279,8 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 		if archived == "" {
 			return false, "nothing in the archive for the allocation; the slot serves " + freshDS
 		}
-		st := pollProp(pool, archived, "nomad-device-zfs:state")
-		fresh := pollProp(pool, freshDS, "nomad-device-zfs:state")
+		st := pollState(pool, archived)
+		fresh := pollState(pool, freshDS)
 		return st == "archived" && fresh == "free", fmt.Sprintf("%s is %s, %s is %s", archived, st, freshDS, fresh)
 	})
 	step("released: %s archived as %s; the slot serves %s", slotDS, archived, freshDS)

@@ -270,7 +270,7 @@ func waitFresh(t *testing.T, e *fcEnv, i int, oldGUID string) {
 	t.Helper()
 	e.agent.Wait(t, fmt.Sprintf("scratch-%d fresh again", i), releaseTimeout, func() (bool, string) {
 		ds := e.slot(i)
-		state := pollProp(e.pool, ds, slots.PropState)
+		state := pollState(e.pool, ds)
 		guid := pollProp(e.pool, ds, "guid")
 		return state == "free" && guid != oldGUID, fmt.Sprintf("%s: state=%s guid changed=%v", ds, state, guid != oldGUID)
 	})
@@ -343,7 +343,7 @@ func TestFailClosed_LimitedToken(t *testing.T) {
 	must.EqOp(t, api.AllocClientStatusComplete, t2.ClientStatus)
 	must.NotEq(t, dev, deviceOf(t, t2), must.Sprint("the unknown tenant's slot must not be placed"))
 	must.EqOp(t, t1.ID, readSecret(t, e, e.slot(idx)))
-	must.EqOp(t, "reserved", e.pool.Prop(t, e.slot(idx), slots.PropState))
+	must.EqOp(t, "reserved", stateOf(t, e.pool, e.slot(idx)))
 	e.step(t, "tenant 2 %s ran on %s; the secret is kept on %s", t2.ID[:8], deviceOf(t, t2), e.slot(idx))
 
 	// The fix: a token that sees every namespace.
@@ -397,7 +397,7 @@ func TestFailClosed_APIUnreachable(t *testing.T) {
 	guid := e.pool.Prop(t, e.slot(0), "guid")
 	proxy.Pass()
 	a.Wait(t, "scratch-0 fresh", releaseTimeout, func() (bool, string) {
-		st := pollProp(e.pool, e.slot(0), slots.PropState)
+		st := pollState(e.pool, e.slot(0))
 		return st == "free" && pollProp(e.pool, e.slot(0), "guid") != guid, "state " + st
 	})
 	a.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
@@ -481,7 +481,7 @@ func TestFailClosed_HungAPI(t *testing.T) {
 	var arch string
 	a.Wait(t, "tenant 1's release", releaseTimeout, func() (bool, string) {
 		arch = archivedFor(t, e.pool, e.archive(), t1.ID)
-		return arch != "", "state " + pollProp(e.pool, e.slot(0), slots.PropState)
+		return arch != "", "state " + pollState(e.pool, e.slot(0))
 	})
 	dir, unmount := e.pool.Look(t, arch)
 	must.EqOp(t, t1.ID, readSecretAt(t, dir))
@@ -508,7 +508,7 @@ func TestFailClosed_ConflictKeepsData(t *testing.T) {
 	early := a.RunJob(t, fcSecretJob("early", "default"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, early.ClientStatus)
 	a.Wait(t, "the early tenant's release", releaseTimeout, func() (bool, string) {
-		st := pollProp(e.pool, e.slot(0), slots.PropState)
+		st := pollState(e.pool, e.slot(0))
 		return st == "free", "state " + st
 	})
 	// Nomad does not re-evaluate a job blocked on an unhealthy device when
@@ -538,7 +538,7 @@ func TestFailClosed_ConflictKeepsData(t *testing.T) {
 	time.Sleep(3 * 2 * time.Second)
 	must.EqOp(t, guid, e.pool.Prop(t, e.slot(0), "guid"))
 	must.EqOp(t, t2.ID, readSecret(t, e, e.slot(0)))
-	must.EqOp(t, "reserved", e.pool.Prop(t, e.slot(0), slots.PropState))
+	must.EqOp(t, "reserved", stateOf(t, e.pool, e.slot(0)))
 	must.True(t, logHas(a.LogTail(5000), "[ERROR]", "conflict:"), must.Sprint("the conflict is logged at error level"))
 
 	// The running tenant ends: now nothing holds the device and the

@@ -306,7 +306,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	plugin2 := hostWaitPlugin(t, agent, pluginBin, plugin, deviceTimeout)
 	child2 := hostWaitPausedChild(t, agent, w, unmounts, plugin2, releaseTimeout)
 	step("plugin relaunched as %d; its release paused in zfs %s (pid %d)", plugin2, unmounts, child2)
-	must.NotEq(t, "free", pool.Prop(t, slot, "nomad-device-zfs:state"))
+	must.NotEq(t, "free", stateOf(t, pool, slot))
 	b, err := os.ReadFile(filepath.Join(mp, "owner.txt"))
 	must.NoError(t, err, must.Sprint("the first tenant's file is still in the slot"))
 	must.EqOp(t, alloc.ID+"\n", string(b))
@@ -370,8 +370,8 @@ func hostReleased(t *testing.T, pool *zfstest.Pool, archive, allocID, parent str
 	t.Helper()
 	arch := archivedFor(t, pool, archive, allocID)
 	slot := servingDataset(pool, parent, i)
-	state, err := pool.TryProp(slot, "nomad-device-zfs:state")
-	return arch != "" && err == nil && state == "free", fmt.Sprintf("archive=%q, %s state=%q %v", arch, slot, state, err)
+	state := pollState(pool, slot)
+	return arch != "" && state == "free", fmt.Sprintf("archive=%q, %s state=%q", arch, slot, state)
 }
 
 // hostAssertMounted waits until the slot's dataset is mounted at its

@@ -261,13 +261,13 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	var archived string
 	agent.Wait(t, "the release of "+slot, releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)
-		state := pollProp(pool, servingDataset(pool, parent, slotIdx), slots.PropState)
+		state := pollState(pool, servingDataset(pool, parent, slotIdx))
 		return archived != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", archived, state)
 	})
 	step("released into %q", archived)
 	must.False(t, namesControl(archived), must.Sprintf("archive name %q", archived))
 	must.StrHasPrefix(t, archive+"/"+devID+".default.names_job_id.g_group_name.t_task."+alloc.ID[:8]+".", archived)
-	must.EqOp(t, "archived", pool.Prop(t, archived, slots.PropState))
+	must.EqOp(t, "archived", stateOf(t, pool, archived))
 	must.Eq(t, o, recordedOwner(t, pool, archived))
 	dir, unmount := pool.Look(t, archived)
 	b, err := os.ReadFile(filepath.Join(dir, "hello.txt"))
@@ -281,7 +281,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	var checkerArchived string
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		checkerArchived = archivedFor(t, pool, archive, checker.ID)
-		s0, s1 := pollProp(pool, servingDataset(pool, parent, 0), slots.PropState), pollProp(pool, servingDataset(pool, parent, 1), slots.PropState)
+		s0, s1 := pollState(pool, servingDataset(pool, parent, 0)), pollState(pool, servingDataset(pool, parent, 1))
 		return checkerArchived != "" && s0 == "free" && s1 == "free", fmt.Sprintf("archive=%q states %s/%s", checkerArchived, s0, s1)
 	})
 	seen, polls := watch.stop()
@@ -329,8 +329,11 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	// nothing, and the archived owner still decodes.
 	time.Sleep(6 * time.Second)
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
-	must.EqOp(t, "free", pool.Prop(t, slot1, slots.PropState))
-	must.EqOp(t, "archived", pool.Prop(t, archived, slots.PropState))
+	for _, n := range []string{parent + "/scratch/1", parent + "/scratch/1" + slots.AltSuffix} {
+		must.NotEq(t, "reserved", pollState(pool, n), must.Sprint(n, ": the forged line must not make slot 1 in use"))
+	}
+	must.EqOp(t, "free", pollState(pool, servingDataset(pool, parent, 1)))
+	must.EqOp(t, "archived", stateOf(t, pool, archived))
 	must.Eq(t, o, recordedOwner(t, pool, archived))
 	seen, polls = watch.stop()
 	step("legacy values handled; health polls %d, unhealthy seen: %q", polls, seen)
@@ -385,13 +388,13 @@ func TestFailClosed_LongNames(t *testing.T) {
 	var archived string
 	agent.Wait(t, "the release of "+slot, releaseTimeout, func() (bool, string) {
 		archived = archivedFor(t, pool, archive, alloc.ID)
-		state := pollProp(pool, servingDataset(pool, parent, slotIdx), slots.PropState)
+		state := pollState(pool, servingDataset(pool, parent, slotIdx))
 		return archived != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", archived, state)
 	})
 	step("released into %s (%d bytes)", archived, len(archived))
 	must.LessEq(t, slots.MaxNameLen, len(archived))
 	must.StrHasPrefix(t, archive+"/scratch-0.h", archived)
-	must.EqOp(t, "archived", pool.Prop(t, archived, slots.PropState))
+	must.EqOp(t, "archived", stateOf(t, pool, archived))
 	o := recordedOwner(t, pool, archived)
 	must.EqOp(t, alloc.ID, o.AllocID)
 	must.EqOp(t, jobID, o.Job)
@@ -414,7 +417,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 	must.EqOp(t, "scratch-0", namesDeviceOf(t, checker, "c"))
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		a := archivedFor(t, pool, archive, checker.ID)
-		state := pollProp(pool, servingDataset(pool, parent, slotIdx), slots.PropState)
+		state := pollState(pool, servingDataset(pool, parent, slotIdx))
 		return a != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", a, state)
 	})
 	step("checker found the fresh slot empty and was released too")

@@ -137,7 +137,7 @@ func TestGoldenSourceEndToEnd(t *testing.T) {
 	agent.Wait(t, "the second tenant's dataset released", deviceTimeout, func() (bool, string) {
 		states := pool.ZFS(t, "get", "-H", "-o", "name,value", "-r", "nomad-device-zfs:state", parent+"/ci")
 		for _, l := range strings.Split(strings.TrimSpace(states), "\n") {
-			if f := strings.Fields(l); len(f) == 2 && f[0] != parent+"/ci" && !strings.Contains(f[0], "@") && f[1] != "free" {
+			if f := strings.Fields(l); len(f) == 2 && f[0] != parent+"/ci" && !strings.Contains(f[0], "@") && stateOf(t, pool, f[0]) != "free" {
 				return false, states
 			}
 		}

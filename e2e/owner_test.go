@@ -48,6 +48,24 @@ func pollProp(pool *zfstest.Pool, ds, prop string) string {
 	return v
 }
 
+// pollState is what the state recorded on ds means to a reader outside the
+// plugin (slots.StateOf: a fresh dataset is recorded "armed:…", and one in
+// use shows its owner). It polls: an error is part of the answer.
+func pollState(pool *zfstest.Pool, ds string) string {
+	st, err := pool.TryProp(ds, slots.PropState)
+	if err != nil {
+		return "(error " + err.Error() + ")"
+	}
+	owner, _ := pool.TryProp(ds, slots.PropOwner)
+	return string(slots.StateOf(st, owner))
+}
+
+// stateOf is pollState for a dataset that must be readable.
+func stateOf(t *testing.T, pool *zfstest.Pool, ds string) string {
+	t.Helper()
+	return string(slots.StateOf(pool.Prop(t, ds, slots.PropState), pool.Prop(t, ds, slots.PropOwner)))
+}
+
 // servingDataset returns the dataset slot i of class "scratch" under parent
 // serves from (see internal/slots/pair.go): the one in use, else the fresh
 // one, else the slot's first name. It polls: a dataset it cannot read
@@ -56,7 +74,7 @@ func servingDataset(pool *zfstest.Pool, parent string, i int) string {
 	first := fmt.Sprintf("%s/scratch/%d", parent, i)
 	fresh := ""
 	for _, n := range []string{first, first + slots.AltSuffix} {
-		switch pollProp(pool, n, slots.PropState) {
+		switch pollState(pool, n) {
 		case string(slots.StateReserved):
 			return n
 		case string(slots.StateFree):

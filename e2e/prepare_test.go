@@ -118,7 +118,7 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	art.waitFetch(t)
 	alloc := agent.WaitForAlloc(t, writer, "placed", jobTimeout, func(*api.Allocation) bool { return true })
 	agent.Wait(t, "the slot reserved before the Reserve", holdTimeout, func() (bool, string) {
-		s := pollProp(pool, first, "nomad-device-zfs:state")
+		s := pollState(pool, first)
 		return s == "reserved", "state=" + s
 	})
 	must.SliceEmpty(t, reservedLines(t, agent, alloc.ID), must.Sprint("no Reserve yet: the task is held at its artifact"))
@@ -148,7 +148,7 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	agent.Wait(t, "the slot's spare", holdTimeout, func() (bool, string) {
 		s := servingDataset(pool, parent, 0)
 		spare := other(first)
-		st := pollProp(pool, spare, "nomad-device-zfs:state")
+		st := pollState(pool, spare)
 		return s == first && st == "free", "spare state=" + st
 	})
 	_, _, err := agent.API.Jobs().Deregister(writer.ID, false, nil)
@@ -157,7 +157,7 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	next := agent.WaitForAlloc(t, checker, "placed", jobTimeout, func(*api.Allocation) bool { return true })
 	spare := other(first)
 	agent.Wait(t, "the spare reserved and the writer's dataset's fate written, before the Reserve", holdTimeout, func() (bool, string) {
-		s, f := pollProp(pool, spare, "nomad-device-zfs:state"), pollProp(pool, first, "nomad-device-zfs:state")
+		s, f := pollState(pool, spare), pollState(pool, first)
 		archived := archivedFor(t, pool, parent+"/.archive", alloc.ID) != ""
 		return s == "reserved" && (f == "archived" || archived), fmt.Sprintf("spare %s, writer's dataset %s (in the archive: %v)", s, f, archived)
 	})

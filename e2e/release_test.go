@@ -180,9 +180,9 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 		// The slot serves its spare, made while the writer ran (or a
 		// dataset made in its place).
 		slot = servingDataset(pool, parent, 0)
-		state := pollProp(pool, slot, "nomad-device-zfs:state")
+		state := pollState(pool, slot)
 		return archived != "" && state == "free" && pollProp(pool, slot, "guid") != guid &&
-				pollProp(pool, archived, "nomad-device-zfs:state") == "archived",
+				pollState(pool, archived) == "archived",
 			fmt.Sprintf("archive=%q slot %s state=%q", archived, slot, state)
 	})
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
@@ -204,7 +204,7 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	must.EqOp(t, "scratch-0", checker.AllocatedResources.Tasks["c"].Devices[0].DeviceIDs[0])
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
 		a := archivedFor(t, pool, archive, checker.ID)
-		return a != "" && pollProp(pool, servingDataset(pool, parent, 0), "nomad-device-zfs:state") == "free", "archive=" + a
+		return a != "" && pollState(pool, servingDataset(pool, parent, 0)) == "free", "archive=" + a
 	})
 	step("second tenant ran on the fresh slot and was released too")
 }

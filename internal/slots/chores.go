@@ -59,7 +59,7 @@ func (c *freeChores) prepare(s *Slot) []error {
 		if err := readyFree(c.cfg, c.table, c.tableErr, s.Class, s.spareMount); err != nil {
 			// No spare then: the slot is released the slow way.
 			errs = append(errs, fmt.Errorf("spare %s of slot %s: %w", s.Spare, s.ID, err))
-			s.Spare, s.spareMount = "", ""
+			s.Spare, s.spareMount, s.spareArmed = "", "", ""
 		}
 	}
 	if !s.ok || s.State != StateFree {

@@ -58,7 +58,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	must.Eq(t, "scratch-1", res[0].ID)
 	t.Logf("Reserve on scratch-1 took %s while scratch-0's rename was paused", took)
 	must.Less(t, 3*time.Second, took, must.Sprint("a Reserve on a fresh slot waits for nothing but its own zfs command (and the 2 s identification grace at most)"))
-	must.EqOp(t, string(slots.StateReserved), e.pool.Prop(t, res[0].Dataset, slots.PropState))
+	must.EqOp(t, slots.StateReserved, slotByID(t, e, "scratch-1").State)
 
 	// Sync leaves the slot under release to its release and does not wait.
 	select {
@@ -67,7 +67,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Sync waited for another slot's release")
 	}
-	must.EqOp(t, string(slots.StateArchived), e.pool.Prop(t, s0.Dataset, slots.PropState)) // its fate, recorded first
+	must.EqOp(t, string(slots.StateArchived), stateOf(t, e, s0.Dataset)) // its fate, recorded first
 	w.Resume("rename")
 	select {
 	case err := <-released:

@@ -18,6 +18,7 @@ const (
 	handOver                         // the asker is the recorded owner
 	startRelease                     // the owner has ended: release, then hand over fresh
 	inUse                            // the owner is live and alone: nothing to do
+	adopt                            // an earlier run's armed dataset that nobody had: adoptArmed
 )
 
 type decision struct {
@@ -49,6 +50,9 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 		return decision{reason: fmt.Sprintf("owner unverified: it holds the data of %s, and the token may not see every namespace (see the warning), so who else holds the device cannot be known; its data is kept", s.Owner)}
 	}
 	if !s.Owner.Known() {
+		if m.mayAdopt(v, s, holders, asking) {
+			return decision{kind: adopt, reason: "armed by an earlier run of the plugin, and no allocation has had it"}
+		}
 		if !asking && len(holders) == 0 && v.Complete {
 			return decision{kind: startRelease, reason: "no allocation holds it and the token sees every namespace"}
 		}

@@ -230,7 +230,7 @@ func TestFaults_UnmountedFreeSlot(t *testing.T) {
 	defer cancel()
 	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
 	must.ErrorContains(t, err, "nothing is mounted there")
-	must.Eq(t, "free", e.pool.Prop(t, s.Dataset, slots.PropState))
+	must.Eq(t, "free", stateOf(t, e, s.Dataset))
 
 	got := waitSlot(t, e, "scratch-0", "remounted", func(s slots.Slot) bool { return s.Healthy })
 	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))

@@ -114,7 +114,9 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 			}
 		}
 		m.mu.Lock()
-		if why == "" {
+		if why == "" || s.armed != "" {
+			// The owner to record, or, unknown, that an armed dataset
+			// was handed over (recordOwner).
 			m.owners[s.ID] = out[i].Owner
 		}
 		m.mu.Unlock()
@@ -138,7 +140,8 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 }
 
 // markReserved records a fresh slot as reserved, under its lock, after
-// checking that it is still fresh and mounted where it says.
+// checking that it is still fresh and mounted where it says: in memory for
+// a dataset armed by this run, else with one zfs command.
 func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, id, "reserve")
 	if err != nil {
@@ -161,8 +164,17 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		m.updateSlot(id, func(x *Slot) { x.setHealth(false, err.Error()) })
 		return Slot{}, fmt.Errorf("device %s (dataset %s) cannot be reserved: %w", id, s.Dataset, err)
 	}
-	// Foreground: the task's start waits for this command.
-	if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, PropState, string(StateReserved)); err != nil {
+	if s.armed != "" && !m.arm.current(s.Dataset, s.armed) {
+		// The dataset was made again since this view (a Sync, under the
+		// slot's lock, before it installed what it made).
+		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
+	}
+	if s.armed != "" {
+		// Armed by this run: handed over with no zfs command; its owner
+		// is recorded behind the Reserve (recordOwner, armed.go).
+		m.arm.handOver(s.armed, s.Dataset)
+	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, PropState, string(StateReserved)); err != nil {
+		// Foreground: the task's start waits for this command.
 		m.unmarkFresh(ctx, s)
 		return Slot{}, fmt.Errorf("reserving device %s (dataset %s): %w", id, s.Dataset, err)
 	}

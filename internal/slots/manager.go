@@ -63,6 +63,7 @@ type Slot struct {
 	// (handOverSpare). "" when there is none.
 	Spare      string
 	spareMount string
+	spareArmed string // the spare's token when ZFS shows it armed
 	// ownMount: Dataset has a mountpoint of its own (set by hand), which
 	// a rename keeps; spareOwn the same of Spare. A release unmounts such
 	// a dataset before its rename (releaseSteps).
@@ -76,6 +77,8 @@ type Slot struct {
 
 	// stamped is the owner as recorded on the dataset.
 	stamped Owner
+	// armed is the token of Dataset when ZFS shows it armed (armed.go).
+	armed string
 	// ok and why are the slot's health as ZFS shows it; Healthy and
 	// HealthDesc add what the manager knows beyond ZFS (see derive).
 	ok  bool
@@ -189,12 +192,16 @@ type Manager struct {
 	obs Observer
 	// archives finds what a restore brings back (SetArchives); nil for none.
 	archives Archives
+	// arm is what this run knows of armed datasets (armed.go); m.zfs
+	// reads and creates through it.
+	arm *arming
 }
 
 // NewManager returns a manager that reaches ZFS through z.
 func NewManager(z ZFS, log hclog.Logger) *Manager {
+	a := newArming()
 	return &Manager{
-		zfs: z, log: log, kick: make(chan struct{}, 1),
+		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]Owner{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
@@ -357,6 +364,7 @@ func (m *Manager) setIncomplete(reason string) {
 		m.log.Warn("the Nomad token may not see every namespace: datasets of allocations it cannot see are never released or handed over", "reason", reason)
 	}
 	m.incomplete = reason
+	m.arm.incomplete.Store(reason != "")
 	m.setSlotsLocked(append([]Slot(nil), m.slots...))
 }
 

@@ -84,6 +84,7 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 	var datasets []zfs.Dataset
 	if o.PoolErr == nil {
 		datasets, err = z.Get(ctx, cfg.Parent, 2, ObservedProps...)
+		datasets = (*arming)(nil).normalize(datasets, time.Time{}, cfg.Parent, 2, false) // as an outside observer
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return o, fmt.Errorf("reading %s: %w", cfg.Parent, ctxErr)
 		}

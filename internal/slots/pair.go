@@ -81,6 +81,9 @@ type pair struct {
 	names [2]string
 	ds    [2]zfs.Dataset
 	kinds [2]nameKind
+	// unrec: in use by a handover this run has not recorded yet
+	// (unrecorded).
+	unrec [2]bool
 }
 
 func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) pair {
@@ -88,6 +91,7 @@ func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) 
 	for k, n := range p.names {
 		d, ok := byName[n]
 		p.ds[k], p.kinds[k] = d, kindOf(d, ok)
+		p.unrec[k] = ok && p.kinds[k] == nameInUse && unrecorded(d)
 	}
 	return p
 }
@@ -158,7 +162,9 @@ func (p pair) conflict() string {
 // plan returns what the pair needs so that the slot has one fresh dataset
 // (serving, or as the spare): the name to create, the name to destroy (a
 // second fresh dataset), and whether each name being released is made
-// again once it is renamed away. A foreign first name gets nothing.
+// again once it is renamed away. A foreign first name gets nothing, nor
+// does a slot whose dataset in use was handed over by this run with no
+// owner recorded yet.
 func (p pair) plan() (create, destroy string, remake [2]bool) {
 	if p.kinds[0] == nameForeign {
 		return "", "", remake
@@ -167,6 +173,10 @@ func (p pair) plan() (create, destroy string, remake [2]bool) {
 	case p.kinds[0] == nameFresh && p.kinds[1] == nameFresh:
 		destroy = p.names[1]
 	case p.first(nameFresh) >= 0:
+	case p.unrec[0] || p.unrec[1]:
+		// No spare beside a handover not recorded yet: a later run could
+		// not tell the spare from the dataset handed over (armed.go). It
+		// is made once the owner is recorded (recordOwner).
 	case p.first(nameAbsent) >= 0:
 		// At once, beside a dataset in use or one being released (which
 		// may take long: a process that keeps it open holds it up).

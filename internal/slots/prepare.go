@@ -241,8 +241,9 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string
 
 // prepareFresh records free slot s reserved for asker, under the slot's
 // lock, after checking that it is still free and mounted as it must be:
-// one zfs command, the asker's owner recorded behind it (recordOwner), as
-// markReserved and reserveFresh do for a Reserve. It returns the dataset,
+// in memory for a dataset armed by this run, else with one zfs command; the
+// asker's owner recorded behind it (recordOwner), as markReserved and
+// reserveFresh do for a Reserve. It returns the dataset,
 // or errChanged when the slot is no longer free.
 func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "prepare")
@@ -261,8 +262,14 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })
 		return "", fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
 	}
-	// Foreground: the asker's Reserve may be waiting for it.
-	if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, PropState, string(StateReserved)); err != nil {
+	if cur.armed != "" && !m.arm.current(cur.Dataset, cur.armed) {
+		return "", errChanged // made again since this view
+	}
+	if cur.armed != "" {
+		// Armed by this run: no zfs command (armed.go).
+		m.arm.handOver(cur.armed, cur.Dataset)
+	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, PropState, string(StateReserved)); err != nil {
+		// Foreground: the asker's Reserve may be waiting for it.
 		m.unmarkFresh(ctx, cur)
 		return "", fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
 	}

@@ -106,6 +106,11 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 	// Every device's health warns while the token may not see every
 	// namespace, whether or not a slot is in use.
 	m.setIncomplete(nomad.Incomplete(ctx))
+	if m.arm.incomplete.Load() {
+		if err := m.disarmFree(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(reserved) == 0 {
 		return runs, errors.Join(errs...)
 	}
@@ -141,6 +146,20 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		}
 		d := m.decide(ctx, nomad, v, s, false)
 		switch d.kind {
+		case adopt:
+			adopted, why, err := m.adoptArmed(ctx, s)
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case adopted:
+			case len(v.Holders(s.ID)) == 0:
+				// Not fresh, and nobody holds it: released as any slot
+				// whose owner was never identified.
+				m.log.Info("releasing an earlier run's armed dataset that is not known to be fresh; no allocation holds it", "device", s.ID, "reason", why)
+				runs = append(runs, m.goRelease(ctx, s, true, Owner{}))
+			default:
+				m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
+			}
 		case inUse:
 			m.setNote(s.ID, note{})
 		case startRelease:
@@ -307,7 +326,8 @@ func releasingOf(cur Slot, name string) (Slot, bool) {
 const ownerLockWait = 100 * time.Millisecond
 
 // recordOwner writes an owner identified at Reserve on the slot's dataset
-// (one zfs command), unless the slot changed since. When other work holds
+// (one zfs command), unless the slot changed since; a zero o records that
+// an armed dataset whose owner was never identified was handed over. When other work holds
 // the slot, the owner stays pending for the next pass.
 func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 	lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
@@ -335,14 +355,32 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 		m.mu.Unlock()
 		return nil
 	}
+	if !o.Known() {
+		// A handover whose owner was never identified: what is recorded
+		// is that the dataset was handed over (armed.go). A dataset not
+		// armed says so already.
+		if s.armed != "" {
+			if err := m.zfs.Set(ctx, s.Dataset, PropState, string(StateReserved)); err != nil {
+				return fmt.Errorf("recording the handover of %s: %w", id, err)
+			}
+		}
+		m.mu.Lock()
+		delete(m.owners, id)
+		m.mu.Unlock()
+		m.updateSlot(id, func(x *Slot) { x.armed = "" })
+		m.log.Debug("handover recorded, owner unknown", "device", id)
+		m.goTend(ctx, id)
+		return nil
+	}
 	if err := m.zfs.Set(ctx, s.Dataset, PropOwner, o.Encode()); err != nil {
 		return fmt.Errorf("recording the owner of %s: %w", id, err)
 	}
 	m.mu.Lock()
 	delete(m.owners, id)
 	m.mu.Unlock()
-	m.updateSlot(id, func(x *Slot) { x.Owner, x.stamped = o, o })
+	m.updateSlot(id, func(x *Slot) { x.Owner, x.stamped, x.armed = o, o, "" })
 	m.log.Debug("owner recorded", "device", id, "owner", o.String())
+	m.goTend(ctx, id) // the spare, now that its handover is recorded
 	return nil
 }
 

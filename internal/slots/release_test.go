@@ -194,6 +194,8 @@ func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) 
 	must.NoError(t, e.mgr.Wait(context.Background()))
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
 	must.Eq(t, o.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
+	// The spare is made once the owner is recorded (armed.go).
+	must.NoError(t, e.mgr.Wait(context.Background()))
 	return res[0]
 }
 
@@ -210,6 +212,14 @@ func withoutSpare(t *testing.T, e *env, w *zfstest.Wrapper, a *allocs, id string
 	w.Unfail("create")
 	must.Eq(t, "", slotByID(t, e, id).Spare)
 	return s
+}
+
+// stateOf is what the state recorded on dataset ds means to a reader
+// outside the manager (slots.StateOf: a fresh dataset is recorded armed,
+// and one in use shows its owner).
+func stateOf(t *testing.T, e *env, ds string) string {
+	t.Helper()
+	return string(slots.StateOf(e.pool.Prop(t, ds, slots.PropState), e.pool.Prop(t, ds, slots.PropOwner)))
 }
 
 // recordedOwner decodes the owner recorded on a dataset.
@@ -289,7 +299,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	arch := names[0]
 	must.StrContains(t, arch, ".archive/scratch-0.default.job.grp.task.00000001.")
 	must.Eq(t, guid, e.guid(t, arch))
-	must.Eq(t, "archived", e.pool.Prop(t, arch, slots.PropState))
+	must.Eq(t, "archived", stateOf(t, e, arch))
 	must.Eq(t, "noauto", e.pool.Prop(t, arch, "canmount"))
 	must.Eq(t, "no", e.pool.Prop(t, arch, "mounted"))
 	must.Eq(t, o, recordedOwner(t, e, arch))
@@ -323,7 +333,7 @@ func TestRelease_FallsBackToFullSync(t *testing.T) {
 	names := archived(t, e)
 	must.SliceLen(t, 1, names)
 	must.Eq(t, guid, e.guid(t, names[0]))
-	must.Eq(t, "archived", e.pool.Prop(t, names[0], slots.PropState))
+	must.Eq(t, "archived", stateOf(t, e, names[0]))
 }
 
 // treeReads counts the recursive reads of the whole tree.
@@ -416,7 +426,7 @@ func TestRelease_TheRenameUnmountsWhereItCan(t *testing.T) {
 	must.Eq(t, guid, e.guid(t, got[0]))
 	must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"))
 	must.Eq(t, "noauto", e.pool.Prop(t, got[0], "canmount"))
-	must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
+	must.Eq(t, "archived", stateOf(t, e, got[0]))
 	_, err := os.Stat(filepath.Join(s.Mountpoint, "data.txt"))
 	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left where its dataset was mounted"))
 	checkFresh(t, e, "scratch-0", guid)
@@ -474,7 +484,7 @@ func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
 			must.Eq(t, byHand, e.pool.Prop(t, got[0], "mountpoint"), must.Sprint("the rename keeps the hand-set mountpoint"))
 			must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"), must.Sprint("the archived data is mounted nowhere"))
 			must.Eq(t, "noauto", e.pool.Prop(t, got[0], "canmount"))
-			must.Eq(t, "archived", e.pool.Prop(t, got[0], slots.PropState))
+			must.Eq(t, "archived", stateOf(t, e, got[0]))
 			_, err = os.Stat(filepath.Join(byHand, "data.txt"))
 			must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left at the hand-set path"))
 			must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
@@ -507,7 +517,7 @@ func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
 	must.Eq(t, slots.StateFree, got.State)
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))
-	must.Eq(t, "archived", e.pool.Prop(t, s.Dataset, slots.PropState)) // its fate, recorded first
+	must.Eq(t, "archived", stateOf(t, e, s.Dataset)) // its fate, recorded first
 	// The plan sets canmount=noauto after the unmount; while the unmount
 	// waits, it is set all the same, so that nothing mounts the released
 	// data again by itself (a reboot, say).
@@ -634,7 +644,7 @@ func TestRelease_CrashBetweenEverySteps(t *testing.T) {
 				}
 				must.SliceLen(t, 1, names)
 				must.Eq(t, guid, e.guid(t, names[0]))
-				must.Eq(t, "archived", e.pool.Prop(t, names[0], slots.PropState))
+				must.Eq(t, "archived", stateOf(t, e, names[0]))
 			})
 		}
 	}
@@ -661,7 +671,7 @@ func TestReserve_WaitsForTheRelease(t *testing.T) {
 	entries, err := os.ReadDir(res[0].Mountpoint)
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries)
-	must.Eq(t, "reserved", e.pool.Prop(t, res[0].Dataset, slots.PropState))
+	must.Eq(t, "reserved", stateOf(t, e, res[0].Dataset))
 	must.SliceLen(t, 1, archived(t, e))
 	// Made for the asker: its owner recorded by the command that created
 	// it, and readied on the host as a free slot is (owner, mode, flags).
@@ -946,7 +956,7 @@ func TestRelease_NothingWhenParentMissing(t *testing.T) {
 	}
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	must.Eq(t, guid, e.guid(t, s.Dataset))
-	must.Eq(t, "reserved", e.pool.Prop(t, s.Dataset, slots.PropState))
+	must.Eq(t, "reserved", stateOf(t, e, s.Dataset))
 	must.SliceEmpty(t, archived(t, e))
 }
 

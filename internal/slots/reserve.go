@@ -235,6 +235,16 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			m.setIncomplete(v.Incomplete)
 		}
 		switch d := m.decide(ctx, nomad, *view, s, true); d.kind {
+		case adopt:
+			adopted, why, err := m.adoptArmed(ctx, s)
+			switch {
+			case err != nil:
+				wait, renew = fmt.Sprintf("device %s: %v", s.ID, err), true
+			case !adopted:
+				wait, renew = fmt.Sprintf("device %s (dataset %s) was armed by an earlier run of the plugin and is not known to be fresh (%s); its data is kept until no allocation holds it", s.ID, s.Dataset, why), true
+			default:
+				fresh = append(fresh, id)
+			}
 		case handOver:
 			back, err := m.mountForOwner(zfs.Foreground(ctx), s)
 			if err != nil {

@@ -226,7 +226,7 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
 	}
 	m.updateSlot(id, func(x *Slot) {
-		x.Spare, x.spareMount, x.spareOwn = x.Dataset, x.Mountpoint, x.ownMount
+		x.Spare, x.spareMount, x.spareOwn, x.spareArmed, x.armed = x.Dataset, x.Mountpoint, x.ownMount, x.armed, ""
 		// Not known without a read: an archive's mountpoint of its own
 		// (set by hand) would follow it; the next read says.
 		x.Dataset, x.Mountpoint, x.ownMount = target, "", true

@@ -103,7 +103,7 @@ func TestRestore_ReplacementGetsItsPredecessorsData(t *testing.T) {
 	must.Eq(t, "tenant "+first.AllocID, readData(t, got))
 	must.Eq(t, guid, e.guid(t, got.Dataset), must.Sprint("a rename, not a copy"))
 	must.Eq(t, second.AllocID, recordedOwner(t, e, got.Dataset).AllocID)
-	must.Eq(t, "reserved", e.pool.Prop(t, got.Dataset, slots.PropState))
+	must.Eq(t, "reserved", stateOf(t, e, got.Dataset))
 	must.Eq(t, "on", e.pool.Prop(t, got.Dataset, "canmount"))
 	must.Eq(t, "67108864", e.pool.Prop(t, got.Dataset, "refquota"))
 	must.SliceEmpty(t, archived(t, e))
@@ -111,7 +111,7 @@ func TestRestore_ReplacementGetsItsPredecessorsData(t *testing.T) {
 	cur := slotByID(t, e, "scratch-0")
 	must.Eq(t, got.Dataset, cur.Dataset)
 	must.NotEq(t, "", cur.Spare)
-	must.Eq(t, "free", e.pool.Prop(t, cur.Spare, slots.PropState))
+	must.Eq(t, "free", stateOf(t, e, cur.Spare))
 	a.start(second)
 
 	// A job update: the replacement asks while the dataset is still in
@@ -197,7 +197,7 @@ func TestRestore_Faults(t *testing.T) {
 			if tc.wantErr != "" {
 				must.ErrorContains(t, err, tc.wantErr)
 				must.ErrorContains(t, err, "reserve_timeout")
-				must.Eq(t, "free", e.pool.Prop(t, slotByID(t, e, "scratch-0").Dataset, slots.PropState))
+				must.Eq(t, "free", stateOf(t, e, slotByID(t, e, "scratch-0").Dataset))
 			} else {
 				must.NoError(t, err)
 				must.Eq(t, "", readData(t, res[0]))

@@ -54,7 +54,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			if spare >= 0 {
 				sp := slotFrom(cfg, c, i, pr.names[spare], pr.ds[spare], true)
 				if ok, _ := health(cfg, c, sp, pr.ds[spare], true, container, containerOK, unavailable, failed, room); ok {
-					s.Spare, s.spareMount, s.spareOwn = sp.Dataset, sp.Mountpoint, sp.ownMount
+					s.Spare, s.spareMount, s.spareOwn, s.spareArmed = sp.Dataset, sp.Mountpoint, sp.ownMount, sp.armed
 				}
 			}
 			if old >= 0 {
@@ -86,6 +86,7 @@ func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists
 	}
 	s.Owner, _ = ownerOf(d)
 	s.stamped = s.Owner
+	s.armed, _ = d.Local(PropArmed)
 	_, s.ownMount = d.Local("mountpoint")
 	if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
 		if mounted, _ := d.Value("mounted"); mounted == "yes" {

@@ -26,10 +26,10 @@ func sameTenancy(cur, s Slot) bool {
 // began.
 func promoteSpare(x *Slot, state State) {
 	rs := *x
-	rs.Spare, rs.spareMount, rs.old = "", "", nil
-	x.Dataset, x.Mountpoint, x.ownMount = x.Spare, x.spareMount, x.spareOwn
+	rs.Spare, rs.spareMount, rs.spareArmed, rs.old = "", "", "", nil
+	x.Dataset, x.Mountpoint, x.ownMount, x.armed = x.Spare, x.spareMount, x.spareOwn, x.spareArmed
 	x.State, x.Owner, x.stamped = state, Owner{}, Owner{}
-	x.Spare, x.spareMount, x.spareOwn = "", "", false
+	x.Spare, x.spareMount, x.spareOwn, x.spareArmed = "", "", false, ""
 	x.old, x.sib, x.present = &rs, nameReleasing, true
 	x.Usage = Usage{}
 	x.setHealth(true, "")
@@ -50,7 +50,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 	if err == nil {
 		return true
 	}
-	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
+	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })
 	m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; it is kept until no allocation holds the device", "device", cur.ID, "spare", cur.Spare, "error", err)
 	return false
 }
@@ -61,7 +61,8 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // or a release pass did, and the asker, unknown here, is identified by
 // the caller as for a fresh slot: see reserveFresh):
 // it records the fate of the owner's dataset and the spare as reserved,
-// two zfs commands side by side, and returns the slot as the asker gets
+// two zfs commands side by side (the fate alone when the spare is armed
+// by this run: armed.go), and returns the slot as the asker gets
 // it; the asker is recorded as owner off its path, as for a fresh slot.
 // The owner's dataset is then archived (or destroyed) in the background,
 // in a run registered before the slot's lock is given up, and its name
@@ -74,7 +75,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
 	}
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil {
+	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil || cur.spareArmed != "" && !m.arm.current(cur.Spare, cur.spareArmed) {
 		unlock()
 		return Slot{}, errChanged
 	}
@@ -82,45 +83,57 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	c := classByName(m.cfg, cur.Class)
 	m.mu.Unlock()
 	if err := checkMounted(cur.spareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
-		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.spareMount = "", "" })
+		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })
 		unlock()
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
 		return Slot{}, errChanged
 	}
-	// The spare's mark and the old dataset's fate go to ZFS side by side,
-	// so that the asker waits for one transaction group rather than two.
-	// Either order is safe: a plugin stopped between them leaves the old
-	// dataset archived beside a free spare, or both datasets recorded in
-	// use, a conflict that keeps both until one is released (pair.go).
-	fg := zfs.Foreground(ctx)
-	marked := make(chan error, 1)
-	go func() { marked <- m.zfs.Set(fg, cur.Spare, PropState, string(StateReserved)) }()
-	state, err := m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
-	herr := <-marked
-	// The spare is recorded free again when its mark took effect but the
-	// fate did not, and whenever the mark was cut short by the context: it
-	// may have reached ZFS before its process was stopped, so whether the
-	// spare is marked is not known.
-	cutShort := errors.Is(herr, context.DeadlineExceeded) || errors.Is(herr, context.Canceled)
-	kept := true
-	if cutShort || (err != nil && herr == nil) {
-		kept = m.unmarkSpare(ctx, cur)
-	}
-	if err != nil {
-		unlock()
-		return Slot{}, err
-	}
-	if !kept {
-		// The fate landed, and the spare, whose mark was cut short,
-		// could not be recorded free again: there is no dataset to
-		// offer in the old one's place. The next read decides from ZFS
-		// (the old dataset's release goes on; the spare, if marked, is
-		// kept until no allocation holds the device).
-		why := fmt.Sprintf("the spare %s, whose reserved mark was cut short (%v), could not be recorded free again", cur.Spare, herr)
-		m.updateSlot(s.ID, func(x *Slot) { x.setHealth(false, why) })
-		unlock()
-		m.Kick()
-		return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
+	var state State
+	var herr error // the spare's mark
+	if cur.spareArmed != "" {
+		// Armed by this run (armed.go): only the old dataset's fate goes
+		// to ZFS, and the spare is handed over in memory once it landed.
+		if state, err = m.writeFate(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
+			unlock()
+			return Slot{}, err
+		}
+		m.arm.handOver(cur.spareArmed, cur.Spare)
+	} else {
+		// The spare's mark and the old dataset's fate go to ZFS side by side,
+		// so that the asker waits for one transaction group rather than two.
+		// Either order is safe: a plugin stopped between them leaves the old
+		// dataset archived beside a free spare, or both datasets recorded in
+		// use, a conflict that keeps both until one is released (pair.go).
+		fg := zfs.Foreground(ctx)
+		marked := make(chan error, 1)
+		go func() { marked <- m.zfs.Set(fg, cur.Spare, PropState, string(StateReserved)) }()
+		state, err = m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
+		herr = <-marked
+		// The spare is recorded free again when its mark took effect but the
+		// fate did not, and whenever the mark was cut short by the context: it
+		// may have reached ZFS before its process was stopped, so whether the
+		// spare is marked is not known.
+		cutShort := errors.Is(herr, context.DeadlineExceeded) || errors.Is(herr, context.Canceled)
+		kept := true
+		if cutShort || (err != nil && herr == nil) {
+			kept = m.unmarkSpare(ctx, cur)
+		}
+		if err != nil {
+			unlock()
+			return Slot{}, err
+		}
+		if !kept {
+			// The fate landed, and the spare, whose mark was cut short,
+			// could not be recorded free again: there is no dataset to
+			// offer in the old one's place. The next read decides from ZFS
+			// (the old dataset's release goes on; the spare, if marked, is
+			// kept until no allocation holds the device).
+			why := fmt.Sprintf("the spare %s, whose reserved mark was cut short (%v), could not be recorded free again", cur.Spare, herr)
+			m.updateSlot(s.ID, func(x *Slot) { x.setHealth(false, why) })
+			unlock()
+			m.Kick()
+			return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
+		}
 	}
 	given := StateReserved
 	if herr != nil {
@@ -135,7 +148,9 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		}
 		out = *x
 	})
-	if given == StateReserved && asker.Known() {
+	if given == StateReserved && (asker.Known() || cur.spareArmed != "") {
+		// The owner to record, or that an armed spare was handed over
+		// (recordOwner).
 		m.mu.Lock()
 		m.owners[s.ID] = asker
 		m.mu.Unlock()

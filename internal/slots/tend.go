@@ -338,10 +338,11 @@ func follow(done []Action, names, chains map[string]bool) {
 
 // remake returns the step that makes the name of focus, the slot's old
 // dataset, again as its spare once it is renamed: when the dataset that
-// serves is in use. Nothing otherwise.
+// serves is in use, its handover recorded (unrecordedSlot). Nothing
+// otherwise.
 func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
 	c := classByName(cfg, cur.Class)
-	if cur.old == nil || cur.old.Dataset != focus || cur.State != StateReserved || cur.Surplus || c.Name != cur.Class {
+	if cur.old == nil || cur.old.Dataset != focus || cur.State != StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
 		return nil
 	}
 	return []Action{{Kind: CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
@@ -384,9 +385,12 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 		if mnt, ok := table.At(mp); !ok || mnt.Source != made {
 			return false
 		}
-		x.Spare, x.spareMount, x.sib = made, mp, nameFresh
-	case t.focus == "" || cur.State != StateFree:
-		return false // nothing made, or a slot in use left without a spare: read
+		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.tokenOf(made)
+	case t.focus == "" || cur.State != StateFree && !unrecordedSlot(cur):
+		// Nothing made, or a slot in use left without a spare (but one
+		// whose handover is not recorded yet: none is made beside it on
+		// purpose, remake): read.
+		return false
 	}
 	ready := []Slot{x}
 	if errs := prepareFree(cfg, ready); len(errs) > 0 {
@@ -403,7 +407,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 	slots := append([]Slot(nil), m.slots...)
 	now := &slots[i]
 	now.old, now.sib = nil, ready[0].sib
-	now.Spare, now.spareMount, now.spareOwn = ready[0].Spare, ready[0].spareMount, ready[0].spareOwn
+	now.Spare, now.spareMount, now.spareOwn, now.spareArmed = ready[0].Spare, ready[0].spareMount, ready[0].spareOwn, ready[0].spareArmed
 	m.vers[cur.ID]++
 	m.setSlotsLocked(slots)
 	return true
@@ -415,7 +419,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 // slot: that run, or the next Sync, sees to it.
 func (m *Manager) goTend(ctx context.Context, id string) {
 	s, ok := m.slot(id)
-	if !ok || s.State != StateReserved || s.sib != nameAbsent || s.Surplus {
+	if !ok || s.State != StateReserved || s.sib != nameAbsent || s.Surplus || unrecordedSlot(s) {
 		return
 	}
 	r, created := m.newRun(id, false)
@@ -428,7 +432,7 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 			return fmt.Errorf("making the spare of %s: %w", id, err)
 		}
 		cur, ok := m.slot(id)
-		if !ok || cur.State != StateReserved || cur.sib != nameAbsent || cur.Surplus {
+		if !ok || cur.State != StateReserved || cur.sib != nameAbsent || cur.Surplus || unrecordedSlot(cur) {
 			unlock()
 			return nil
 		}

@@ -1,0 +1,470 @@
+package slots
+
+// Armed datasets: a fresh slot handed over with no zfs command.
+//
+// A fresh slot dataset is created in state "armed:<run>.<n>" rather than
+// "free": <run> names the plugin process that made it (a random ID drawn
+// when the manager is made), <n> tells its datasets apart. The state says
+// "this dataset may have been handed over by run <run> with nothing
+// recorded yet". So:
+//
+//   - to the run that armed it, it is free until that run hands it over,
+//     which the run remembers in memory (arming.handed) and records on ZFS
+//     behind the Reserve, with the owner (recordOwner): the Reserve itself
+//     runs no zfs command;
+//   - with an owner recorded, it is reserved by that owner, whoever reads it;
+//   - to any other run (the plugin restarted, maybe after a crash between a
+//     handover and its record), it is reserved by an unknown allocation:
+//     kept until proven otherwise. The proof (adopt) is that a complete
+//     read of the node's allocations, begun after this run started, shows
+//     no allocation holding the device but, at most, one that has not
+//     started, and that the dataset's root is empty: nobody has it, and
+//     nobody left anything in it. The run then takes the dataset for its
+//     own, in memory, and offers it as fresh.
+//
+// Every read of ZFS by the manager goes through armedZFS, which rewrites an
+// armed state to the state it means to this run ("free" or "reserved"), and
+// adds PropArmed (never stored on ZFS) with the token, so that the rest of
+// the manager sees the slot states it always did. A dataset written by a
+// version before this one is never armed; an earlier version that reads an
+// armed dataset finds an unknown state and leaves the dataset alone.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// stateArmedPrefix begins the stored state of an armed dataset.
+const stateArmedPrefix = "armed:"
+
+// PropArmed is added to a dataset as read by the manager when ZFS shows it
+// armed: its token ("<run>.<n>"). It is never stored on ZFS.
+const PropArmed = "nomad-device-zfs:armed-token"
+
+// arming is what this run knows of armed datasets.
+type arming struct {
+	run     string        // this run's ID
+	started time.Time     // when this run began
+	seq     atomic.Uint64 // numbers this run's tokens
+	// incomplete: the latest allocation view may miss namespaces (see
+	// armedZFS.arm).
+	incomplete atomic.Bool
+	// mu guards handed and adopted.
+	mu sync.Mutex
+	// handed are the armed datasets this run handed over with no owner
+	// recorded on ZFS yet, by token: the dataset's name then, and when.
+	handed map[string]handover
+	// adopted are the tokens of earlier runs proven fresh (adopt).
+	adopted map[string]bool
+	// made are the tokens of the datasets this run made armed, by name:
+	// the latest made under each name.
+	made map[string]string
+}
+
+type handover struct {
+	dataset string
+	at      time.Time
+}
+
+func newArming() *arming {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("reading random bytes: " + err.Error()) // crypto/rand does not fail on Linux
+	}
+	return &arming{run: hex.EncodeToString(b[:]), started: time.Now(), handed: map[string]handover{}, adopted: map[string]bool{}, made: map[string]string{}}
+}
+
+// token returns a new token of this run.
+func (a *arming) token() string {
+	return a.run + "." + strconv.FormatUint(a.seq.Add(1), 10)
+}
+
+// tokenOf returns the token of the dataset this run made armed as name
+// latest, or "" when it made none.
+func (a *arming) tokenOf(name string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.made[name]
+}
+
+// current reports whether token is that of the dataset this run last made
+// under name, or one not made by this run (an earlier run's, adopted): a
+// slot view whose token is not current is older than the dataset now under
+// its name (destroyed and made again since).
+func (a *arming) current(name, token string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	made, ok := a.made[name]
+	return !ok || made == token
+}
+
+// ours reports whether token is this run's own, or adopted.
+func (a *arming) ours(token string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mineLocked(token)
+}
+
+// mineLocked reports whether token is one this run may hand over as fresh
+// until it does: its own, or adopted. mu is held.
+func (a *arming) mineLocked(token string) bool {
+	run, _, _ := strings.Cut(token, ".")
+	return run == a.run || a.adopted[token]
+}
+
+// isHanded reports whether token was handed over by this run and its
+// record has not been seen on ZFS yet. mu is held.
+func (a *arming) isHanded(token string) bool {
+	_, ok := a.handed[token]
+	return ok
+}
+
+// handOver records that this run handed over the armed dataset with token.
+func (a *arming) handOver(token, dataset string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.handed[token] = handover{dataset: dataset, at: time.Now()}
+}
+
+// adopt takes an earlier run's armed dataset for this run's own.
+func (a *arming) adopt(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.adopted[token] = true
+}
+
+// outstanding is the number of handovers not yet recorded on ZFS.
+func (a *arming) outstanding() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.handed)
+}
+
+// armedState returns the token of an armed stored state; "", false for
+// any other state.
+func armedState(v string) (string, bool) {
+	token, ok := strings.CutPrefix(v, stateArmedPrefix)
+	if !ok {
+		return "", false
+	}
+	return token, true
+}
+
+// StateOf is what a slot dataset's stored state (PropState) and owner
+// (PropOwner, "" when unset) mean to a reader outside the plugin (the
+// operator CLI, tests): an armed dataset is free, or reserved once an owner
+// is recorded; any other state is itself. An armed dataset the running
+// plugin has just handed over shows free until the plugin records the
+// handover, a moment after the Reserve.
+func StateOf(stored, owner string) State {
+	if _, armed := armedState(stored); armed {
+		if owner != "" && owner != "-" {
+			return StateReserved
+		}
+		return StateFree
+	}
+	return State(stored)
+}
+
+// hasOwner reports whether d records an owner (PropOwner or a legacy one).
+func hasOwner(d zfs.Dataset) bool {
+	for _, p := range OwnerProps {
+		if _, ok := d.Local(p); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// normalize rewrites, in ds as read at began, each armed state to what it
+// means to this run (see the top of the file); a nil a reads as an outside
+// observer (the operator CLI), to whom an armed dataset with no owner is
+// free. It forgets the handovers the read shows recorded or gone: ds is
+// the whole of what a read of under (depth: see ZFS.Get) returned.
+//
+// An earlier run's armed dataset with no owner, whose slot's other name
+// holds a dataset in use (reserved, not on its way out), is that dataset's
+// spare, never handed over: a spare is handed over only once the fate of
+// the dataset it replaces is written (handOverSpare). It is adopted at
+// once.
+//
+// Only positive evidence forgets a handover: a read that showed its owner,
+// or a whole read (clean: no error, depth > 0) begun after it, of the tree
+// the dataset was in, that does not show its token.
+func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, depth int, clean bool) []zfs.Dataset {
+	if a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+	}
+	out, copied := ds, false
+	byName := make(map[string]zfs.Dataset, len(ds))
+	for _, d := range ds {
+		byName[d.Name] = d
+	}
+	clean = clean && depth != 0 && a != nil
+	states := map[string]State{} // by name, as normalized
+	unproven := map[string]int{} // earlier runs' armed datasets with no owner: their index in out
+	seen := map[string]bool{}    // tokens in the read
+	for i, d := range ds {
+		v, ok := d.Local(PropState)
+		if !ok {
+			continue
+		}
+		states[d.Name] = State(v)
+		token, armed := armedState(v)
+		if !armed {
+			continue
+		}
+		seen[token] = true
+		state := StateFree
+		switch {
+		case hasOwner(d):
+			state = StateReserved
+			if a != nil {
+				delete(a.handed, token) // recorded
+			}
+		case a == nil:
+		case a.isHanded(token):
+			state = StateReserved
+		case !a.mineLocked(token):
+			state = StateReserved // an earlier run may have handed it over
+			unproven[d.Name] = i
+		}
+		states[d.Name] = state
+		if !copied {
+			out, copied = append([]zfs.Dataset(nil), ds...), true
+		}
+		props := maps.Clone(d.Props)
+		p := props[PropState]
+		p.Value = string(state)
+		props[PropState] = p
+		if !hasOwner(d) {
+			// Its handover is not recorded (or it was never handed over):
+			// the token says by which run.
+			props[PropArmed] = zfs.Prop{Value: token, Source: p.Source}
+		}
+		out[i].Props = props
+	}
+	if a == nil {
+		return out
+	}
+	for name, i := range unproven {
+		if out[i].Err != nil {
+			continue
+		}
+		sib, isAlt := strings.CutSuffix(name, AltSuffix)
+		if !isAlt {
+			sib = name + AltSuffix
+		}
+		if _, alsoUnproven := unproven[sib]; alsoUnproven || states[sib] != StateReserved {
+			continue
+		}
+		token, _ := out[i].Local(PropArmed)
+		a.adopted[token] = true
+		p := out[i].Props[PropState]
+		p.Value = string(StateFree)
+		out[i].Props[PropState] = p
+	}
+	if !clean {
+		return out
+	}
+	for token, h := range a.handed {
+		if seen[token] || !h.at.Before(began) || !strings.HasPrefix(h.dataset, under+"/") {
+			continue
+		}
+		if depth > 0 && strings.Count(strings.TrimPrefix(h.dataset, under+"/"), "/")+1 > depth {
+			continue
+		}
+		if d, there := byName[h.dataset]; there && d.Err != nil {
+			continue
+		}
+		// A whole read, begun after the handover, of where the dataset
+		// was shows it no longer armed there, or gone: its record
+		// landed, or it was released.
+		delete(a.handed, token)
+	}
+	return out
+}
+
+// armedZFS is the manager's ZFS: reads normalized (arming.normalize), and
+// fresh slot datasets created armed.
+type armedZFS struct {
+	ZFS
+	a *arming
+}
+
+func (z armedZFS) Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error) {
+	began := time.Now()
+	ds, err := z.ZFS.Get(ctx, name, depth, props...)
+	return z.a.normalize(ds, began, name, depth, err == nil), err
+}
+
+func (z armedZFS) GetNames(ctx context.Context, names []string, props ...string) ([]zfs.Dataset, error) {
+	began := time.Now()
+	ds, err := z.ZFS.GetNames(ctx, names, props...)
+	return z.a.normalize(ds, began, "", 0, false), err
+}
+
+// Create makes a slot dataset that would be created free armed instead.
+func (z armedZFS) Create(ctx context.Context, name string, props map[string]string) error {
+	return z.ZFS.Create(ctx, name, z.arm(name, props))
+}
+
+// arm returns the props of dataset name with a free state replaced by a
+// new armed one, and remembers its token (tokenOf). An encrypted dataset
+// is made free, as are all while the allocation views are known to be
+// incomplete (a token that does not see every namespace): a later run
+// could not adopt them (adoptArmed: an encrypted dataset is not mounted
+// after a reboot; no incomplete view proves that nobody holds a device).
+// Clones are made by Clone, which never arms them (a clone is never empty).
+func (z armedZFS) arm(name string, props map[string]string) map[string]string {
+	if props[PropState] != string(StateFree) || props[PropManaged] != ManagedSlot || props["encryption"] != "" || z.a.incomplete.Load() {
+		return props
+	}
+	token := z.a.token()
+	z.a.mu.Lock()
+	z.a.made[name] = token
+	z.a.mu.Unlock()
+	props = maps.Clone(props)
+	props[PropState] = stateArmedPrefix + token
+	return props
+}
+
+// unrecorded reports whether d, as the manager reads it, is in use by a
+// handover of an armed dataset that ZFS does not record yet: reserved,
+// armed, no owner.
+func unrecorded(d zfs.Dataset) bool {
+	_, armed := d.Local(PropArmed)
+	return armed && slotState(d) == StateReserved && !hasOwner(d)
+}
+
+// unrecordedSlot is unrecorded for a slot as last seen: its owner is not
+// recorded on its armed dataset.
+func unrecordedSlot(s Slot) bool {
+	return s.armed != "" && s.State == StateReserved && !s.stamped.Known()
+}
+
+// mayAdopt reports whether view v shows of the allocations what adopting
+// slot s needs (see the top of the file): s is an earlier run's armed
+// dataset with no owner recorded and not cloned from a source (a clone is
+// never empty), v is complete and began after this run started, and no
+// allocation holds the device, or, for a Reserve (asking), only the asker,
+// whose task has not started: the dataset then goes to the asker at once
+// (tryReserve), so that it is never free while someone may be using it.
+// A dataset of this run is never adopted: it is reserved only once handed
+// over, and an allocation that the servers do not show started yet may be
+// using it.
+func (m *Manager) mayAdopt(v *View, s Slot, holders []Holding, asking bool) bool {
+	if s.armed == "" || s.State != StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.ours(s.armed) {
+		return false
+	}
+	if !v.Complete || !v.Began.After(m.arm.started) {
+		return false
+	}
+	return len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started
+}
+
+// adoptArmed takes the armed dataset of slot s, which mayAdopt allowed,
+// for this run's own, under the slot's lock, when the slot is still as s
+// shows it and the dataset's root, mounted, is empty. On return the slot is
+// free (adopted) or as it was, with why it was not adopted.
+func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why string, err error) {
+	unlock, err := m.lockSlot(ctx, s.ID, "adopt")
+	if err != nil {
+		return false, "", fmt.Errorf("adopting device %s: %w", s.ID, err)
+	}
+	defer unlock()
+	cur, ok := m.slot(s.ID)
+	m.mu.Lock()
+	_, identified := m.owners[s.ID]
+	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	m.mu.Unlock()
+	switch {
+	case !ok || cur.Dataset != s.Dataset || cur.armed != s.armed || cur.State != StateReserved || cur.Owner.Known() || identified:
+		return false, "it changed meanwhile", nil
+	case cur.Mountpoint == "" || !cur.ok:
+		return false, "it is not mounted", nil
+	}
+	if err := checkMounted(cur.Mountpoint, want); err != nil {
+		return false, err.Error(), nil
+	}
+	if t, err := hostfs.ReadTable(); err != nil {
+		return false, err.Error(), nil
+	} else if mnt, ok := t.At(cur.Mountpoint); !ok || mnt.Source != cur.Dataset {
+		return false, fmt.Sprintf("%s is not what is mounted at %s", cur.Dataset, cur.Mountpoint), nil
+	}
+	empty, err := emptyDir(cur.Mountpoint)
+	switch {
+	case err != nil:
+		return false, err.Error(), nil
+	case !empty:
+		return false, fmt.Sprintf("%s is not empty: a tenant may have written it", cur.Mountpoint), nil
+	}
+	m.arm.adopt(cur.armed)
+	m.setNote(s.ID, note{})
+	m.updateSlot(s.ID, func(x *Slot) { x.State = StateFree })
+	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.armed)
+	return true, "", nil
+}
+
+// emptyDir reports whether directory dir has no entries.
+func emptyDir(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	switch {
+	case errors.Is(err, io.EOF):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return len(names) == 0, nil
+}
+
+// disarmFree records free, as an earlier version would have made them, the
+// free armed datasets of this run, once the allocation views are known to
+// be incomplete: a later run could not adopt them (no incomplete view
+// proves that nobody holds a device), and would keep them from every
+// tenant. One zfs command per dataset, once; a busy slot is left for the
+// next pass.
+func (m *Manager) disarmFree(ctx context.Context) error {
+	var errs []error
+	for _, s := range m.Slots() {
+		if s.State != StateFree || s.armed == "" || !m.arm.ours(s.armed) {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
+		unlock, err := m.lockSlot(lctx, s.ID, "disarm")
+		cancel()
+		if err != nil {
+			continue
+		}
+		cur, ok := m.slot(s.ID)
+		if ok && cur.State == StateFree && cur.armed == s.armed && cur.Dataset == s.Dataset {
+			if err := m.zfs.Set(ctx, cur.Dataset, PropState, string(StateFree)); err != nil {
+				errs = append(errs, fmt.Errorf("recording %s free (not armed): %w", cur.Dataset, err))
+			} else {
+				m.updateSlot(s.ID, func(x *Slot) { x.armed = "" })
+			}
+		}
+		unlock()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,227 @@
+package slots
+
+import (
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// slotDS is a slot dataset as `zfs get` shows it: managed, in stored
+// state state, with an owner recorded when owner is set.
+func armedDS(name, state string, owner bool) zfs.Dataset {
+	props := map[string]zfs.Prop{
+		PropManaged: {Value: ManagedSlot, Source: "local"},
+		PropState:   {Value: state, Source: "local"},
+		PropOwner:   {Value: "-", Source: "-"},
+	}
+	if owner {
+		props[PropOwner] = zfs.Prop{Value: owner1.Encode(), Source: "local"}
+	}
+	return zfs.Dataset{Name: name, Props: props}
+}
+
+var owner1 = Owner{AllocID: "00000001-0000-0000-0000-000000000000", Namespace: "default", Job: "j", Group: "g", Task: "t", AllocName: "j.g[0]"}
+
+// TestArming_Normalize: what an armed state means to the run reading it.
+func TestArming_Normalize(t *testing.T) {
+	const slot, alt = "tank/nomad/scratch/0", "tank/nomad/scratch/0.alt"
+	cases := []struct {
+		name string
+		// setup prepares the run: a is this run, other an earlier one.
+		setup func(a, other *arming) []zfs.Dataset
+		// want is the state each dataset is read in, by name.
+		want map[string]State
+		// handed is how many handovers the run still waits to see recorded.
+		handed int
+	}{
+		{
+			name: "this run's, not handed over: free",
+			setup: func(a, _ *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+a.token(), false)}
+			},
+			want: map[string]State{slot: StateFree},
+		},
+		{
+			name: "this run's, handed over, nothing recorded: reserved",
+			setup: func(a, _ *arming) []zfs.Dataset {
+				tok := a.token()
+				a.handOver(tok, slot)
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+tok, false)}
+			},
+			want: map[string]State{slot: StateReserved}, handed: 1,
+		},
+		{
+			name: "handed over and the owner recorded: reserved, and the handover forgotten",
+			setup: func(a, _ *arming) []zfs.Dataset {
+				tok := a.token()
+				a.handOver(tok, slot)
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+tok, true)}
+			},
+			want: map[string]State{slot: StateReserved},
+		},
+		{
+			name: "an earlier run's, no owner: reserved (it may have handed it over)",
+			setup: func(_, other *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), false)}
+			},
+			want: map[string]State{slot: StateReserved},
+		},
+		{
+			name: "an earlier run's, with an owner: reserved",
+			setup: func(_, other *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), true)}
+			},
+			want: map[string]State{slot: StateReserved},
+		},
+		{
+			name: "an earlier run's, adopted: free",
+			setup: func(a, other *arming) []zfs.Dataset {
+				tok := other.token()
+				a.adopt(tok)
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+tok, false)}
+			},
+			want: map[string]State{slot: StateFree},
+		},
+		{
+			name: "an earlier run's beside a dataset in use: its spare, free",
+			setup: func(_, other *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, string(StateReserved), true), armedDS(alt, stateArmedPrefix+other.token(), false)}
+			},
+			want: map[string]State{slot: StateReserved, alt: StateFree},
+		},
+		{
+			name: "an earlier run's beside one on its way out: it may have been handed over",
+			setup: func(_, other *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, string(StateArchived), true), armedDS(alt, stateArmedPrefix+other.token(), false)}
+			},
+			want: map[string]State{slot: StateArchived, alt: StateReserved},
+		},
+		{
+			name: "two of an earlier run's, no owner: neither is proven",
+			setup: func(_, other *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), false), armedDS(alt, stateArmedPrefix+other.token(), false)}
+			},
+			want: map[string]State{slot: StateReserved, alt: StateReserved},
+		},
+		{
+			name: "a state of an earlier version: unchanged",
+			setup: func(_, _ *arming) []zfs.Dataset {
+				return []zfs.Dataset{armedDS(slot, string(StateFree), false), armedDS(alt, string(StateReserved), false)}
+			},
+			want: map[string]State{slot: StateFree, alt: StateReserved},
+		},
+		{
+			name: "a handover whose dataset a later read shows gone: forgotten",
+			setup: func(a, _ *arming) []zfs.Dataset {
+				a.handOver(a.token(), slot)
+				return []zfs.Dataset{armedDS(alt, string(StateReserved), true)}
+			},
+			want: map[string]State{alt: StateReserved}, handed: 0,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, other := newArming(), newArming()
+			ds := tc.setup(a, other)
+			got := a.normalize(ds, time.Now().Add(time.Second), "tank/nomad", 2, true)
+			must.Eq(t, len(ds), len(got))
+			for _, d := range got {
+				v, _ := d.Local(PropState)
+				must.EqOp(t, tc.want[d.Name], State(v), must.Sprintf("%s", d.Name))
+			}
+			for i, d := range ds {
+				stored, _ := d.Local(PropState)
+				tok, armed := armedState(stored)
+				if hasOwner(d) {
+					tok, armed = "", false // its handover is recorded
+				}
+				shown, has := got[i].Local(PropArmed)
+				must.EqOp(t, armed, has, must.Sprintf("%s: PropArmed added exactly to armed datasets with no owner", d.Name))
+				must.EqOp(t, tok, shown)
+				must.EqOp(t, stored, ds[i].Props[PropState].Value, must.Sprint("the read itself is not changed"))
+			}
+			must.EqOp(t, tc.handed, a.outstanding())
+		})
+	}
+
+	t.Run("an outside observer reads every armed dataset with no owner as free", func(t *testing.T) {
+		other := newArming()
+		ds := []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), false), armedDS(alt, stateArmedPrefix+other.token(), true)}
+		got := (*arming)(nil).normalize(ds, time.Time{}, "tank/nomad", 2, true)
+		v0, _ := got[0].Local(PropState)
+		v1, _ := got[1].Local(PropState)
+		must.EqOp(t, StateFree, State(v0))
+		must.EqOp(t, StateReserved, State(v1))
+	})
+
+	t.Run("a read begun before a handover does not forget it", func(t *testing.T) {
+		a := newArming()
+		before := time.Now()
+		a.handOver(a.token(), slot)
+		a.normalize(nil, before.Add(-time.Second), "tank/nomad", 2, true)
+		must.EqOp(t, 1, a.outstanding())
+		a.normalize(nil, time.Now().Add(time.Second), "tank/nomad/other", 2, true)
+		must.EqOp(t, 1, a.outstanding(), must.Sprint("a read of another tree says nothing of it"))
+		a.normalize(nil, time.Now().Add(time.Second), "tank/nomad", 0, true)
+		must.EqOp(t, 1, a.outstanding(), must.Sprint("a read of the name alone says nothing of its children"))
+		a.normalize(nil, time.Now().Add(time.Second), "tank/nomad", 2, false)
+		must.EqOp(t, 1, a.outstanding(), must.Sprint("a read that failed says nothing of it (review: it used to forget every handover)"))
+		broken := armedDS(slot, "x", false)
+		broken.Err = errors.New("malformed line")
+		a.normalize([]zfs.Dataset{broken}, time.Now().Add(time.Second), "tank/nomad", 2, true)
+		must.EqOp(t, 1, a.outstanding(), must.Sprint("nor does one that could not read the dataset"))
+		a.normalize(nil, time.Now().Add(time.Second), "tank/nomad", 2, true)
+		must.EqOp(t, 0, a.outstanding())
+	})
+}
+
+// TestArming_Current: a slot view's token is current while it is that of
+// the dataset this run last made under the name, or one this run did not
+// make (an earlier run's, adopted).
+func TestArming_Current(t *testing.T) {
+	a := newArming()
+	z := armedZFS{a: a}
+	props := Class{Name: "scratch", Quota: 1 << 20}.SlotProps()
+	old, _ := armedState(z.arm("tank/nomad/scratch/0", props)[PropState])
+	must.True(t, a.current("tank/nomad/scratch/0", old))
+	made, _ := armedState(z.arm("tank/nomad/scratch/0", props)[PropState])
+	must.False(t, a.current("tank/nomad/scratch/0", old), must.Sprint("made again since the view"))
+	must.True(t, a.current("tank/nomad/scratch/0", made))
+	must.True(t, a.current("tank/nomad/scratch/1", newArming().token()))
+}
+
+// TestArmedZFS_CreatesSlotsArmed: a slot dataset that would be created
+// free is created armed with a new token of the run, remembered by name;
+// anything else is created as asked.
+func TestArmedZFS_CreatesSlotsArmed(t *testing.T) {
+	a := newArming()
+	z := armedZFS{a: a}
+	props := Class{Name: "scratch", Quota: 1 << 20}.SlotProps()
+	got := z.arm("tank/nomad/scratch/0", props)
+	tok, ok := armedState(got[PropState])
+	must.True(t, ok, must.Sprintf("%q", got[PropState]))
+	must.True(t, a.ours(tok))
+	must.EqOp(t, tok, a.tokenOf("tank/nomad/scratch/0"))
+	must.EqOp(t, string(StateFree), props[PropState], must.Sprint("the caller's map is not changed"))
+	again := z.arm("tank/nomad/scratch/0", props)
+	must.NotEq(t, got[PropState], again[PropState], must.Sprint("every dataset gets its own token"))
+
+	other := map[string]string{PropManaged: ManagedClass}
+	must.Eq(t, other, z.arm("tank/nomad/scratch", other))
+	reserved := map[string]string{PropManaged: ManagedSlot, PropState: string(StateReserved)}
+	must.Eq(t, reserved, z.arm("tank/nomad/scratch/1", reserved))
+
+	// Made free (review): an encrypted dataset (not mounted after a
+	// reboot, a later run could not adopt it), and any while the views are
+	// known incomplete (none proves that nobody holds a device).
+	encrypted := maps.Clone(props)
+	encrypted["encryption"] = "aes-256-gcm"
+	must.Eq(t, encrypted, z.arm("tank/nomad/scratch/2", encrypted))
+	a.incomplete.Store(true)
+	must.Eq(t, props, z.arm("tank/nomad/scratch/3", props))
+}
