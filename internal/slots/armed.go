@@ -180,9 +180,10 @@ func StateOf(stored, owner string) State {
 	return State(stored)
 }
 
-// hasOwner reports whether d records an owner (PropOwner or a legacy one).
+// hasOwner reports whether d records an owner: PropOwner, or the
+// allocation ID of the legacy properties (what an owner is known by).
 func hasOwner(d zfs.Dataset) bool {
-	for _, p := range OwnerProps {
+	for _, p := range []string{PropOwner, legacyOwnerProps[0]} {
 		if _, ok := d.Local(p); ok {
 			return true
 		}

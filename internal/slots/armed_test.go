@@ -236,3 +236,30 @@ func TestArmed_AFailedReadForgetsNoHandover(t *testing.T) {
 	_, err = e.mgr.Reserve(ctx, []string{"scratch-0"})
 	must.Error(t, err, must.Sprint("the first tenant's dataset goes to no one else"))
 }
+
+// TestArmed_ARepairedReadIsNormalized: a dataset whose batched read does
+// not parse (a legacy owner property with a newline, set by hand, here
+// followed by a line forged for the other slot's dataset) is read again
+// one property at a time; the armed states then mean what they mean in
+// any read. Found in the e2e test of control characters in names: read
+// raw, a fresh armed dataset looked in use (an unknown state), and a second
+// fresh dataset was made beside it, then destroyed.
+func TestArmed_ARepairedReadIsNormalized(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, _ := newReleaseEnv(t, 2)
+	s0, s1 := slotByID(t, e, "scratch-0"), slotByID(t, e, "scratch-1")
+	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s0.Dataset, slots.PropState))
+	forged := "legacy\njob\n" + s1.Dataset + "\t" + slots.PropState + "\treserved\tlocal"
+	e.pool.ZFS(t, "set", "nomad-device-zfs:job="+forged, s0.Dataset)
+	creates, destroys := w.Count("create"), w.Count("destroy")
+	got := e.sync(t)
+	must.SliceLen(t, 2, got)
+	for i, want := range []slots.Slot{s0, s1} {
+		must.EqOp(t, slots.StateFree, got[i].State, must.Sprint(got[i].ID))
+		must.True(t, got[i].Healthy, must.Sprint(got[i].ID, ": ", got[i].HealthDesc))
+		must.EqOp(t, want.Dataset, got[i].Dataset)
+	}
+	must.EqOp(t, creates, w.Count("create"), must.Sprint("no dataset made beside a fresh one"))
+	must.EqOp(t, destroys, w.Count("destroy"))
+}
