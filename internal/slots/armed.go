@@ -108,8 +108,26 @@ func (a *arming) tokenOf(name string) string {
 func (a *arming) current(name, token string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.currentLocked(name, token)
+}
+
+// currentLocked is current; mu is held.
+func (a *arming) currentLocked(name, token string) bool {
 	made, ok := a.made[name]
 	return !ok || made == token
+}
+
+// claim records that this run hands over the armed dataset with token,
+// under name, when token is current (see current); it reports whether it
+// did. The check and the record are one step under mu.
+func (a *arming) claim(name, token string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.currentLocked(name, token) {
+		return false
+	}
+	a.handed[token] = handover{dataset: name, at: time.Now()}
+	return true
 }
 
 // ours reports whether token is this run's own, or adopted.
@@ -231,9 +249,10 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 			continue
 		}
 		seen[token] = true
+		owned := hasOwner(d)
 		state := StateFree
 		switch {
-		case hasOwner(d):
+		case owned:
 			state = StateReserved
 			if a != nil {
 				delete(a.handed, token) // recorded
@@ -253,7 +272,7 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 		p := props[PropState]
 		p.Value = string(state)
 		props[PropState] = p
-		if !hasOwner(d) {
+		if !owned {
 			// Its handover is not recorded (or it was never handed over):
 			// the token says by which run.
 			props[PropArmed] = zfs.Prop{Value: token, Source: p.Source}

@@ -193,6 +193,12 @@ func TestArming_Current(t *testing.T) {
 	must.False(t, a.current("tank/nomad/scratch/0", old), must.Sprint("made again since the view"))
 	must.True(t, a.current("tank/nomad/scratch/0", made))
 	must.True(t, a.current("tank/nomad/scratch/1", newArming().token()))
+
+	// claim is the check and the handover in one step.
+	must.False(t, a.claim("tank/nomad/scratch/0", old))
+	must.EqOp(t, 0, a.outstanding())
+	must.True(t, a.claim("tank/nomad/scratch/0", made))
+	must.EqOp(t, 1, a.outstanding())
 }
 
 // TestArmedZFS_CreatesSlotsArmed: a slot dataset that would be created

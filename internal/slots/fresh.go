@@ -164,15 +164,14 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		m.updateSlot(id, func(x *Slot) { x.setHealth(false, err.Error()) })
 		return Slot{}, fmt.Errorf("device %s (dataset %s) cannot be reserved: %w", id, s.Dataset, err)
 	}
-	if s.armed != "" && !m.arm.current(s.Dataset, s.armed) {
-		// The dataset was made again since this view (a Sync, under the
-		// slot's lock, before it installed what it made).
-		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
-	}
 	if s.armed != "" {
 		// Armed by this run: handed over with no zfs command; its owner
-		// is recorded behind the Reserve (recordOwner, armed.go).
-		m.arm.handOver(s.armed, s.Dataset)
+		// is recorded behind the Reserve (recordOwner, armed.go). Unless
+		// the dataset was made again since this view (a Sync, under the
+		// slot's lock, before it installed what it made).
+		if !m.arm.claim(s.Dataset, s.armed) {
+			return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
+		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, PropState, string(StateReserved)); err != nil {
 		// Foreground: the task's start waits for this command.
 		m.unmarkFresh(ctx, s)

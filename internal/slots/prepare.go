@@ -262,12 +262,11 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })
 		return "", fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
 	}
-	if cur.armed != "" && !m.arm.current(cur.Dataset, cur.armed) {
-		return "", errChanged // made again since this view
-	}
 	if cur.armed != "" {
 		// Armed by this run: no zfs command (armed.go).
-		m.arm.handOver(cur.armed, cur.Dataset)
+		if !m.arm.claim(cur.Dataset, cur.armed) {
+			return "", errChanged // made again since this view
+		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, PropState, string(StateReserved)); err != nil {
 		// Foreground: the asker's Reserve may be waiting for it.
 		m.unmarkFresh(ctx, cur)

@@ -355,31 +355,29 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 		m.mu.Unlock()
 		return nil
 	}
-	if !o.Known() {
+	switch {
+	case o.Known():
+		if err := m.zfs.Set(ctx, s.Dataset, PropOwner, o.Encode()); err != nil {
+			return fmt.Errorf("recording the owner of %s: %w", id, err)
+		}
+	case s.armed != "":
 		// A handover whose owner was never identified: what is recorded
 		// is that the dataset was handed over (armed.go). A dataset not
 		// armed says so already.
-		if s.armed != "" {
-			if err := m.zfs.Set(ctx, s.Dataset, PropState, string(StateReserved)); err != nil {
-				return fmt.Errorf("recording the handover of %s: %w", id, err)
-			}
+		if err := m.zfs.Set(ctx, s.Dataset, PropState, string(StateReserved)); err != nil {
+			return fmt.Errorf("recording the handover of %s: %w", id, err)
 		}
-		m.mu.Lock()
-		delete(m.owners, id)
-		m.mu.Unlock()
-		m.updateSlot(id, func(x *Slot) { x.armed = "" })
-		m.log.Debug("handover recorded, owner unknown", "device", id)
-		m.goTend(ctx, id)
-		return nil
-	}
-	if err := m.zfs.Set(ctx, s.Dataset, PropOwner, o.Encode()); err != nil {
-		return fmt.Errorf("recording the owner of %s: %w", id, err)
 	}
 	m.mu.Lock()
 	delete(m.owners, id)
 	m.mu.Unlock()
-	m.updateSlot(id, func(x *Slot) { x.Owner, x.stamped, x.armed = o, o, "" })
-	m.log.Debug("owner recorded", "device", id, "owner", o.String())
+	m.updateSlot(id, func(x *Slot) {
+		if o.Known() {
+			x.Owner, x.stamped = o, o
+		}
+		x.armed = ""
+	})
+	m.log.Debug("handover recorded", "device", id, "owner", o.String())
 	m.goTend(ctx, id) // the spare, now that its handover is recorded
 	return nil
 }
