@@ -222,19 +222,20 @@ func hasOwner(d zfs.Dataset) bool {
 // once.
 //
 // Only positive evidence forgets a handover: a read that showed its owner,
-// or a whole read (clean: no error, depth > 0) begun after it, of the tree
-// the dataset was in, that does not show its token.
+// or a whole read (clean: no error, depth > 0, every dataset parsed) begun
+// after it, of the tree the dataset was in, that does not show its token.
 func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, depth int, clean bool) []zfs.Dataset {
 	if a != nil {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 	}
 	out, copied := ds, false
-	byName := make(map[string]zfs.Dataset, len(ds))
-	for _, d := range ds {
-		byName[d.Name] = d
-	}
 	clean = clean && depth != 0 && a != nil
+	for _, d := range ds {
+		// A dataset that did not parse may have taken other datasets'
+		// lines with it: the read is no proof that any is gone.
+		clean = clean && d.Err == nil
+	}
 	states := map[string]State{} // by name, as normalized
 	unproven := map[string]int{} // earlier runs' armed datasets with no owner: their index in out
 	seen := map[string]bool{}    // tokens in the read
@@ -307,9 +308,6 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 			continue
 		}
 		if depth > 0 && strings.Count(strings.TrimPrefix(h.dataset, under+"/"), "/")+1 > depth {
-			continue
-		}
-		if d, there := byName[h.dataset]; there && d.Err != nil {
 			continue
 		}
 		// A whole read, begun after the handover, of where the dataset
