@@ -422,10 +422,15 @@ archived_dataset() {
 }
 # fresh_dataset prints the slot's fresh dataset: under the slot's other
 # name (the spare the plugin kept ready), or under the same name again.
+# A fresh dataset is recorded "armed:<run>.<n>" with no owner (armed by the
+# plugin run that made it: docs/release-lifecycle.md#armed-datasets), or
+# "free" when an earlier build made it.
 fresh_dataset() {
-	local ds
+	local ds state owner
 	for ds in "$SLOT_NAME" "$SLOT_NAME.alt"; do
-		if [[ "$(zfs get -H -o value nomad-device-zfs:state "$ds" 2>/dev/null)" == free ]]; then
+		state=$(zfs get -H -o value nomad-device-zfs:state "$ds" 2>/dev/null) || continue
+		owner=$(zfs get -H -o value nomad-device-zfs:owner "$ds" 2>/dev/null) || continue
+		if [[ "$state" == free || ("$state" == armed:* && "$owner" == -) ]]; then
 			echo "$ds"
 			return 0
 		fi
