@@ -12,8 +12,12 @@ import (
 // visRecheck is how often the token's namespace visibility is checked
 // again: a policy edited in place (a namespace rule dropped) is seen within
 // it. A check is a handful of small GETs. A check that failed (the API
-// down) is tried again on the next call after visRetry: until one
-// succeeds, no view is complete and no owner can be identified.
+// down, or "no cluster leader" while the agent starts) is tried again on
+// the next call after visRetry, or at once when a read of the node's
+// allocations has succeeded since it (the API answers again): until one
+// succeeds, no view is complete and no owner can be identified, so a
+// Reserve that reads the allocations must not wait out visRetry on a
+// check that failed before its read.
 const (
 	visRecheck = 30 * time.Second
 	visRetry   = 2 * time.Second
@@ -153,15 +157,17 @@ var validNamespace = regexp.MustCompile("^[a-zA-Z0-9-]{1,128}$")
 
 // Visibility returns whether the token is known to see every namespace,
 // checking again at start, whenever the token file changed, every
-// visRecheck, and visRetry after a check that failed. A check that fails
-// is "not known".
+// visRecheck, and after a check that failed: visRetry after it, or at
+// once when a read of the node's allocations began after it and succeeded.
+// A check that fails is "not known".
 func (w *Watcher) Visibility(ctx context.Context) Visibility {
 	if err := w.refreshToken(); err != nil {
 		return Visibility{Reason: err.Error()}
 	}
 	w.mu.Lock()
+	answered := w.snap != nil && w.lastErr == nil && w.snap.Began.After(w.visAt)
 	due := w.visAt.IsZero() || w.visStale || time.Since(w.visAt) > visRecheck ||
-		(w.visErr != nil && time.Since(w.visAt) > visRetry)
+		(w.visErr != nil && (time.Since(w.visAt) > visRetry || answered))
 	v, verr := w.vis, w.visErr
 	w.mu.Unlock()
 	if due {
