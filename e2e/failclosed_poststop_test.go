@@ -81,7 +81,9 @@ job "poststop" {
 func TestFailClosed_PoststopOfAFailedAllocation(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
 	artPost, artNext := startHeldArtifact(t), startHeldArtifact(t)
-	pool, parent, agent := oneSlotAgent(t, "")
+	// One of two holders' Reserves may be refused at reserve_timeout: 15 s
+	// rather than a minute keeps the test short.
+	pool, parent, agent := oneSlotAgent(t, "", "15s")
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return

@@ -110,7 +110,7 @@ job "%[2]s" {
 func TestPreparedReserveEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
 	art := startHeldArtifact(t)
-	pool, parent, agent := oneSlotAgent(t, "TRACE") // TRACE: the plugin's zfs commands ("ran")
+	pool, parent, agent := oneSlotAgent(t, "TRACE", "1m") // TRACE: the plugin's zfs commands ("ran")
 	first := servingDataset(pool, parent, 0)
 
 	// 1. A fresh slot: the writer is placed, and held at its artifact.
@@ -188,7 +188,8 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 
 // oneSlotAgent starts a real Nomad agent at logLevel with the plugin and
 // one class "scratch" of one slot on a new pool, and waits for its device.
-func oneSlotAgent(t *testing.T, logLevel string) (pool *zfstest.Pool, parent string, agent *nomadtest.Agent) {
+// reserveTimeout is the plugin's reserve_timeout.
+func oneSlotAgent(t *testing.T, logLevel, reserveTimeout string) (pool *zfstest.Pool, parent string, agent *nomadtest.Agent) {
 	t.Helper()
 	pool = zfstest.NewPool(t, 0)
 	parent = pool.Dataset("nomad")
@@ -201,14 +202,14 @@ func oneSlotAgent(t *testing.T, logLevel string) (pool *zfstest.Pool, parent str
   config {
     parent_dataset     = %q
     fingerprint_period = "2s"
-    reserve_timeout    = "1m"
+    reserve_timeout    = %q
     class "scratch" {
       slots = 1
       quota = "32M"
     }
   }
 }
-`, parent),
+`, parent, reserveTimeout),
 	})
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
 	return pool, parent, agent
