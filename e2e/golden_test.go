@@ -15,6 +15,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -135,20 +136,29 @@ func TestGoldenSourceEndToEnd(t *testing.T) {
 	// would rightly be kept, and the slot shown unhealthy.)
 	agent.WaitForDevice(t, "zfs", "dataset", "ci", 1, deviceTimeout)
 	agent.Wait(t, "the second tenant's dataset released", deviceTimeout, func() (bool, string) {
-		states := pool.ZFS(t, "get", "-H", "-o", "name,value", "-r", "nomad-device-zfs:state", parent+"/ci")
-		for _, l := range strings.Split(strings.TrimSpace(states), "\n") {
-			if f := strings.Fields(l); len(f) == 2 && f[0] != parent+"/ci" && !strings.Contains(f[0], "@") && stateOf(t, pool, f[0]) != "free" {
-				return false, states
+		// One read of every dataset: the release renames the spare into
+		// place and destroys the old one while the test looks.
+		states, err := pollStates(pool, parent+"/ci")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, st := range states {
+			if st != string(slots.StateFree) {
+				return false, fmt.Sprint(states)
 			}
 		}
-		return true, states
+		return len(states) > 0, fmt.Sprint(states)
 	})
 	must.NoError(t, agent.Stop())
 	v2 := snapshot("v2", "golden v2")
 	agent = agentWith(v2)
 	agent.WaitForDevice(t, "zfs", "dataset", "ci", 1, deviceTimeout)
 	agent.Wait(t, "every slot dataset made again from "+v2, deviceTimeout, func() (bool, string) {
-		list := pool.ZFS(t, "list", "-H", "-o", "name,origin", "-r", parent+"/ci")
+		b, err := pool.Runner.ZFSCmd(context.Background(), "list", "-H", "-o", "name,origin", "-r", parent+"/ci")
+		if err != nil {
+			return false, err.Error()
+		}
+		list := string(b)
 		return !strings.Contains(list, v1) && strings.Contains(list, v2), list
 	})
 	out = run(agent, "third")

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -46,6 +48,43 @@ func pollProp(pool *zfstest.Pool, ds, prop string) string {
 		return "(error " + err.Error() + ")"
 	}
 	return v
+}
+
+// pollStates reads, in one zfs command, what the state recorded on every
+// dataset under root (root and snapshots left out) means to a reader outside
+// the plugin (slots.StateOf). For polls: the plugin may rename or destroy a
+// dataset between two commands, so a listing and a read of each dataset
+// after it may find one gone; an error is returned, not fatal.
+func pollStates(pool *zfstest.Pool, root string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := pool.Runner.ZFSCmd(ctx, "get", "-H", "-p", "-r", "-o", "name,property,value",
+		slots.PropState+","+slots.PropOwner, root)
+	if err != nil {
+		return nil, err
+	}
+	stored := map[string]string{}
+	owner := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("zfs get under %s: %d columns, want 3: %q", root, len(f), line)
+		}
+		if f[0] == root || strings.Contains(f[0], "@") {
+			continue
+		}
+		switch f[1] {
+		case slots.PropState:
+			stored[f[0]] = f[2]
+		case slots.PropOwner:
+			owner[f[0]] = f[2]
+		}
+	}
+	states := make(map[string]string, len(stored))
+	for ds, st := range stored {
+		states[ds] = string(slots.StateOf(st, owner[ds]))
+	}
+	return states, nil
 }
 
 // pollState is what the state recorded on ds means to a reader outside the
