@@ -19,6 +19,12 @@ import (
 // buildTimeout bounds one build of the plugin (a cold build cache included).
 const buildTimeout = 10 * time.Minute
 
+// PrebuiltEnv names a plugin binary built from this tree beforehand, which
+// BuildPlugin then uses instead of building one. The OpenZFS VM's runner
+// (scripts/openzfs-vm/run-go.sh) sets it: it builds the binary on the host,
+// where a build costs seconds, not the minute of a link under emulation.
+const PrebuiltEnv = "NOMAD_DEVICE_ZFS_TEST_PLUGIN"
+
 // built is the plugin binary built once per test process by BuildPlugin.
 // Its once guards dir, bin and err.
 var built struct {
@@ -30,15 +36,29 @@ var built struct {
 
 // BuildPlugin returns the path of the plugin binary, alone in a directory of
 // the test's own (a plugin_dir: tests may add files beside it). The binary is
-// built once per test process and linked (or copied) into each test's
-// directory: a build is a link step even with a warm cache, about a minute
-// under emulation. A failed build fails every test that asks. A package that
-// calls it removes the shared build with RemoveBuilt at the end, e.g.
+// built once per test process (or taken from $NOMAD_DEVICE_ZFS_TEST_PLUGIN,
+// PrebuiltEnv) and linked (or copied) into each test's directory: a build
+// is a link step even with a warm cache, about a minute under emulation. A
+// failed build, or a prebuilt binary that is not there, fails every test
+// that asks. A package that calls it removes the shared build with
+// RemoveBuilt at the end, e.g.
 //
 //	func TestMain(m *testing.M) { zfstest.Main(m, devicetest.RemoveBuilt) }
 func BuildPlugin(t testing.TB) string {
 	t.Helper()
 	built.once.Do(func() {
+		if pre := os.Getenv(PrebuiltEnv); pre != "" {
+			fi, err := os.Stat(pre)
+			if err == nil && !fi.Mode().IsRegular() {
+				err = fmt.Errorf("%s is not a regular file", pre)
+			}
+			if err != nil {
+				built.err = fmt.Errorf("the prebuilt plugin %s: %w", PrebuiltEnv, err)
+				return
+			}
+			built.bin = pre // built.dir stays empty: RemoveBuilt leaves it
+			return
+		}
 		built.dir, built.err = os.MkdirTemp("", "nomad-device-zfs-build-")
 		if built.err != nil {
 			return
