@@ -7,19 +7,19 @@
 #              all   go test ./... : every test, the e2e tests too (about
 #                    35 min per flavour on 2 cores: docs/testing-openzfs.md)
 #              ci    the subset that fits CI's budget: every package whose
-#                    tests touch ZFS, e2e included (about 28 min in the VM
-#                    on 2 cores; below)
+#                    tests touch ZFS, six e2e tests included (below)
 #              or go packages, e.g. "./internal/zfs ./e2e"
 #
 # Steps, for each flavour: build or reuse the image (build-image.sh), build or
 # reuse the pinned Nomad (scripts/build-nomad.sh), compile the test binaries
-# (kept, shared read-only) and the plugin (into the VM's Go cache) on the
-# host, boot a fresh VM (run-in-vm.sh), run each test binary in its
+# and the plugin (kept, shared read-only; the tests launch that plugin,
+# NOMAD_DEVICE_ZFS_TEST_PLUGIN) on the host, boot a fresh VM (run-in-vm.sh), run each test binary in its
 # package's dir, power off. Output streams; the exit status is the tests'
 # (1 when any package failed; 125 when the VM itself failed).
 #
 # In the guest: CI=true (a test whose ZFS or Nomad is missing fails instead
-# of skipping), NOMAD_BIN = the host's Nomad, shared read-only. One test is
+# of skipping), NOMAD_BIN = the host's Nomad, shared read-only,
+# NOMAD_DEVICE_ZFS_TEST_PLUGIN = the plugin built on the host. One test is
 # left out, by name: e2e's TestDist (`make dist`: two cross-compilations of
 # the plugin and packaging, no ZFS in it; far too slow under emulation).
 # `make test` runs it on the host.
@@ -78,10 +78,12 @@ command -v go > /dev/null || die "no go on PATH"
 # about 115 s in the VM. The restore, release and spare tests that move
 # data stay.
 # Since 2026-11-29 (the first clean-clone CI on a machine with no caches
-# took about 71 minutes, its VM step some 1900 s), also seven end-to-end
-# tests whose ZFS work the VM runs elsewhere: an orphaned child dataset,
-# control characters and long names in Nomad's names (internal/slots'
-# fault tests run both on the module), the operator CLI (internal/cli),
+# took about 4370 s, 73 minutes; its OpenZFS step 2536 s, the VM's tests
+# 1896 s), also six end-to-end tests whose ZFS work the VM runs
+# elsewhere: an orphaned zfs child process, control characters in Nomad's
+# names (internal/slots' TestFaults_ControlCharacters runs on the module;
+# the long-name test stays: how ZFS bounds a name or a property is the
+# ZFS's), the operator CLI (internal/cli),
 # a restore on the same node (internal/slots' restore tests; the restore
 # across nodes, through zfs send and receive, stays), retention
 # (internal/retention) and a shared class (internal/shared and
@@ -93,20 +95,27 @@ command -v go > /dev/null || die "no go on PATH"
 # an ACL policy). The end-to-end tests that stay: the scratch dataset,
 # the conflict, setuid, the restore across nodes and the golden class.
 # And internal/slots' tests of decisions from a zfs wrapper's refusal or
-# cut (the spare's), from the API's answers (a stopping owner, an unknown
-# one, a repeat or a restart's Reserve, a predecessor in another slot), or
-# of the process count and caching (TestRelease_NeverReadsTheTree and
-# _FallsBackToFullSync, TestManager_RefreshIfOlderCaches, a missing
-# parent): about 25 s of the package's 196 s on the host, each a pool
-# made and destroyed under emulation. The slots' release, spare handover,
-# restore, golden, encryption, usage, fault and mount-flag tests stay.
+# cut (TestSpare_MarkCutShortIsUndone, _RefusedFateLeavesTheSpareFresh,
+# _DeadlineAfterARefusalNamesTheRefusal, TestReserve_AMarkThatLanded…),
+# from the API's answers (TestReserve_NewAllocationWaitsForAStoppingOwner,
+# _OwnerUnknownIsKeptUntilNobodyHoldsIt, _RepeatByTheOwner,
+# TestSpare_ReleaseWithTheOwnerStillPending,
+# TestRestore_WaitsForAPredecessorStillInAnotherSlot), or of the process
+# count and caching (TestRelease_NeverReadsTheTree, _FallsBackToFullSync,
+# TestManager_RefreshIfOlderCaches) and a missing parent
+# (TestRelease_NothingWhenParentMissing, TestManager_ParentMissing): about
+# 20 s of the package's 196 s on the host, each a pool made and destroyed
+# under emulation. The slots' release, spare handover, restore, golden,
+# encryption, usage, fault and mount-flag tests stay, and so do the two
+# Reserves that release and ready a slot themselves
+# (TestReserve_WaitsForTheRelease, _MadeForItsOwnerIsReadiedAfterARestart).
 VM_SKIP='^TestDist$' # see above; a -skip in GOTESTFLAGS replaces it
 case $tests in
 all) pkgs=(./...) ;;
 ci)
 	pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
 		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./e2e/...)
-	VM_SKIP='^(TestDist|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames|LongNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|WaitsForTheRelease|MadeForItsOwnerIsReadiedAfterARestart|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
+	VM_SKIP='^(TestDist|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
 	;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
@@ -115,7 +124,8 @@ read -r -a testflags <<< "${GOTESTFLAGS:-}"
 read -r -a benchflags <<< "${BENCHFLAGS:--sizes 10,100}"
 
 # prepare FLAVOUR: image, Nomad, host pre-compile. Sets NOMAD, TESTBIN (a
-# dir for the test binaries, removed by run_one; empty for `bench`) and
+# dir for the test binaries and the plugin, removed by run_one; empty for
+# `bench`) and
 # TESTPKGS ("IMPORTPATH DIR" of each package that has tests, in go test's
 # order; only for `test`).
 prepare() {
@@ -127,31 +137,32 @@ prepare() {
 	t0=$SECONDS
 	NOMAD=$(bash "$REPO/scripts/build-nomad.sh") || die "building Nomad failed (see above)"
 	log "Nomad: $NOMAD ($((SECONDS - t0))s)"
-	# Same toolchain, same paths, same GOFLAGS and CGO setting as the guest
-	# (run-in-vm.sh --go): the same cache keys. The test binaries are kept:
-	# the guest runs them as they are (linking one under emulation, and the
-	# go command around it, cost about 20 s per package). For `test` nothing
-	# is built in the guest any more (the plugin binary is built here too),
-	# so the compile uses the host's own Go cache, warm after `make test`
-	# (into the VM's own cache, the pre-compile took 138 s on a machine with
-	# no caches);
-	# `bench` keeps the VM's cache, which zfsbench's build in the guest reads.
+	# The test binaries and the plugin the tests launch
+	# (NOMAD_DEVICE_ZFS_TEST_PLUGIN) are built here and kept: the guest runs
+	# them as they are (linking one under emulation, and the go command
+	# around it, cost about 20 s per package; the plugin's, about a minute in
+	# each package that launches it). They use the host's Go cache, warm
+	# after `make test` (into the VM's own, empty on a machine with no
+	# caches, the pre-compile took 138 s). The VM's own cache is what the
+	# guest's go reads (run-in-vm.sh --go, the same toolchain, paths, GOFLAGS
+	# and CGO setting: the same cache keys); it is warmed with the plugin's
+	# build for what still builds in the guest: zfsbench (`bench`), and
+	# internal/pluginhost's TestBuildLaunchKill in any run but `ci`.
 	t0=$SECONDS
 	tmp=$(mktemp -d)
 	TESTBIN=$(mktemp -d "${TMPDIR:-/tmp}/ozvm-tests.XXXXXX")
 	if ! (
 		cd "$REPO" || exit 1
-		if [ "$mode" = bench ]; then
-			export GOCACHE=${OZVM_GOCACHE:-$OZVM_CACHE/gocache}
-			mkdir -p "$GOCACHE" || exit 1
-		fi
 		if [ "$mode" = test ]; then
 			nice -n 10 go test -c -o "$TESTBIN/" "${pkgs[@]}" > /dev/null || exit 1
+			nice -n 10 go build -o "$TESTBIN/nomad-device-zfs" ./cmd/nomad-device-zfs || exit 1
 		fi
-		# What the tests and the bench build with `go build` (pluginhost.Build).
-		# The tests take this very binary (devicetest.PrebuiltEnv, set on the
-		# guest below): its link in the guest cost about a minute per package.
-		nice -n 10 go build -o "$TESTBIN/nomad-device-zfs" ./cmd/nomad-device-zfs || exit 1
+		if [ "$mode" = bench ] || [ "$tests" != ci ]; then
+			export GOCACHE=${OZVM_GOCACHE:-$OZVM_CACHE/gocache}
+			mkdir -p "$GOCACHE" || exit 1
+			# What pluginhost.Build runs.
+			nice -n 10 go build -o "$tmp/plugin" ./cmd/nomad-device-zfs || exit 1
+		fi
 		if [ "$mode" = bench ]; then # zfsbench builds the plugin with -trimpath
 			nice -n 10 go build -trimpath -o "$tmp/plugin" ./cmd/nomad-device-zfs || exit 1
 			nice -n 10 go build -o "$REPO/bin/zfsbench" ./bench/cmd/zfsbench || exit 1
