@@ -13,8 +13,8 @@
 # Steps, for each flavour: build or reuse the image (build-image.sh), build or
 # reuse the pinned Nomad (scripts/build-nomad.sh), compile the test binaries
 # and the plugin (kept, shared read-only; the tests launch that plugin,
-# NOMAD_DEVICE_ZFS_TEST_PLUGIN) on the host, boot a fresh VM (run-in-vm.sh), run each test binary in its
-# package's dir, power off. Output streams; the exit status is the tests'
+# NOMAD_DEVICE_ZFS_TEST_PLUGIN) on the host, boot a fresh VM (run-in-vm.sh),
+# run each test binary in its package's dir, power off. Output streams; the exit status is the tests'
 # (1 when any package failed; 125 when the VM itself failed).
 #
 # In the guest: CI=true (a test whose ZFS or Nomad is missing fails instead
@@ -79,7 +79,7 @@ command -v go > /dev/null || die "no go on PATH"
 # data stay.
 # Since 2026-11-29 (the first clean-clone CI on a machine with no caches
 # took about 4370 s, 73 minutes; its OpenZFS step 2536 s, the VM's tests
-# 1896 s), also six end-to-end tests whose ZFS work the VM runs
+# 1896 s), also seven end-to-end tests whose ZFS work the VM runs
 # elsewhere: an orphaned zfs child process, control characters in Nomad's
 # names (internal/slots' TestFaults_ControlCharacters runs on the module;
 # the long-name test stays: how ZFS bounds a name or a property is the
@@ -87,13 +87,13 @@ command -v go > /dev/null || die "no go on PATH"
 # a restore on the same node (internal/slots' restore tests; the restore
 # across nodes, through zfs send and receive, stays), retention
 # (internal/retention) and a shared class (internal/shared and
-# internal/device); and three internal/slots spare tests that hang on the
-# 500 ms hold for the next tenant (spareHold) and 3 s Reserves, which
-# emulation outlasts (they failed in the VM that run, a release under way
-# where the test expected the hold). The release end-to-end test too
-# (internal/slots' release tests run its ZFS work; its second round is
-# an ACL policy). The end-to-end tests that stay: the scratch dataset,
-# the conflict, setuid, the restore across nodes and the golden class.
+# internal/device), the release (internal/slots' release tests run its
+# ZFS work; its second round is an ACL policy); and three internal/slots
+# spare tests that hang on the 500 ms hold for the next tenant (spareHold)
+# and 3 s Reserves, which emulation outlasts (they failed in the VM that
+# run, a release under way where the test expected the hold). The
+# end-to-end tests that stay: the scratch dataset, the conflict, long
+# names, setuid, the restore across nodes and the golden class.
 # And internal/slots' tests of decisions from a zfs wrapper's refusal or
 # cut (TestSpare_MarkCutShortIsUndone, _RefusedFateLeavesTheSpareFresh,
 # _DeadlineAfterARefusalNamesTheRefusal, TestReserve_AMarkThatLanded…),
@@ -245,10 +245,13 @@ run_one() {
 	local flavour=$1 start=$SECONDS rc=0
 	log "== OpenZFS $flavour: $mode ${pkgs[*]}"
 	prepare "$flavour"
+	local envs=(--env CI=true --env "NOMAD_BIN=$NOMAD")
+	if [ "$mode" = test ]; then # the plugin prepare built for the tests
+		envs+=(--env "NOMAD_DEVICE_ZFS_TEST_PLUGIN=$TESTBIN/nomad-device-zfs")
+	fi
 	bash "$HERE/run-in-vm.sh" "$flavour" --go \
 		--share "$REPO" --share "$(dirname "$NOMAD"):$(dirname "$NOMAD"):ro" --share "$TESTBIN:$TESTBIN:ro" \
-		--env CI=true --env "NOMAD_BIN=$NOMAD" --env "NOMAD_DEVICE_ZFS_TEST_PLUGIN=$TESTBIN/nomad-device-zfs" \
-		-- "$(guest_script)" || rc=$?
+		"${envs[@]}" -- "$(guest_script)" || rc=$?
 	rm -rf "$TESTBIN"
 	log "== OpenZFS $flavour: exit status $rc after $((SECONDS - start))s"
 	return "$rc"
