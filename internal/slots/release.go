@@ -350,9 +350,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 		return nil
 	}
 	if !ok || s.State != StateReserved || s.stamped.Known() {
-		m.mu.Lock()
-		delete(m.owners, id)
-		m.mu.Unlock()
+		m.dropOwner(id, o)
 		return nil
 	}
 	switch {
@@ -368,9 +366,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 			return fmt.Errorf("recording the handover of %s: %w", id, err)
 		}
 	}
-	m.mu.Lock()
-	delete(m.owners, id)
-	m.mu.Unlock()
+	m.dropOwner(id, o)
 	m.updateSlot(id, func(x *Slot) {
 		if o.Known() {
 			x.Owner, x.stamped = o, o
@@ -380,6 +376,19 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 	m.log.Debug("handover recorded", "device", id, "owner", o.String())
 	m.goTend(ctx, id) // the spare, now that its handover is recorded
 	return nil
+}
+
+// dropOwner forgets the pending owner of slot id once o is recorded (or
+// moot), unless another was queued meanwhile: reserveFresh queues the
+// handover of an armed spare (a zero owner) before its read tells who
+// asked, and the owner that read identifies, queued while the handover
+// was written, stays pending for the next pass.
+func (m *Manager) dropOwner(id string, o Owner) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owners[id] == o {
+		delete(m.owners, id)
+	}
 }
 
 // startReleaseLocked records, under the slot's lock (held by the caller),

@@ -1,0 +1,111 @@
+package slots_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+)
+
+// slowViews answers every View late while held: the API slow to read the
+// node's allocations. held reports each View that waits.
+type slowViews struct {
+	*allocs
+	mu   sync.Mutex
+	gate chan struct{} // nil: views answer at once; else they wait for its close
+	held chan struct{}
+}
+
+func (s *slowViews) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate, s.held = make(chan struct{}), make(chan struct{}, 16)
+}
+
+func (s *slowViews) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.gate)
+	s.gate = nil
+}
+
+func (s *slowViews) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	s.mu.Lock()
+	gate, held := s.gate, s.held
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.allocs.View(ctx, since)
+}
+
+func (s *slowViews) Latest(ctx context.Context) (*slots.View, error) {
+	return s.View(ctx, time.Time{})
+}
+
+// TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded (found by the
+// churn bench): a held slot's armed spare is handed over before the
+// Reserve's read has told who asked, so what is queued first is "handed
+// over, owner unknown". When the owner loop writes that (its `zfs set`
+// paused by a wrapper first on PATH) and the read lands meanwhile, the
+// owner it identified is recorded afterwards: it is not dropped with the
+// handover's record, which would leave the tenant's dataset kept as
+// nobody's and the tenant's next Reserve refused.
+func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o2, spare := c.w, c.e, c.a, c.o2, c.spare
+	w.Resume("rename")
+	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, slots.PropState))
+	kickedPass(t, e, a) // Run goes on: its owner loop records what Reserve queues
+	must.Eq(t, "reserved", stateOf(t, e, c.s0.Dataset), must.Sprint("held for the next tenant"))
+
+	sv := &slowViews{allocs: a}
+	e.mgr.SetNomad(sv)
+	sv.hold()
+	w.PauseFor("set", spare)
+	a.hold("scratch-0", o2)
+	type result struct {
+		res []slots.Slot
+		err error
+	}
+	got := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+		got <- result{res, err}
+	}()
+	// The handover's record is under way (paused) while the Reserve's
+	// read has not answered: both within identifyGrace (2 s).
+	w.WaitPaused(t, "set", 1500*time.Millisecond)
+	<-sv.held
+	sv.release()
+	r := <-got
+	must.NoError(t, r.err)
+	must.Eq(t, spare, r.res[0].Dataset)
+	must.Eq(t, o2.AllocID, r.res[0].Owner.AllocID, must.Sprint("identified by the read made beside the handover"))
+
+	w.Resume("set")
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID, must.Sprint("the owner identified is recorded"))
+
+	// Read again from ZFS: the tenant's dataset, its owner known.
+	must.NoError(t, e.mgr.Sync(ctx))
+	s := slotByID(t, e, "scratch-0")
+	must.Eq(t, slots.StateReserved, s.State)
+	must.Eq(t, o2.AllocID, s.Owner.AllocID)
+	must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
+}
