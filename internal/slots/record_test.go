@@ -89,8 +89,10 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	}()
 	// The handover's record is under way (paused) while the Reserve's
 	// read has not answered: both within identifyGrace (2 s).
+	asked := time.Now()
 	w.WaitPaused(t, "set", 1500*time.Millisecond)
 	<-sv.held
+	t.Logf("the handover's record paused %s after the Reserve began", time.Since(asked).Round(time.Millisecond))
 	sv.release()
 	r := <-got
 	must.NoError(t, r.err)
