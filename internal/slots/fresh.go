@@ -53,12 +53,17 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 
 	var out []Slot
 	how := map[string]string{}
+	// released: how many releases of each slot may have begun by the end
+	// of its handover (a spare's handover begins the old dataset's);
+	// another one since, and the read no longer speaks of what serves.
+	released := map[string]uint64{}
 	// failed: a handover that failed. The slots handed over before it are
 	// still identified below, so that the next round, which finds them
 	// reserved, gives them back to their owner (the asker) rather than
 	// keep them for want of one.
 	var failed error
 	for _, held := range spares {
+		released[held.ID] = m.releasesOf(held.ID) + 1
 		s, err := m.handOverSpare(ctx, held, Owner{})
 		if err != nil {
 			failed = retryReserve{fmt.Errorf("device %s: handing over its spare: %w", held.ID, err)}
@@ -71,6 +76,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 		if failed != nil {
 			break
 		}
+		released[id] = m.releasesOf(id)
 		s, err := m.markReserved(ctx, id)
 		if err != nil {
 			failed = err
@@ -113,19 +119,19 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 				why = fmt.Sprintf("%d live allocations hold it", len(h))
 			}
 		}
-		m.mu.Lock()
-		if why == "" || s.armed != "" {
-			// The owner to record, or, unknown, that an armed dataset
-			// was handed over (recordOwner).
-			m.owners[s.ID] = out[i].Owner
+		if !m.identified(s, released[s.ID], out[i].Owner, why) {
+			// Released since it was handed over (its asker ended before
+			// the read came back), and perhaps another tenant's since:
+			// what the read says belongs to a dataset that no longer
+			// serves, and is not recorded on the one that does.
+			m.log.Warn("reserved slot changed before the read that identifies its asker came back", "device", s.ID, "dataset", s.Dataset)
+			if failed == nil {
+				failed = fmt.Errorf("device %s: its dataset %s was released before the read that identifies the asker came back", s.ID, s.Dataset)
+			}
+			continue
 		}
-		m.mu.Unlock()
 		if why != "" {
-			m.setNote(s.ID, note{unhealthy: true, text: "owner unknown: " + why + "; its data is kept until no allocation holds it"})
 			m.log.Warn("reserved slot's owner unknown", "device", s.ID, "reason", why)
-		} else {
-			m.setNote(s.ID, note{})
-			m.updateSlot(s.ID, func(x *Slot) { x.Owner = out[i].Owner })
 		}
 		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "how", how[s.ID], "took", time.Since(arrived))
 	}
@@ -137,6 +143,52 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 		return nil, failed
 	}
 	return out, nil
+}
+
+// releasesOf returns how many releases of slot id have begun (writeFate).
+func (m *Manager) releasesOf(id string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.releases[id]
+}
+
+// identified records what the read made for a Reserve says of slot s,
+// as reserveFresh handed it over: its owner o (to record on ZFS, and in
+// the slot's view), or, when why says it is unknown, a note that keeps the
+// data; for an armed dataset, that it was handed over (recordOwner). It
+// does so only while the slot still serves that dataset, reserved, with no
+// owner recorded and no release begun since the handover (released is
+// releasesOf then), under one hold of m.mu: the read runs with no lock
+// held, and meanwhile the asker may have ended, its dataset been released
+// and the slot handed to another tenant (whose dataset may bear the same
+// name), whose pending owner must not be replaced. It reports whether the
+// slot was still so.
+func (m *Manager) identified(s Slot, released uint64, o Owner, why string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.byID[s.ID]
+	if !ok {
+		return false
+	}
+	cur := m.slots[i]
+	if m.releases[s.ID] != released || cur.Dataset != s.Dataset || cur.State != StateReserved || cur.stamped.Known() {
+		return false
+	}
+	if why == "" || s.armed != "" {
+		// The owner to record, or, unknown, that an armed dataset was
+		// handed over (recordOwner).
+		m.owners[s.ID] = o
+	}
+	slots := append([]Slot(nil), m.slots...)
+	if why != "" {
+		m.notes[s.ID] = note{unhealthy: true, text: "owner unknown: " + why + "; its data is kept until no allocation holds it"}
+	} else {
+		delete(m.notes, s.ID)
+		slots[i].Owner = o
+		m.vers[s.ID]++
+	}
+	m.setSlotsLocked(slots)
+	return true
 }
 
 // markReserved records a fresh slot as reserved, under its lock, after

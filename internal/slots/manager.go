@@ -155,6 +155,11 @@ type Manager struct {
 	reported map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
 	owners map[string]Owner
+	// releases counts, by ID, the releases begun (writeFate): what a read
+	// made for a Reserve says counts only if none began since the
+	// handover (identified), for the slot may serve a new dataset of the
+	// same name by then.
+	releases map[string]uint64
 	// notes explain why an in-use slot is kept, by ID.
 	notes map[string]note
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
@@ -203,7 +208,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]Owner{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
 	}

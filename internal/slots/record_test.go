@@ -3,10 +3,12 @@ package slots_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
@@ -101,8 +103,12 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 
 	w.Resume("set")
 	must.NoError(t, e.mgr.Wait(ctx))
+	// Recorded by the owner loop of Run, which goes on (or by this pass,
+	// when the slot's lock is free within its short wait).
 	must.NoError(t, e.mgr.ReleaseEnded(ctx))
-	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID, must.Sprint("the owner identified is recorded"))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		return recordedOwner(t, e, spare).AllocID == o2.AllocID
+	}), wait.Timeout(20*time.Second), wait.Gap(50*time.Millisecond)), must.Sprint("the owner identified is recorded"))
 
 	// Read again from ZFS: the tenant's dataset, its owner known.
 	must.NoError(t, e.mgr.Sync(ctx))
@@ -110,4 +116,87 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	must.Eq(t, slots.StateReserved, s.State)
 	must.Eq(t, o2.AllocID, s.Owner.AllocID)
 	must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
+}
+
+// staleViews answers the first View after arm with a read made at once but
+// handed back only when gate is closed: the API's answer late on the way
+// back, so that what it says is older than when it arrives.
+type staleViews struct {
+	*allocs
+	armed   atomic.Bool
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (s *staleViews) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	v, err := s.allocs.View(ctx, since)
+	if !s.armed.Load() {
+		return v, err
+	}
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.entered)
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return v, err
+}
+
+func (s *staleViews) Latest(ctx context.Context) (*slots.View, error) {
+	return s.View(ctx, time.Time{})
+}
+
+// TestRecord_AStaleIdentificationIsNotRecordedOnTheNextTenant (review): a
+// Reserve's read that identifies its asker, B, comes back late; meanwhile
+// B has ended without starting, its dataset has been released, and the
+// slot handed to C. What the read says of B belongs to a dataset that no
+// longer serves: it must not replace C's pending owner, or B is recorded
+// on C's dataset (and C's data later released as B's). B's Reserve fails
+// instead, naming the slot.
+func TestRecord_AStaleIdentificationIsNotRecordedOnTheNextTenant(t *testing.T) {
+	e := newEnv(t, 1)
+	sv := &staleViews{allocs: newAllocs(), entered: make(chan struct{}), gate: make(chan struct{})}
+	a := sv.allocs
+	e.mgr.SetNomad(sv)
+	e.sync(t)
+	B, C := owner(1), owner(3)
+	a.hold("scratch-0", B)
+	sv.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type result struct {
+		res []slots.Slot
+		err error
+	}
+	gotB := make(chan result, 1)
+	go func() {
+		res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+		gotB <- result{res, err}
+	}()
+	<-sv.entered // B's dataset is handed over; the read that names B is on its way back
+	guidB := e.guid(t, slotByID(t, e, "scratch-0").Dataset)
+
+	// B ends before it starts (its job stopped); its dataset is released,
+	// and C is placed on the device and reserves it.
+	a.end(B)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	a.hold("scratch-0", C)
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	dsC := res[0].Dataset
+	must.NotEq(t, guidB, e.guid(t, dsC), must.Sprint("C gets a dataset of its own (perhaps of the same name)"))
+	must.Eq(t, C.AllocID, res[0].Owner.AllocID)
+
+	close(sv.gate)
+	r := <-gotB
+	must.ErrorContains(t, r.err, "scratch-0", must.Sprint("B's Reserve fails: its dataset no longer serves"))
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.Eq(t, C.AllocID, recordedOwner(t, e, dsC).AllocID, must.Sprint("C's dataset is recorded as C's"))
+	s := slotByID(t, e, "scratch-0")
+	must.Eq(t, C.AllocID, s.Owner.AllocID)
 }

@@ -462,6 +462,7 @@ func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spa
 	delete(m.owners, cur.ID)
 	delete(m.notes, cur.ID)
 	delete(m.emptyStarts, cur.ID)
+	m.releases[cur.ID]++
 	m.mu.Unlock()
 	m.log.Info("release started", "device", cur.ID, "dataset", cur.Dataset, "owner", o.String(), "on_release", c.OnRelease, "spare", spare)
 	if obs := m.observer(); obs != nil {
