@@ -100,9 +100,9 @@ command -v go > /dev/null || die "no go on PATH"
 # from the API's answers (TestReserve_NewAllocationWaitsForAStoppingOwner,
 # _OwnerUnknownIsKeptUntilNobodyHoldsIt, _RepeatByTheOwner,
 # TestSpare_ReleaseWithTheOwnerStillPending,
-# TestRestore_WaitsForAPredecessorStillInAnotherSlot, and
-# TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded, bound to the 2 s
-# identifyGrace and a held spare), or of the process
+# TestRestore_WaitsForAPredecessorStillInAnotherSlot, and TestRecord_*:
+# the owner a Reserve's read identifies, bound to its 2 s identifyGrace),
+# or of the process
 # count and caching (TestRelease_NeverReadsTheTree, _FallsBackToFullSync,
 # TestManager_RefreshIfOlderCaches) and a missing parent
 # (TestRelease_NothingWhenParentMissing, TestManager_ParentMissing): about
@@ -117,7 +117,7 @@ all) pkgs=(./...) ;;
 ci)
 	pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
 		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./e2e/...)
-	VM_SKIP='^(TestDist|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
+	VM_SKIP='^(TestDist|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_.*|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
 	;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
