@@ -200,3 +200,39 @@ func TestRecord_AStaleIdentificationIsNotRecordedOnTheNextTenant(t *testing.T) {
 	s := slotByID(t, e, "scratch-0")
 	must.Eq(t, C.AllocID, s.Owner.AllocID)
 }
+
+// TestRecord_AStaleDecisionLeavesTheNextTenantsHealth (review): a release
+// pass decides from a copy of the slots taken before its read of the API.
+// Meanwhile B ends, C's Reserve releases B's dataset and takes the slot,
+// and C's task starts. The pass, deciding for B's tenancy from a read
+// showing B ended and C started on the device, finds a conflict: that is
+// B's tenancy's, gone, and must not make C's slot unhealthy.
+func TestRecord_AStaleDecisionLeavesTheNextTenantsHealth(t *testing.T) {
+	e, g := newGatedEnv(t, false)
+	a := g.allocs
+	B, C := owner(1), owner(2)
+	a.hold("scratch-0", B)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	a.start(B)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx)) // B's owner recorded
+
+	// The pass takes its copy (B's tenancy) and waits on the API.
+	passDone := gatedPass(ctx, e, g)
+
+	a.end(B)
+	a.hold("scratch-0", C)
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, C.AllocID, res[0].Owner.AllocID)
+	a.start(C)
+
+	close(g.gate)
+	must.NoError(t, <-passDone)
+	s := slotByID(t, e, "scratch-0")
+	must.Eq(t, res[0].Dataset, s.Dataset)
+	must.True(t, s.Healthy, must.Sprint("C's slot: ", s.HealthDesc))
+	must.StrNotContains(t, s.HealthDesc, "conflict")
+}

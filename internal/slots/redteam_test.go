@@ -171,11 +171,30 @@ func TestRedTeam_StalePendingOwnerStampedOnNextGeneration(t *testing.T) {
 	}
 }
 
-func stalePendingOwner(t *testing.T, onView bool) {
+// newGatedEnv is an env of one slot whose manager learns about
+// allocations from a gatedAllocs (its gate not armed yet), synced once.
+func newGatedEnv(t *testing.T, onView bool) (*env, *gatedAllocs) {
+	t.Helper()
 	e := newEnv(t, 1)
 	g := &gatedAllocs{allocs: newAllocs(), onView: onView, entered: make(chan struct{}), gate: make(chan struct{})}
 	e.mgr.SetNomad(g)
 	e.sync(t)
+	return e, g
+}
+
+// gatedPass arms g's gate and starts a release pass (ReleaseEnded), and
+// returns, with its outcome to come, once the pass waits at the gate: it
+// has taken its copy of the slots (and of the owners to record).
+func gatedPass(ctx context.Context, e *env, g *gatedAllocs) <-chan error {
+	g.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- e.mgr.ReleaseEnded(ctx) }()
+	<-g.entered
+	return done
+}
+
+func stalePendingOwner(t *testing.T, onView bool) {
+	e, g := newGatedEnv(t, onView)
 	a := g.allocs
 	B, C := owner(1), owner(2)
 
@@ -189,10 +208,7 @@ func stalePendingOwner(t *testing.T, onView bool) {
 	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant B"), 0o644))
 
 	// The background pass starts and waits on the API.
-	g.armed.Store(true)
-	passDone := make(chan error, 1)
-	go func() { passDone <- e.mgr.ReleaseEnded(context.Background()) }()
-	<-g.entered
+	passDone := gatedPass(context.Background(), e, g)
 
 	// B ends; C is placed on the device and its Reserve arrives.
 	a.end(B)

@@ -86,8 +86,12 @@ func (m *Manager) recordOwners(ctx context.Context) error {
 func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Time, hold bool) ([]*releaseRun, error) {
 	var errs []error
 	// Decisions are made from this copy; a release starts only while the
-	// slot still shows the tenancy decided from (startReleaseLocked).
-	slots := m.Slots()
+	// slot still shows the tenancy decided from (startReleaseLocked), and
+	// a note is set only while it does (noteTenancy: rel, the releases
+	// begun by then, taken with the copy).
+	m.mu.Lock()
+	slots, rel := append([]Slot(nil), m.slots...), maps.Clone(m.releases)
+	m.mu.Unlock()
 	var reserved []Slot
 	var runs []*releaseRun
 	for _, s := range slots {
@@ -127,7 +131,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			if !s.Owner.Known() {
 				text = fmt.Sprintf("owner unknown: the allocation it was handed to was never identified, and the node's allocations cannot be read (%v); its data is kept", err)
 			}
-			m.setNote(s.ID, note{unhealthy: true, text: text})
+			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: text})
 		}
 		m.log.Warn("cannot read the node's allocations; keeping every in-use dataset", "error", err)
 		return runs, errors.Join(errs...)
@@ -158,10 +162,10 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 				m.log.Info("releasing an earlier run's armed dataset that is not known to be fresh; no allocation holds it", "device", s.ID, "reason", why)
 				runs = append(runs, m.goRelease(ctx, s, true, Owner{}))
 			default:
-				m.setNote(s.ID, note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
+				m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
 			}
 		case inUse:
-			m.setNote(s.ID, note{})
+			m.noteTenancy(s, rel[s.ID], note{})
 		case startRelease:
 			if hold && m.holdFor(s) {
 				continue
@@ -169,10 +173,36 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.reason)
 			runs = append(runs, m.goRelease(ctx, s, true, Owner{}))
 		default:
-			m.setNote(s.ID, note{unhealthy: true, text: d.reason})
+			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: d.reason})
 		}
 	}
 	return runs, errors.Join(errs...)
+}
+
+// noteTenancy sets the note of slot s (see setNote) only while the slot
+// still shows the tenancy s shows: the same dataset, in the same state, of
+// the same owner, with no release begun since s was copied (released is
+// m.releases then). A pass decides from a copy of the slots taken before
+// its read of the API; meanwhile a Reserve may have released the dataset
+// and handed the slot to another tenant, perhaps under the same name,
+// whose health is not the decision's to set or clear.
+func (m *Manager) noteTenancy(s Slot, released uint64, n note) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.byID[s.ID]
+	if !ok {
+		return
+	}
+	cur := m.slots[i]
+	if m.releases[s.ID] != released || cur.Dataset != s.Dataset || cur.State != s.State || cur.Owner.AllocID != s.Owner.AllocID || m.notes[s.ID] == n {
+		return
+	}
+	if n == (note{}) {
+		delete(m.notes, s.ID)
+	} else {
+		m.notes[s.ID] = n
+	}
+	m.setSlotsLocked(append([]Slot(nil), m.slots...))
 }
 
 // runTimeout bounds one release run.
