@@ -166,12 +166,8 @@ func (m *Manager) releasesOf(id string) uint64 {
 func (m *Manager) identified(s Slot, released uint64, o Owner, why string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i, ok := m.byID[s.ID]
-	if !ok {
-		return false
-	}
-	cur := m.slots[i]
-	if m.releases[s.ID] != released || cur.Dataset != s.Dataset || cur.State != StateReserved || cur.stamped.Known() {
+	i, ok := m.sinceLocked(s, released)
+	if !ok || m.slots[i].State != StateReserved || m.slots[i].stamped.Known() {
 		return false
 	}
 	if why == "" || s.armed != "" {
@@ -181,9 +177,9 @@ func (m *Manager) identified(s Slot, released uint64, o Owner, why string) bool 
 	}
 	slots := append([]Slot(nil), m.slots...)
 	if why != "" {
-		m.notes[s.ID] = note{unhealthy: true, text: "owner unknown: " + why + "; its data is kept until no allocation holds it"}
+		m.noteLocked(s.ID, note{unhealthy: true, text: "owner unknown: " + why + "; its data is kept until no allocation holds it"})
 	} else {
-		delete(m.notes, s.ID)
+		m.noteLocked(s.ID, note{})
 		slots[i].Owner = o
 		m.vers[s.ID]++
 	}

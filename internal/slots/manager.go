@@ -336,15 +336,37 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 func (m *Manager) setNote(id string, n note) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.noteLocked(id, n) {
+		m.setSlotsLocked(append([]Slot(nil), m.slots...))
+	}
+}
+
+// noteLocked sets (or, with a zero note, clears) the note of slot id,
+// with m.mu held, and reports whether it changed; the caller publishes
+// it (setSlotsLocked).
+func (m *Manager) noteLocked(id string, n note) bool {
 	if m.notes[id] == n {
-		return
+		return false
 	}
 	if n == (note{}) {
 		delete(m.notes, id)
 	} else {
 		m.notes[id] = n
 	}
-	m.setSlotsLocked(append([]Slot(nil), m.slots...))
+	return true
+}
+
+// sinceLocked returns the index of slot s in m.slots while it still
+// serves s's dataset and no release of it has begun since released was
+// read (m.releases), with m.mu held: a decision made from s, outside the
+// lock, still bears on the slot. The slot may otherwise serve a new
+// dataset of the same name.
+func (m *Manager) sinceLocked(s Slot, released uint64) (int, bool) {
+	i, ok := m.byID[s.ID]
+	if !ok || m.releases[s.ID] != released || m.slots[i].Dataset != s.Dataset {
+		return 0, false
+	}
+	return i, true
 }
 
 // setEmptyStart records why the tenant of slot id started empty despite

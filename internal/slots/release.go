@@ -189,20 +189,13 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 func (m *Manager) noteTenancy(s Slot, released uint64, n note) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i, ok := m.byID[s.ID]
-	if !ok {
+	i, ok := m.sinceLocked(s, released)
+	if !ok || m.slots[i].State != s.State || m.slots[i].Owner.AllocID != s.Owner.AllocID {
 		return
 	}
-	cur := m.slots[i]
-	if m.releases[s.ID] != released || cur.Dataset != s.Dataset || cur.State != s.State || cur.Owner.AllocID != s.Owner.AllocID || m.notes[s.ID] == n {
-		return
+	if m.noteLocked(s.ID, n) {
+		m.setSlotsLocked(append([]Slot(nil), m.slots...))
 	}
-	if n == (note{}) {
-		delete(m.notes, s.ID)
-	} else {
-		m.notes[s.ID] = n
-	}
-	m.setSlotsLocked(append([]Slot(nil), m.slots...))
 }
 
 // runTimeout bounds one release run.
