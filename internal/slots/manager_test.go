@@ -317,3 +317,20 @@ func startHolder(t *testing.T, dir string) *os.Process {
 	t.Cleanup(func() { _ = p.Kill(); _, _ = p.Wait() })
 	return p
 }
+
+// reserveResult is what a Reserve returned.
+type reserveResult struct {
+	res []slots.Slot
+	err error
+}
+
+// goReserve calls Reserve of ids in a goroutine of its own; its outcome
+// comes on the channel returned.
+func goReserve(ctx context.Context, e *env, ids ...string) <-chan reserveResult {
+	got := make(chan reserveResult, 1)
+	go func() {
+		res, err := e.mgr.Reserve(ctx, ids)
+		got <- reserveResult{res, err}
+	}()
+	return got
+}

@@ -3,7 +3,6 @@ package slots_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,17 +77,9 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	sv.hold()
 	w.PauseFor("set", spare)
 	a.hold("scratch-0", o2)
-	type result struct {
-		res []slots.Slot
-		err error
-	}
-	got := make(chan result, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	go func() {
-		res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-		got <- result{res, err}
-	}()
+	got := goReserve(ctx, e, "scratch-0")
 	// The handover's record is under way (paused) while the Reserve's
 	// read has not answered: both within identifyGrace (2 s).
 	asked := time.Now()
@@ -118,39 +109,6 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
 }
 
-// staleViews answers the first View after arm with a read made at once but
-// handed back only when gate is closed: the API's answer late on the way
-// back, so that what it says is older than when it arrives.
-type staleViews struct {
-	*allocs
-	armed   atomic.Bool
-	once    sync.Once
-	entered chan struct{}
-	gate    chan struct{}
-}
-
-func (s *staleViews) View(ctx context.Context, since time.Time) (*slots.View, error) {
-	v, err := s.allocs.View(ctx, since)
-	if !s.armed.Load() {
-		return v, err
-	}
-	first := false
-	s.once.Do(func() { first = true })
-	if first {
-		close(s.entered)
-		select {
-		case <-s.gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return v, err
-}
-
-func (s *staleViews) Latest(ctx context.Context) (*slots.View, error) {
-	return s.View(ctx, time.Time{})
-}
-
 // TestRecord_AStaleIdentificationIsNotRecordedOnTheNextTenant (review): a
 // Reserve's read that identifies its asker, B, comes back late; meanwhile
 // B has ended without starting, its dataset has been released, and the
@@ -159,26 +117,16 @@ func (s *staleViews) Latest(ctx context.Context) (*slots.View, error) {
 // on C's dataset (and C's data later released as B's). B's Reserve fails
 // instead, naming the slot.
 func TestRecord_AStaleIdentificationIsNotRecordedOnTheNextTenant(t *testing.T) {
-	e := newEnv(t, 1)
-	sv := &staleViews{allocs: newAllocs(), entered: make(chan struct{}), gate: make(chan struct{})}
-	a := sv.allocs
-	e.mgr.SetNomad(sv)
-	e.sync(t)
+	e, g := newGatedEnv(t, true)
+	g.late = true
+	a := g.allocs
 	B, C := owner(1), owner(3)
 	a.hold("scratch-0", B)
-	sv.armed.Store(true)
+	g.armed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type result struct {
-		res []slots.Slot
-		err error
-	}
-	gotB := make(chan result, 1)
-	go func() {
-		res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-		gotB <- result{res, err}
-	}()
-	<-sv.entered // B's dataset is handed over; the read that names B is on its way back
+	gotB := goReserve(ctx, e, "scratch-0")
+	<-g.entered // B's dataset is handed over; the read that names B is on its way back
 	guidB := e.guid(t, slotByID(t, e, "scratch-0").Dataset)
 
 	// B ends before it starts (its job stopped); its dataset is released,
@@ -192,7 +140,7 @@ func TestRecord_AStaleIdentificationIsNotRecordedOnTheNextTenant(t *testing.T) {
 	must.NotEq(t, guidB, e.guid(t, dsC), must.Sprint("C gets a dataset of its own (perhaps of the same name)"))
 	must.Eq(t, C.AllocID, res[0].Owner.AllocID)
 
-	close(sv.gate)
+	close(g.gate)
 	r := <-gotB
 	must.ErrorContains(t, r.err, "scratch-0", must.Sprint("B's Reserve fails: its dataset no longer serves"))
 	must.NoError(t, e.mgr.ReleaseEnded(ctx))

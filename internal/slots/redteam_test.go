@@ -123,7 +123,10 @@ func TestRedTeam_IncompleteView_FreshSlotOwnerMisidentified(t *testing.T) {
 // visibility check has a 15 s deadline).
 type gatedAllocs struct {
 	*allocs
-	onView  bool // gate the first View instead of the first Incomplete
+	onView bool // gate the first View instead of the first Incomplete
+	// late: that View reads at once and hands its answer back at the
+	// gate, so that what it says is older than when it arrives.
+	late    bool
 	armed   atomic.Bool
 	once    sync.Once
 	entered chan struct{}
@@ -150,6 +153,11 @@ func (g *gatedAllocs) Incomplete(ctx context.Context) string {
 }
 
 func (g *gatedAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	if g.onView && g.late {
+		v, err := g.allocs.View(ctx, since)
+		g.wait()
+		return v, err
+	}
 	if g.onView {
 		g.wait()
 	}

@@ -283,16 +283,8 @@ func TestRestore_WaitsForTheReleaseUnderWay(t *testing.T) {
 
 			second := tenant(3, 0)
 			a.hold("scratch-0", second)
-			type answer struct {
-				res []slots.Slot
-				err error
-			}
-			done := make(chan answer, 1)
 			began := time.Now()
-			go func() {
-				res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-				done <- answer{res, err}
-			}()
+			done := goReserve(ctx, e, "scratch-0")
 			if !tc.restore {
 				got := <-done
 				must.NoError(t, got.err)
@@ -311,7 +303,7 @@ func TestRestore_WaitsForTheReleaseUnderWay(t *testing.T) {
 				return
 			}
 			early := false
-			var got answer
+			var got reserveResult
 			select {
 			case got = <-done:
 				early = true
