@@ -55,6 +55,11 @@ const stateArmedPrefix = "armed:"
 // armed: its token ("<run>.<n>"). It is never stored on ZFS.
 const PropArmed = "nomad-device-zfs:armed-token"
 
+// PropEarlier is added, as PropArmed is, to an armed dataset with no owner
+// that an earlier run made and this run has not adopted: it may have been
+// handed over. It is never stored on ZFS.
+const PropEarlier = "nomad-device-zfs:armed-earlier"
+
 // arming is what this run knows of armed datasets.
 type arming struct {
 	run     string        // this run's ID
@@ -215,11 +220,12 @@ func hasOwner(d zfs.Dataset) bool {
 // free. It forgets the handovers the read shows recorded or gone: ds is
 // the whole of what a read of under (depth: see ZFS.Get) returned.
 //
-// An earlier run's armed dataset with no owner, whose slot's other name
-// holds a dataset in use (reserved, not on its way out), is that dataset's
-// spare, never handed over: a spare is handed over only once the fate of
-// the dataset it replaces is written (handOverSpare). It is adopted at
-// once.
+// An earlier run's armed dataset with no owner (unproven) also gets
+// PropEarlier. Beside a dataset in use it is most likely that dataset's
+// spare, but not surely: an armed spare is handed over in memory, and the
+// fate of the dataset it replaces is written behind the handover
+// (handOverSpare), so a run stopped in between leaves exactly this. It is
+// withheld (pair.go), and adopted only on proof (adoptWithheld).
 //
 // Only positive evidence forgets a handover: a read that showed its owner,
 // or a whole read (clean: no error, depth > 0, every dataset parsed) begun
@@ -236,22 +242,19 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 		// lines with it: the read is no proof that any is gone.
 		clean = clean && d.Err == nil
 	}
-	states := map[string]State{} // by name, as normalized
-	unproven := map[string]int{} // earlier runs' armed datasets with no owner: their index in out
-	seen := map[string]bool{}    // tokens in the read
+	seen := map[string]bool{} // tokens in the read
 	for i, d := range ds {
 		v, ok := d.Local(PropState)
 		if !ok {
 			continue
 		}
-		states[d.Name] = State(v)
 		token, armed := armedState(v)
 		if !armed {
 			continue
 		}
 		seen[token] = true
 		owned := hasOwner(d)
-		state := StateFree
+		state, earlier := StateFree, false
 		switch {
 		case owned:
 			state = StateReserved
@@ -262,10 +265,8 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 		case a.isHanded(token):
 			state = StateReserved
 		case !a.mineLocked(token):
-			state = StateReserved // an earlier run may have handed it over
-			unproven[d.Name] = i
+			state, earlier = StateReserved, true // an earlier run may have handed it over
 		}
-		states[d.Name] = state
 		if !copied {
 			out, copied = append([]zfs.Dataset(nil), ds...), true
 		}
@@ -278,27 +279,10 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 			// the token says by which run.
 			props[PropArmed] = zfs.Prop{Value: token, Source: p.Source}
 		}
+		if earlier {
+			props[PropEarlier] = zfs.Prop{Value: "yes", Source: p.Source}
+		}
 		out[i].Props = props
-	}
-	if a == nil {
-		return out
-	}
-	for name, i := range unproven {
-		if out[i].Err != nil {
-			continue
-		}
-		sib, isAlt := strings.CutSuffix(name, AltSuffix)
-		if !isAlt {
-			sib = name + AltSuffix
-		}
-		if _, alsoUnproven := unproven[sib]; alsoUnproven || states[sib] != StateReserved {
-			continue
-		}
-		token, _ := out[i].Local(PropArmed)
-		a.adopted[token] = true
-		p := out[i].Props[PropState]
-		p.Value = string(StateFree)
-		out[i].Props[PropState] = p
 	}
 	if !clean {
 		return out
@@ -370,6 +354,14 @@ func unrecorded(d zfs.Dataset) bool {
 	return armed && slotState(d) == StateReserved && !hasOwner(d)
 }
 
+// unproven reports whether d, as the manager reads it, is an earlier run's
+// armed dataset with no owner that this run has not adopted (PropEarlier):
+// it may have been handed over.
+func unproven(d zfs.Dataset) bool {
+	_, ok := d.Local(PropEarlier)
+	return ok && unrecorded(d)
+}
+
 // unrecordedSlot is unrecorded for a slot as last seen: its owner is not
 // recorded on its armed dataset.
 func unrecordedSlot(s Slot) bool {
@@ -417,26 +409,36 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	case cur.Mountpoint == "" || !cur.ok:
 		return false, "it is not mounted", nil
 	}
-	if err := checkMounted(cur.Mountpoint, want); err != nil {
-		return false, err.Error(), nil
-	}
-	if t, err := hostfs.ReadTable(); err != nil {
-		return false, err.Error(), nil
-	} else if mnt, ok := t.At(cur.Mountpoint); !ok || mnt.Source != cur.Dataset {
-		return false, fmt.Sprintf("%s is not what is mounted at %s", cur.Dataset, cur.Mountpoint), nil
-	}
-	empty, err := emptyDir(cur.Mountpoint)
-	switch {
-	case err != nil:
-		return false, err.Error(), nil
-	case !empty:
-		return false, fmt.Sprintf("%s is not empty: a tenant may have written it", cur.Mountpoint), nil
+	if why := mayBeWritten(cur.Dataset, cur.Mountpoint, want); why != "" {
+		return false, why, nil
 	}
 	m.arm.adopt(cur.armed)
 	m.setNote(s.ID, note{})
 	m.updateSlot(s.ID, func(x *Slot) { x.State = StateFree })
 	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.armed)
 	return true, "", nil
+}
+
+// mayBeWritten says why dataset ds, which should be mounted at mountpoint
+// with flags want, may have been written; "" when it cannot have: it is
+// what is mounted there, as the plugin mounts it, and its root is empty.
+func mayBeWritten(ds, mountpoint string, want hostfs.Flags) string {
+	if err := checkMounted(mountpoint, want); err != nil {
+		return err.Error()
+	}
+	if t, err := hostfs.ReadTable(); err != nil {
+		return err.Error()
+	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
+		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
+	}
+	empty, err := emptyDir(mountpoint)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !empty:
+		return fmt.Sprintf("%s is not empty: a tenant may have written it", mountpoint)
+	}
+	return ""
 }
 
 // emptyDir reports whether directory dir has no entries.

@@ -88,11 +88,11 @@ func TestArming_Normalize(t *testing.T) {
 			want: map[string]State{slot: StateFree},
 		},
 		{
-			name: "an earlier run's beside a dataset in use: its spare, free",
+			name: "an earlier run's beside a dataset in use: reserved all the same (pair.roles withholds it)",
 			setup: func(_, other *arming) []zfs.Dataset {
 				return []zfs.Dataset{armedDS(slot, string(StateReserved), true), armedDS(alt, stateArmedPrefix+other.token(), false)}
 			},
-			want: map[string]State{slot: StateReserved, alt: StateFree},
+			want: map[string]State{slot: StateReserved, alt: StateReserved},
 		},
 		{
 			name: "an earlier run's beside one on its way out: it may have been handed over",
@@ -143,6 +143,8 @@ func TestArming_Normalize(t *testing.T) {
 				shown, has := got[i].Local(PropArmed)
 				must.EqOp(t, armed, has, must.Sprintf("%s: PropArmed added exactly to armed datasets with no owner", d.Name))
 				must.EqOp(t, tok, shown)
+				_, earlier := got[i].Local(PropEarlier)
+				must.EqOp(t, armed && !a.ours(tok), earlier, must.Sprintf("%s: PropEarlier added exactly to an earlier run's armed datasets with no owner, not adopted", d.Name))
 				must.EqOp(t, stored, ds[i].Props[PropState].Value, must.Sprint("the read itself is not changed"))
 			}
 			must.EqOp(t, tc.handed, a.outstanding())

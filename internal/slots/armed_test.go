@@ -172,38 +172,61 @@ func TestArmed_ARestartAfterAnUnrecordedHandover(t *testing.T) {
 }
 
 // TestArmed_SpareOfARestartedRunServes: a slot in use has a spare made by
-// the run before a restart (armed by it, never handed over: a spare is
-// handed over only once the fate of the dataset it replaces is written).
-// The new run offers it as the spare, not as a second dataset in use, and
-// hands it to the next tenant once the owner has ended.
+// the run before a restart (armed by it, never handed over). The new run
+// cannot tell it from a spare handed over in memory whose old dataset's
+// fate was never written (handOverSpare writes it behind the handover),
+// so it withholds it, without calling the slot a conflict, until a read
+// of the allocations proves it was never handed over:
+//   - the owner is live: a spare is handed over only once its owner has
+//     ended, and "ended" never goes back; the first release pass adopts
+//     it, and it goes to the next tenant once the owner has ended;
+//   - the owner has ended before any pass, and the next tenant alone,
+//     not started, holds the device: its Reserve adopts the spare, whose
+//     root is empty, and gets it.
 func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
-	e, a := newReleaseEnv(t, 1)
-	o1, o2 := owner(1), owner(2)
-	first := reserveAndWrite(t, e, a, "scratch-0", o1)
-	spare := slotByID(t, e, "scratch-0").Spare
-	must.NotEq(t, "", spare)
-	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, slots.PropState))
+	for _, live := range []bool{true, false} {
+		t.Run(map[bool]string{true: "owner live at the first pass", false: "owner ended before any pass"}[live], func(t *testing.T) {
+			e, a := newReleaseEnv(t, 1)
+			o1, o2 := owner(1), owner(2)
+			first := reserveAndWrite(t, e, a, "scratch-0", o1)
+			spare := slotByID(t, e, "scratch-0").Spare
+			must.NotEq(t, "", spare)
+			must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, slots.PropState))
 
-	e.restart(t)
-	e.mgr.SetNomad(a)
-	e.sync(t)
-	got := slotByID(t, e, "scratch-0")
-	must.EqOp(t, first.Dataset, got.Dataset)
-	must.EqOp(t, spare, got.Spare)
-	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
-	must.False(t, strings.Contains(got.HealthDesc, "conflict"), must.Sprint(got.HealthDesc))
+			e.restart(t)
+			e.mgr.SetNomad(a)
+			e.sync(t)
+			got := slotByID(t, e, "scratch-0")
+			must.EqOp(t, first.Dataset, got.Dataset)
+			must.EqOp(t, "", got.Spare, must.Sprint("withheld: it may have been handed over"))
+			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+			must.False(t, strings.Contains(got.HealthDesc, "conflict"), must.Sprint(got.HealthDesc))
 
-	a.end(o1)
-	a.hold("scratch-0", o2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-	must.NoError(t, err)
-	must.EqOp(t, spare, res[0].Dataset)
-	entries, err := os.ReadDir(res[0].Mountpoint)
-	must.NoError(t, err)
-	must.SliceEmpty(t, entries)
-	must.NoError(t, e.mgr.Wait(context.Background()))
+			if live {
+				a.start(o1)
+				must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
+				got = slotByID(t, e, "scratch-0")
+				must.EqOp(t, spare, got.Spare, must.Sprint("adopted: its owner is live"))
+				must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+				e.sync(t)
+				must.EqOp(t, spare, slotByID(t, e, "scratch-0").Spare, must.Sprint("still the spare after a read"))
+			}
+			a.end(o1)
+			a.hold("scratch-0", o2)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+			must.NoError(t, err)
+			must.EqOp(t, spare, res[0].Dataset)
+			entries, err := os.ReadDir(res[0].Mountpoint)
+			must.NoError(t, err)
+			must.SliceEmpty(t, entries)
+			must.NoError(t, e.mgr.Wait(context.Background()))
+			arch := archived(t, e)
+			must.SliceLen(t, 1, arch)
+			must.EqOp(t, "tenant "+o1.AllocID, readArchived(t, e, arch[0], "data.txt"))
+		})
+	}
 }
 
 // TestArmed_AFailedReadForgetsNoHandover (review): a full read of ZFS that

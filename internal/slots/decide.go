@@ -30,6 +30,9 @@ type decision struct {
 	// live holder of the device (the allocation asking), when the view
 	// shows it: the fresh dataset is made for it.
 	asker Owner
+	// live, for inUse: the owner has not ended, and nobody else holds
+	// the device.
+	live bool
 }
 
 // decide says what may be done with reserved slot s, from view v (a read
@@ -77,7 +80,7 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 	case !f.Ended && len(others) > 0:
 		return decision{reason: fmt.Sprintf("still in use by %s, which is %s; %s waits for it to end", s.Owner, stoppingOr(f), describe(others))}
 	case !f.Ended:
-		return decision{kind: inUse, reason: f.Reason}
+		return decision{kind: inUse, reason: f.Reason, live: true}
 	}
 	for _, h := range others {
 		if h.Started {

@@ -70,7 +70,13 @@ type Slot struct {
 	ownMount, spareOwn bool
 	// old is the slot's other dataset while it is on its way to the
 	// archive (or to be destroyed) and Dataset serves; nil when none.
+	// Reserved, it is the dataset an armed spare was handed over in place
+	// of, whose fate is written behind the handover (fateDue).
 	old *Slot
+	// withheld is the slot's other dataset when an earlier run armed it
+	// and may have handed it over (pair.roles): not the spare until
+	// adoptWithheld proves it never was; nil when none.
+	withheld *Slot
 	// present: Dataset exists. sib is what the slot's other name holds.
 	present bool
 	sib     nameKind
@@ -155,13 +161,16 @@ type Manager struct {
 	reported map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
 	owners map[string]Owner
-	// releases counts, by ID, the releases begun (writeFate): what a read
+	// releases counts, by ID, the releases begun (forgetTenancy): what a read
 	// made for a Reserve says counts only if none began since the
 	// handover (identified), for the slot may serve a new dataset of the
 	// same name by then.
 	releases map[string]uint64
 	// notes explain why an in-use slot is kept, by ID.
 	notes map[string]note
+	// fateRefused says, by dataset, why ZFS refused the fate written
+	// behind a handover (writeFateBehind), while it is due.
+	fateRefused map[string]string
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
 	// restore = "best-effort" started empty; gone when its release starts.
 	emptyStarts map[string]string
@@ -208,7 +217,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]string{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
 	}
@@ -449,6 +458,11 @@ func (m *Manager) deriveLocked(s *Slot) {
 		if why, ok := m.emptyStarts[s.ID]; ok && s.Healthy && s.HealthDesc == "" {
 			s.HealthDesc = why
 		}
+	}
+	if why := m.fateRefused[s.oldDataset()]; why != "" && s.fateDue() {
+		// Served from the spare meanwhile: healthy, and saying why the
+		// data of the previous tenancy is still in place.
+		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; the previous dataset "+s.old.Dataset+" is kept: "+why, "; ")
 	}
 	if m.incomplete != "" {
 		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; warning: "+m.incomplete, "; ")

@@ -81,9 +81,9 @@ type pair struct {
 	names [2]string
 	ds    [2]zfs.Dataset
 	kinds [2]nameKind
-	// unrec: in use by a handover this run has not recorded yet
-	// (unrecorded).
-	unrec [2]bool
+	// unrec: in use by a handover not recorded yet (unrecorded): this
+	// run's, or, with earlier, maybe an earlier run's.
+	unrec, earlier [2]bool
 }
 
 func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) pair {
@@ -92,6 +92,7 @@ func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) 
 		d, ok := byName[n]
 		p.ds[k], p.kinds[k] = d, kindOf(d, ok)
 		p.unrec[k] = ok && p.kinds[k] == nameInUse && unrecorded(d)
+		p.earlier[k] = p.unrec[k] && unproven(d)
 	}
 	return p
 }
@@ -113,19 +114,36 @@ func (p pair) first(k nameKind) int {
 //   - otherwise a dataset being released stands for the slot;
 //   - otherwise the first name, foreign or absent, does.
 //
+// Two datasets in use are a conflict (pairConflict names it; the first
+// one serves) but in two cases, each from what this run knows:
+//   - one was handed over by this run, and its record is not written yet
+//     (unrec, not earlier), beside one whose owner is recorded: the first
+//     is the spare handed over, and it serves; the second is old, the
+//     dataset it replaced, whose fate is written behind the handover
+//     (handOverSpare: old in use is a fate due);
+//   - one is an earlier run's, maybe handed over (earlier), beside one
+//     that is not: the second serves, and the first is withheld, neither
+//     handed over nor made again, until adoptWithheld proves it was never
+//     handed over.
+//
 // A foreign first name stands for the slot whatever the alternate holds:
-// the slot is someone else's, and left alone. Two datasets in use is a
-// conflict that pairConflict names; the first one serves.
-func (p pair) roles() (cur, spare, old int) {
-	spare, old = -1, -1
+// the slot is someone else's, and left alone.
+func (p pair) roles() (cur, spare, old, withheld int) {
+	spare, old, withheld = -1, -1, -1
 	if p.kinds[0] == nameForeign {
-		return 0, -1, -1
+		return 0, -1, -1, -1
 	}
 	other := func(i int) int {
 		if i < 0 {
 			return -1
 		}
 		return 1 - i
+	}
+	if i := p.fateDue(); i >= 0 {
+		return i, -1, 1 - i, -1
+	}
+	if i := p.withheld(); i >= 0 {
+		return 1 - i, -1, -1, i
 	}
 	switch {
 	case p.first(nameInUse) >= 0:
@@ -148,12 +166,37 @@ func (p pair) roles() (cur, spare, old int) {
 	default:
 		cur = 0
 	}
-	return cur, spare, old
+	return cur, spare, old, withheld
+}
+
+// fateDue returns the position of a dataset this run handed over, its
+// record not written yet, beside one in use whose owner is recorded (see
+// roles); -1 when the pair shows none.
+func (p pair) fateDue() int {
+	for i := range p.kinds {
+		o := 1 - i
+		if p.kinds[i] == nameInUse && p.unrec[i] && !p.earlier[i] && p.kinds[o] == nameInUse && !p.unrec[o] && hasOwner(p.ds[o]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// withheld returns the position of an earlier run's unproven dataset
+// beside one in use that is not (see roles); -1 when the pair shows none.
+func (p pair) withheld() int {
+	for i := range p.kinds {
+		o := 1 - i
+		if p.kinds[i] == nameInUse && p.earlier[i] && p.kinds[o] == nameInUse && !p.earlier[o] {
+			return i
+		}
+	}
+	return -1
 }
 
 // conflict returns why the pair cannot be served from, or "".
 func (p pair) conflict() string {
-	if p.kinds[0] == nameInUse && p.kinds[1] == nameInUse {
+	if p.kinds[0] == nameInUse && p.kinds[1] == nameInUse && p.fateDue() < 0 && p.withheld() < 0 {
 		return "datasets " + p.names[0] + " and " + p.names[1] + " are both in use: both are kept, and neither is handed over until one is released"
 	}
 	return ""

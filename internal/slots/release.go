@@ -149,6 +149,9 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			continue
 		}
 		d := m.decide(ctx, nomad, v, s, false)
+		if s, err = m.adoptWithheld(ctx, v, s, d, false); err != nil {
+			errs = append(errs, err)
+		}
 		switch d.kind {
 		case adopt:
 			adopted, why, err := m.adoptArmed(ctx, s)
@@ -376,6 +379,14 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 		m.dropOwner(id, o)
 		return nil
 	}
+	if s.fateDue() {
+		// Recorded after the fate of the dataset it replaces, which its
+		// landing kicks (writeFateBehind): until then, ZFS shows the
+		// handover unrecorded beside the old dataset still in use, which
+		// a later run reads as a spare it withholds (pair.roles); with
+		// both owners recorded it would read a conflict.
+		return nil
+	}
 	switch {
 	case o.Known():
 		if err := m.zfs.Set(ctx, s.Dataset, PropOwner, o.Encode()); err != nil {
@@ -450,55 +461,4 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		}
 	})
 	return true, nil
-}
-
-// writeFate records, under the slot's lock (held by the caller), that the
-// release of the dataset of cur (of class c, owned by o) has begun: the
-// owner when it is not recorded yet, then the dataset's fate (archived,
-// or destroying when the class says so), the state last. The slot's
-// pending owner and note go. It returns the slot's state from now on.
-// When ZFS refuses (a full pool), the data is kept and the slot is
-// unhealthy with why. spare names the dataset that serves meanwhile, for
-// the log ("" when none).
-func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spare string) (State, error) {
-	state := StateReleasing
-	if c.OnRelease == OnReleaseDestroy {
-		state = StateDestroying
-	}
-	props := map[string]string{PropState: string(fateOf(state))}
-	if o.Known() && !cur.stamped.Known() {
-		props[PropOwner] = o.Encode()
-	}
-	if err := m.setProps(ctx, cur.Dataset, props); err != nil {
-		// A write cut short by the caller's deadline (a Reserve's
-		// reserve_timeout) says nothing about ZFS: a reason found before
-		// it, such as a full pool, stays the slot's health.
-		m.mu.Lock()
-		_, noted := m.notes[cur.ID]
-		m.mu.Unlock()
-		if ctx.Err() == nil || !noted {
-			m.setNote(cur.ID, note{unhealthy: true, text: fmt.Sprintf("release blocked: %v; its data is kept", err)})
-		}
-		return "", fmt.Errorf("starting the release of %s: %w", cur.ID, err)
-	}
-	m.mu.Lock()
-	delete(m.owners, cur.ID)
-	delete(m.notes, cur.ID)
-	delete(m.emptyStarts, cur.ID)
-	m.releases[cur.ID]++
-	m.mu.Unlock()
-	m.log.Info("release started", "device", cur.ID, "dataset", cur.Dataset, "owner", o.String(), "on_release", c.OnRelease, "spare", spare)
-	if obs := m.observer(); obs != nil {
-		obs.ReleaseStarted(cur.Class)
-	}
-	return state, nil
-}
-
-// fateOf is what a slot being released records as its state on ZFS: the
-// dataset's fate (see StateReleasing).
-func fateOf(state State) State {
-	if state == StateReleasing {
-		return StateArchived
-	}
-	return state
 }

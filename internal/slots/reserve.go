@@ -269,6 +269,13 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 				// asker gets the fresh slot, with its own archive if any.
 				d.asker = Owner{}
 			}
+			if d.asker.Known() {
+				var err error
+				if s, err = m.adoptWithheld(ctx, *view, s, d, true); err != nil {
+					wait, renew = fmt.Sprintf("device %s: %v", s.ID, err), true
+					continue
+				}
+			}
 			if d.asker.Known() && s.Spare != "" && s.ok {
 				// The asker gets the spare; the owner's dataset is
 				// archived behind it.

@@ -35,7 +35,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 		}
 		for i := 0; i < max; i++ {
 			pr := pairOf(cfg, c.Name, i, byName)
-			cur, spare, old := pr.roles()
+			cur, spare, old, withheld := pr.roles()
 			d, exists := pr.ds[cur], pr.kinds[cur] != nameAbsent
 			s := slotFrom(cfg, c, i, pr.names[cur], d, exists)
 			s.present, s.sib = exists, pr.kinds[1-cur]
@@ -55,6 +55,12 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 				sp := slotFrom(cfg, c, i, pr.names[spare], pr.ds[spare], true)
 				if ok, _ := health(cfg, c, sp, pr.ds[spare], true, container, containerOK, unavailable, failed, room); ok {
 					s.Spare, s.spareMount, s.spareOwn, s.spareArmed = sp.Dataset, sp.Mountpoint, sp.ownMount, sp.armed
+				}
+			}
+			if withheld >= 0 {
+				w := slotFrom(cfg, c, i, pr.names[withheld], pr.ds[withheld], true)
+				if ok, _ := health(cfg, c, w, pr.ds[withheld], true, container, containerOK, unavailable, failed, room); ok {
+					s.withheld = &w
 				}
 			}
 			if old >= 0 {

@@ -90,9 +90,33 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	}
 	var state State
 	var herr error // the spare's mark
-	if cur.spareArmed != "" {
-		// Armed by this run (armed.go): only the old dataset's fate goes
-		// to ZFS, and the spare is handed over in memory once it landed.
+	// r is the old dataset's release run, registered under the slot's lock
+	// before it is given up; behind: its first step is the old dataset's
+	// fate (writeFateBehind).
+	var r *releaseRun
+	created, behind := false, false
+	if cur.spareArmed != "" && cur.stamped.Known() && cur.stamped == cur.Owner {
+		// Armed by this run (armed.go), beside a dataset whose owner is
+		// recorded: the spare is handed over in memory, and the old
+		// dataset's fate is written behind the handover, first thing in
+		// the release run registered here, before the slot's lock is
+		// given up. Until it lands ZFS shows the old dataset in use by
+		// its owner beside a handover not recorded yet: to this run the
+		// handover serves and the fate is due (pair.roles); a later run
+		// withholds the spare (adoptWithheld). The asker's owner is
+		// recorded once the fate has landed (recordOwner). When a run is
+		// registered already (it waits for the lock), the fate is
+		// written first, as below.
+		if r, created = m.newRun(s.ID, true); created {
+			behind, state = true, StateReserved
+			m.forgetTenancy(cur.ID)
+		}
+	}
+	if behind {
+		m.arm.handOver(cur.spareArmed, cur.Spare)
+	} else if cur.spareArmed != "" {
+		// Armed by this run: only the old dataset's fate goes to ZFS, and
+		// the spare is handed over in memory once it landed.
 		if state, err = m.writeFate(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
 			unlock()
 			return Slot{}, err
@@ -142,7 +166,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.State, x.Owner, x.stamped = state, cur.Owner, cur.Owner
-		promoteSpare(x, given)
+		promoteSpare(x, given) // behind: x.old is reserved, its fate due
 		if given == StateReserved {
 			x.Owner = asker
 		}
@@ -156,17 +180,33 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		m.mu.Unlock()
 	}
 	// The old dataset's release, under the lock held since its fate was
-	// written, so that its first steps follow from what was written.
-	r, created := m.newRun(s.ID, true)
+	// written (or from before it is, behind), so that its first steps
+	// follow from what was written.
+	if r == nil {
+		r, created = m.newRun(s.ID, true)
+	}
 	if !created {
 		unlock() // a run waits for the lock: it, or the next pass, finishes the release
 	} else {
-		rs := *out.old
 		m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
+			began := time.Now()
+			now := out
+			if behind {
+				var err error
+				if now, err = m.writeFateBehind(ctx, out); err != nil {
+					unlock()
+					m.observeRelease(out.Class, err, began)
+					return err
+				}
+			}
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
-			began := time.Now()
-			err := m.tendSlotLocked(ctx, out, tend{focus: rs.Dataset, first: m.knownRelease(out, rs, Owner{}), outside: true}, unlock)
+			var err error
+			if rs := now.old; rs != nil {
+				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, Owner{}), outside: true}, unlock)
+			} else {
+				unlock()
+			}
 			m.observeRelease(out.Class, err, began)
 			return err
 		})

@@ -190,6 +190,9 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		m.setUnavailable(cfg, reason)
 		return fmt.Errorf("slot %s: %s; its data is kept", cur.ID, reason)
 	}
+	if cur, err = m.fateBehindLocked(ctx, cur, unlock); err != nil {
+		return err
+	}
 	var (
 		errs   []error
 		failed = make(map[string]string)

@@ -1,0 +1,164 @@
+package slots
+
+// A dataset's fate: what its release records on ZFS first (archived, or
+// destroying), before anything else is done with it. It is written before
+// the slot is handed to another tenant (writeFate), but for an armed
+// spare's handover, which is made in memory and has the fate written
+// behind it (writeFateBehind: see handOverSpare and pair.roles).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// writeFate records, under the slot's lock (held by the caller), that the
+// release of the dataset of cur (of class c, owned by o) has begun: the
+// owner when it is not recorded yet, then the dataset's fate (archived,
+// or destroying when the class says so), the state last. The slot's
+// pending owner and note go (forgetTenancy). It returns the slot's state
+// from now on. When ZFS refuses (a full pool), the data is kept and the
+// slot is unhealthy with why. spare names the dataset that serves
+// meanwhile, for the log ("" when none).
+func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spare string) (State, error) {
+	if err := m.recordFate(ctx, c, cur, o, spare); err != nil {
+		// A write cut short by the caller's deadline (a Reserve's
+		// reserve_timeout) says nothing about ZFS: a reason found before
+		// it, such as a full pool, stays the slot's health.
+		m.mu.Lock()
+		_, noted := m.notes[cur.ID]
+		m.mu.Unlock()
+		if ctx.Err() == nil || !noted {
+			m.setNote(cur.ID, note{unhealthy: true, text: blockedText(err)})
+		}
+		return "", fmt.Errorf("starting the release of %s: %w", cur.ID, err)
+	}
+	m.forgetTenancy(cur.ID)
+	return fateState(c), nil
+}
+
+// blockedText is what a slot's health says of a fate that ZFS refused.
+func blockedText(err error) string {
+	return fmt.Sprintf("release blocked: %v; its data is kept", err)
+}
+
+// fateState is the state of a slot of class c whose release has begun.
+func fateState(c Class) State {
+	if c.OnRelease == OnReleaseDestroy {
+		return StateDestroying
+	}
+	return StateReleasing
+}
+
+// recordFate writes the fate of x's dataset (of class c, owned by o: its
+// owner too when x does not record it), in one zfs command, and logs the
+// release's start: what writeFate and writeFateBehind write on ZFS.
+func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o Owner, spare string) error {
+	props := map[string]string{PropState: string(fateOf(fateState(c)))}
+	if o.Known() && !x.stamped.Known() {
+		props[PropOwner] = o.Encode()
+	}
+	if err := m.setProps(ctx, x.Dataset, props); err != nil {
+		return err
+	}
+	m.log.Info("release started", "device", x.ID, "dataset", x.Dataset, "owner", o.String(), "on_release", c.OnRelease, "spare", spare)
+	if obs := m.observer(); obs != nil {
+		obs.ReleaseStarted(x.Class)
+	}
+	return nil
+}
+
+// forgetTenancy drops what the manager knew of slot id's tenancy beyond
+// ZFS (its pending owner, note, empty start) once its release has begun,
+// and counts the release (m.releases).
+func (m *Manager) forgetTenancy(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.owners, id)
+	delete(m.notes, id)
+	delete(m.emptyStarts, id)
+	m.releases[id]++
+}
+
+// fateOf is what a slot being released records as its state on ZFS: the
+// dataset's fate (see StateReleasing).
+func fateOf(state State) State {
+	if state == StateReleasing {
+		return StateArchived
+	}
+	return state
+}
+
+// fateDue reports whether the slot's old dataset waits for its fate, to be
+// written behind the handover of the armed spare that serves in its place:
+// ZFS still shows it in use by its ended owner.
+func (s Slot) fateDue() bool {
+	return s.old != nil && s.old.State == StateReserved
+}
+
+// oldDataset is the name of the slot's old dataset; "" when none.
+func (s Slot) oldDataset() string {
+	if s.old == nil {
+		return ""
+	}
+	return s.old.Dataset
+}
+
+// writeFateBehind records the fate of the old dataset of slot view cur,
+// which is due (fateDue), under the slot's lock (held by the caller), and
+// returns the slot as it is then: no longer due. When ZFS refuses (a full
+// pool) the old dataset stays in use on ZFS, data and all, the slot's
+// health says why (m.fateRefused: it is not the tenancy's note, which the
+// new tenant's own work sets and clears), and the next work on the slot
+// writes it again (tendSlotLocked). Once it lands the new tenant's owner
+// can be recorded (recordOwner).
+func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
+	old := *cur.old
+	m.mu.Lock()
+	c := classByName(m.cfg, old.Class)
+	m.mu.Unlock()
+	if err := m.recordFate(ctx, c, old, old.Owner, cur.Dataset); err != nil {
+		if ctx.Err() == nil {
+			m.mu.Lock()
+			m.fateRefused[old.Dataset] = blockedText(err)
+			m.setSlotsLocked(append([]Slot(nil), m.slots...))
+			m.mu.Unlock()
+		}
+		return Slot{}, fmt.Errorf("slot %s: the fate of its previous dataset %s: %w", cur.ID, old.Dataset, err)
+	}
+	m.mu.Lock()
+	delete(m.fateRefused, old.Dataset)
+	m.mu.Unlock()
+	m.updateSlot(cur.ID, func(x *Slot) {
+		if x.fateDue() && x.old.Dataset == old.Dataset {
+			o := *x.old // shared with earlier copies of the view
+			o.State = fateState(c)
+			x.old, x.sib = &o, nameReleasing
+		}
+	})
+	m.Kick() // the new tenant's owner, pending until now (recordOwner)
+	now, _ := m.slot(cur.ID)
+	return now, nil
+}
+
+// fateBehindLocked writes the fate of cur's old dataset when it is due
+// (writeFateBehind), first in any work on the slot, under the slot's lock
+// (held by the caller). It returns the slot as it is then; it gives up
+// the lock and returns an error when the fate is refused, but for a
+// dataset gone (destroyed by hand): a read of the slot then shows so.
+func (m *Manager) fateBehindLocked(ctx context.Context, cur Slot, unlock func()) (Slot, error) {
+	if !cur.fateDue() {
+		return cur, nil
+	}
+	now, err := m.writeFateBehind(ctx, cur)
+	switch {
+	case errors.Is(err, zfs.ErrNotExist):
+		return cur, nil
+	case err != nil:
+		unlock()
+		return Slot{}, fmt.Errorf("%w; its data is kept", err)
+	}
+	return now, nil
+}

@@ -1,0 +1,122 @@
+package slots
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// TestPair_Roles: which of a slot's two datasets serves, which is the
+// spare, which is old (on its way out, or in use with its fate due behind
+// an armed spare's handover) and which is withheld, from the states a read
+// shows them in, as this run reads them (arming.normalize).
+func TestPair_Roles(t *testing.T) {
+	cfg := Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: 1}}}
+	names := cfg.SlotNames("scratch", 0)
+	cases := []struct {
+		name string
+		// setup returns the two datasets (nil: absent) as stored, a the
+		// reading run, other an earlier one.
+		setup                     func(a, other *arming) [2]*zfs.Dataset
+		cur, spare, old, withheld int
+		conflict                  bool
+	}{
+		{
+			name: "in use beside this run's fresh: the spare",
+			setup: func(a, _ *arming) [2]*zfs.Dataset {
+				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], stateArmedPrefix+a.token(), false))
+			},
+			cur: 0, spare: 1, old: -1, withheld: -1,
+		},
+		{
+			name: "this run's handover, unrecorded, beside the ended owner's: the handover serves, the fate is due",
+			setup: func(a, _ *arming) [2]*zfs.Dataset {
+				tok := a.token()
+				a.handOver(tok, names[0])
+				return ds2(armedDS(names[0], stateArmedPrefix+tok, false), armedDS(names[1], string(StateReserved), true))
+			},
+			cur: 0, spare: -1, old: 1, withheld: -1,
+		},
+		{
+			name: "an earlier run's, no owner, beside one in use: withheld",
+			setup: func(_, other *arming) [2]*zfs.Dataset {
+				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], stateArmedPrefix+other.token(), false))
+			},
+			cur: 0, spare: -1, old: -1, withheld: 1,
+		},
+		{
+			name: "an earlier run's, adopted, beside one in use: the spare",
+			setup: func(a, other *arming) [2]*zfs.Dataset {
+				tok := other.token()
+				a.adopt(tok)
+				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], stateArmedPrefix+tok, false))
+			},
+			cur: 0, spare: 1, old: -1, withheld: -1,
+		},
+		{
+			name: "an earlier run's beside one on its way out: it serves, unproven",
+			setup: func(_, other *arming) [2]*zfs.Dataset {
+				return ds2(armedDS(names[0], string(StateArchived), true), armedDS(names[1], stateArmedPrefix+other.token(), false))
+			},
+			cur: 1, spare: -1, old: 0, withheld: -1,
+		},
+		{
+			name: "two of an earlier run's: a conflict",
+			setup: func(_, other *arming) [2]*zfs.Dataset {
+				return ds2(armedDS(names[0], stateArmedPrefix+other.token(), false), armedDS(names[1], stateArmedPrefix+other.token(), false))
+			},
+			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
+		},
+		{
+			name: "two handovers of this run, unrecorded: a conflict",
+			setup: func(a, _ *arming) [2]*zfs.Dataset {
+				t0, t1 := a.token(), a.token()
+				a.handOver(t0, names[0])
+				a.handOver(t1, names[1])
+				return ds2(armedDS(names[0], stateArmedPrefix+t0, false), armedDS(names[1], stateArmedPrefix+t1, false))
+			},
+			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
+		},
+		{
+			name: "this run's handover beside one in use with no owner recorded: a conflict",
+			setup: func(a, _ *arming) [2]*zfs.Dataset {
+				tok := a.token()
+				a.handOver(tok, names[1])
+				return ds2(armedDS(names[0], string(StateReserved), false), armedDS(names[1], stateArmedPrefix+tok, false))
+			},
+			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
+		},
+		{
+			name: "two owners recorded: a conflict",
+			setup: func(_, _ *arming) [2]*zfs.Dataset {
+				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], string(StateReserved), true))
+			},
+			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, other := newArming(), newArming()
+			pair := tc.setup(a, other)
+			var read []zfs.Dataset
+			for _, d := range pair {
+				if d != nil {
+					read = append(read, *d)
+				}
+			}
+			byName := map[string]zfs.Dataset{}
+			for _, d := range a.normalize(read, time.Now(), cfg.Parent, 3, false) {
+				byName[d.Name] = d
+			}
+			p := pairOf(cfg, "scratch", 0, byName)
+			cur, spare, old, withheld := p.roles()
+			must.Eq(t, [4]int{tc.cur, tc.spare, tc.old, tc.withheld}, [4]int{cur, spare, old, withheld}, must.Sprint("cur, spare, old, withheld"))
+			must.EqOp(t, tc.conflict, p.conflict() != "", must.Sprint(p.conflict()))
+		})
+	}
+}
+
+func ds2(a, b zfs.Dataset) [2]*zfs.Dataset { return [2]*zfs.Dataset{&a, &b} }

@@ -1,0 +1,90 @@
+package slots
+
+// The spare a restart withholds. A run hands an armed spare over in
+// memory and writes the fate of the dataset it replaces behind the
+// handover (handOverSpare), so a run stopped in between leaves on ZFS a
+// dataset in use by an ended owner beside an armed dataset with no owner:
+// the spare, maybe handed over, maybe written by its new tenant. The next
+// run cannot tell that from a spare never handed over, and withholds it
+// (pair.roles): neither offered nor made again. adoptWithheld takes it for
+// the slot's spare on proof, from a read of the allocations; short of
+// proof it stays withheld, and once the dataset beside it is released it
+// is judged as any earlier run's armed dataset (mayAdopt).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+)
+
+// adoptWithheld takes the withheld dataset of reserved slot s for the
+// slot's spare when decision d, made from view v (asking: for a Reserve),
+// proves that it was never handed over, and reports whether it did. The
+// proof needs a complete view begun after this run started, and either
+//   - the owner recorded on the slot's dataset is live and alone (d.live):
+//     a spare is handed over only once the owner has ended, and "ended"
+//     never goes back; or
+//   - the owner has ended and nobody holds the device but, for a Reserve,
+//     the asker, whose task has not started, and the withheld dataset's
+//     root, mounted, is empty: nobody has it, nor left anything in it.
+//
+// It works under the slot's lock, and only while the slot still shows
+// what s shows. It returns the slot as it is once the dataset is adopted,
+// else s, the dataset still withheld.
+func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision, asking bool) (Slot, error) {
+	if s.withheld == nil || !v.Complete || !v.Began.After(m.arm.started) {
+		return s, nil
+	}
+	holders := v.Holders(s.ID)
+	var empty bool // the proof needs an empty root
+	switch {
+	case d.kind == inUse && d.live && s.stamped.Known() && s.stamped == s.Owner:
+	case d.kind == startRelease && (len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started):
+		empty = true
+	default:
+		return s, nil
+	}
+	lctx, cancel := ctx, context.CancelFunc(func() {})
+	if !asking {
+		// A release pass does not wait for work on one slot: the next
+		// pass tries again.
+		lctx, cancel = context.WithTimeout(ctx, ownerLockWait)
+	}
+	unlock, err := m.lockSlot(lctx, s.ID, "adopt the withheld spare")
+	cancel()
+	switch {
+	case err != nil && !asking && ctx.Err() == nil:
+		return s, nil
+	case err != nil:
+		return s, fmt.Errorf("adopting the withheld spare of %s: %w", s.ID, err)
+	}
+	defer unlock()
+	cur, ok := m.slot(s.ID)
+	if !ok || !sameTenancy(cur, s) || cur.withheld == nil || cur.withheld.Dataset != s.withheld.Dataset || cur.withheld.armed != s.withheld.armed {
+		return s, nil
+	}
+	w := *cur.withheld
+	m.mu.Lock()
+	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	m.mu.Unlock()
+	if empty {
+		if why := mayBeWritten(w.Dataset, w.Mountpoint, want); why != "" {
+			m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
+			return s, nil
+		}
+	}
+	m.arm.adopt(w.armed)
+	var out Slot
+	m.updateSlot(s.ID, func(x *Slot) {
+		x.Spare, x.spareMount, x.spareOwn, x.spareArmed = w.Dataset, w.Mountpoint, w.ownMount, w.armed
+		x.withheld, x.sib = nil, nameFresh
+		out = *x
+	})
+	proof := "its owner is live"
+	if empty {
+		proof = "its root is empty and nobody else holds the device"
+	}
+	m.log.Info("an earlier run's spare adopted: never handed over", "device", s.ID, "spare", w.Dataset, "owner", s.Owner.String(), "proof", proof)
+	return out, nil
+}

@@ -1,0 +1,114 @@
+package slots_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+)
+
+// TestWithheld_ARestartBeforeTheFateBehindAHandover (issue 10): an armed
+// spare is handed over in memory and the fate of the dataset it replaces
+// is written behind it. A plugin stopped in between (here: the fate
+// refused by a wrapper first on PATH, which leaves ZFS as a stop would)
+// leaves the ended owner's dataset in use beside an armed dataset with no
+// owner, which the new tenant has written. The next run must not take
+// that for a spare nobody had: it withholds it, and
+//   - while the new tenant runs, the slot is a conflict that keeps both
+//     datasets, and a third allocation's Reserve fails;
+//   - once the new tenant has ended, the next asker does not get its data
+//     (the spare is not empty), and once nobody holds the device both
+//     tenants' data reach the archive and the slot is fresh again.
+//
+// With the restart rule of before (such a dataset adopted at once as the
+// spare of the dataset in use beside it), the next asker got the new
+// tenant's data.
+func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
+	for _, running := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the new tenant runs", false: "the new tenant has ended"}[running], func(t *testing.T) {
+			c := newSpareCase(t)
+			w, e, a, o1, o2, s0, spare := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare
+			o3 := owner(3)
+			w.Resume("rename")
+			w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
+			a.hold("scratch-0", o2)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+			must.NoError(t, err)
+			must.Eq(t, spare, res[0].Dataset)
+			a.start(o2)
+			must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant "+o2.AllocID), 0o644))
+			_ = e.mgr.ReleaseEnded(ctx) // the fate refused again: the run is stopped before it lands
+			must.NoError(t, e.mgr.Wait(ctx))
+			must.Eq(t, "reserved", stateOf(t, e, s0.Dataset))
+			must.EqOp(t, "", e.pool.Prop(t, spare, slots.PropOwner), must.Sprint("the new tenant's owner waits for the fate"))
+
+			e.restart(t)
+			e.mgr.SetNomad(a)
+			w.Unfail("set")
+			e.sync(t)
+			got := slotByID(t, e, "scratch-0")
+			must.Eq(t, s0.Dataset, got.Dataset)
+			must.Eq(t, "", got.Spare, must.Sprint("withheld: it may have been handed over"))
+
+			if running {
+				must.NoError(t, e.mgr.ReleaseEnded(ctx))
+				got = slotByID(t, e, "scratch-0")
+				must.False(t, got.Healthy)
+				must.StrContains(t, got.HealthDesc, "conflict")
+				must.Eq(t, "", got.Spare)
+				a.hold("scratch-0", o3)
+				rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+				defer rcancel()
+				_, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
+				must.ErrorContains(t, err, "scratch-0")
+				must.Eq(t, "tenant "+o1.AllocID, readFile(t, s0.Mountpoint, "data.txt"))
+				must.Eq(t, "tenant "+o2.AllocID, readFile(t, res[0].Mountpoint, "data.txt"))
+				return
+			}
+			a.end(o2)
+			a.hold("scratch-0", o3)
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer rcancel()
+			got3, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
+			if err == nil {
+				must.NotEq(t, spare, got3[0].Dataset, must.Sprint("the next asker does not get the new tenant's data"))
+				entries, err := os.ReadDir(got3[0].Mountpoint)
+				must.NoError(t, err)
+				must.SliceEmpty(t, entries)
+			}
+			a.end(o3)
+			must.NoError(t, e.mgr.Wait(ctx))
+			for range 3 {
+				_ = e.mgr.ReleaseEnded(ctx)
+				must.NoError(t, e.mgr.Wait(ctx))
+			}
+			var data []string
+			for _, arch := range archived(t, e) {
+				data = append(data, readArchived(t, e, arch, "data.txt"))
+			}
+			slices.Sort(data)
+			want := []string{"tenant " + o1.AllocID, "tenant " + o2.AllocID}
+			slices.Sort(want)
+			must.Eq(t, want, data, must.Sprint("both tenants' data archived"))
+			got = slotByID(t, e, "scratch-0")
+			must.Eq(t, slots.StateFree, got.State)
+			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+		})
+	}
+}
+
+// readFile reads file in directory dir.
+func readFile(t *testing.T, dir, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	must.NoError(t, err)
+	return string(b)
+}
