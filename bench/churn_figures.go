@@ -399,7 +399,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 		rows = append(rows, ChurnRow{Key: "reserve-spare", Figure: "Reserve handed the spare of a slot whose tenant ended, p50 during churn",
 			Measured: fmtMS(Median(spare)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
-			Note: fmt.Sprintf("the plugin's \"slot reserved\" line says how (how=spare): the ended tenant's dataset's fate, one zfs command, the spare (armed) handed over in memory (at placement when prepared, see the prepared row), the dataset archived behind; %d samples (max %s)", len(spare), fmtMS(Percentile(spare, 100)))})
+			Note: fmt.Sprintf("the plugin's \"slot reserved\" line says how (how=spare): the spare (armed) handed over in memory, no zfs command (at placement when prepared, see the prepared row), the ended tenant's dataset's fate written behind it and the dataset archived; %d samples (max %s)", len(spare), fmtMS(Percentile(spare, 100)))})
 	}
 	if len(idleCmd) > 0 && len(churnCmd) > 0 {
 		q := float64(Median(churnCmd)) / float64(Median(idleCmd))

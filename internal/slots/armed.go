@@ -192,7 +192,9 @@ func armedState(v string) (string, bool) {
 // operator CLI, tests): an armed dataset is free, or reserved once an owner
 // is recorded; any other state is itself. An armed dataset the running
 // plugin has just handed over shows free until the plugin records the
-// handover, a moment after the Reserve.
+// handover: a moment after the Reserve, or, for a spare handed over while
+// ZFS refuses the fate of the dataset it replaces (a full pool), once ZFS
+// accepts it.
 func StateOf(stored, owner string) State {
 	if _, armed := armedState(stored); armed {
 		if owner != "" && owner != "-" {

@@ -120,12 +120,14 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 	c := classByName(m.cfg, old.Class)
 	m.mu.Unlock()
 	if err := m.recordFate(ctx, c, old, old.Owner, cur.Dataset); err != nil {
-		if ctx.Err() == nil {
-			m.mu.Lock()
+		m.mu.Lock()
+		if errors.Is(err, zfs.ErrNotExist) {
+			delete(m.fateRefused, old.Dataset) // gone: a read of the slot says so
+		} else if ctx.Err() == nil {
 			m.fateRefused[old.Dataset] = blockedText(err)
-			m.setSlotsLocked(append([]Slot(nil), m.slots...))
-			m.mu.Unlock()
 		}
+		m.setSlotsLocked(append([]Slot(nil), m.slots...))
+		m.mu.Unlock()
 		return Slot{}, fmt.Errorf("slot %s: the fate of its previous dataset %s: %w", cur.ID, old.Dataset, err)
 	}
 	m.mu.Lock()
@@ -141,6 +143,27 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 	m.Kick() // the new tenant's owner, pending until now (recordOwner)
 	now, _ := m.slot(cur.ID)
 	return now, nil
+}
+
+// fateFirst returns an error while the fate of slot id's old dataset,
+// due behind its spare's handover, is refused, and nil otherwise; it
+// runs no command. The owner of the tenant the spare went to is recorded
+// only after that fate (recordOwner, which leaves it pending meanwhile):
+// until then ZFS shows the handover unrecorded beside the old dataset
+// still in use, which a later run reads as a spare it withholds
+// (pair.roles); with both owners recorded it would read a conflict.
+func (m *Manager) fateFirst(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.byID[id]
+	if !ok || !m.slots[i].fateDue() {
+		return nil
+	}
+	old := m.slots[i].old.Dataset
+	if why := m.fateRefused[old]; why != "" {
+		return fmt.Errorf("it waits for the fate of the previous dataset %s (%s)", old, why)
+	}
+	return nil
 }
 
 // fateBehindLocked writes the fate of cur's old dataset when it is due

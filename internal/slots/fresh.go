@@ -19,8 +19,9 @@ import (
 const identifyGrace = 2 * time.Second
 
 // reserveFresh marks fresh slots reserved (one zfs command each), hands
-// over the spares of held slots (handOverSpare: two zfs commands side by
-// side), and, while that runs, reads who holds them. It returns once the
+// over the spares of held slots (handOverSpare: in memory for an armed
+// spare, the old dataset's fate behind it), and, while that runs, reads
+// who holds them. It returns once the
 // slots are reserved and the read is done, or identifyGrace after the zfs
 // work when it is not: an identification only counts from a read that
 // began after the call arrived and ended before the dataset was handed

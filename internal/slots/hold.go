@@ -9,10 +9,10 @@ import "time"
 // whose owner has ended and whose spare is ready to the slot's next tenant.
 // Nomad hands a freed device to the next allocation at once, and its
 // Reserve, arriving some 100–300 ms after the owner's end, then hands over
-// the spare as it would a fresh slot: the old dataset's fate and the
-// spare's mark side by side, the asker identified by a read made at the
-// same time (reserveFresh). Had the pass begun the release, the Reserve
-// would wait for the fate to be written, then mark the spare. A held slot
+// the spare as it would a fresh slot: in memory for an armed spare, the
+// old dataset's fate written behind it, the asker identified by a read
+// made at the same time (reserveFresh). Had the pass begun the release,
+// the Reserve would wait for the fate to be written. A held slot
 // is offered no less than before, and its data is kept meanwhile.
 const spareHold = 500 * time.Millisecond
 

@@ -12,8 +12,8 @@ package slots
 // has not started, the pass records the slot's dataset reserved (the one
 // zfs command a Reserve would run) with that allocation as its owner,
 // recorded on ZFS behind it as after a Reserve: the free dataset itself, or
-// the spare of a slot whose tenant has ended (the old dataset's fate
-// written beside it, as handOverSpare does). Nothing is handed over: the
+// the spare of a slot whose tenant has ended (handed over as handOverSpare
+// does: in memory for an armed spare, the old dataset's fate behind it). Nothing is handed over: the
 // dataset is as empty as it was, and the manager remembers that it never
 // left (prep).
 //

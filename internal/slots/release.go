@@ -19,20 +19,23 @@ import (
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	runs, err := m.releasePass(ctx, time.Now())
 	// Then the owners identified at Reserve, after the releases have
-	// started: a release records its owner itself.
-	errs := []error{err, m.recordOwners(ctx)}
+	// started: a release records its owner itself. What the runs held up
+	// (a slot busy, a fate due behind a handover) is tried again once
+	// they are over, and that outcome is the one returned.
+	owners := m.recordOwners(ctx)
+	errs := []error{err}
 	for _, r := range runs {
 		select {
 		case <-r.done:
 			errs = append(errs, r.err)
 		case <-ctx.Done():
-			return errors.Join(append(errs, ctx.Err())...)
+			return errors.Join(append(errs, owners, ctx.Err())...)
 		}
 	}
 	if len(runs) > 0 {
-		errs = append(errs, m.recordOwners(ctx))
+		owners = m.recordOwners(ctx)
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, owners)...)
 }
 
 // releasePass, from one read of the node's allocations that began after
@@ -356,6 +359,9 @@ const ownerLockWait = 100 * time.Millisecond
 // an armed dataset whose owner was never identified was handed over. When other work holds
 // the slot, the owner stays pending for the next pass.
 func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
+	if err := m.fateFirst(id); err != nil {
+		return fmt.Errorf("recording the owner of %s: %w", id, err)
+	}
 	lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
 	unlock, err := m.lockSlot(lctx, id, "record owner")
 	cancel()
@@ -380,12 +386,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 		return nil
 	}
 	if s.fateDue() {
-		// Recorded after the fate of the dataset it replaces, which its
-		// landing kicks (writeFateBehind): until then, ZFS shows the
-		// handover unrecorded beside the old dataset still in use, which
-		// a later run reads as a spare it withholds (pair.roles); with
-		// both owners recorded it would read a conflict.
-		return nil
+		return nil // see fateFirst
 	}
 	switch {
 	case o.Known():

@@ -62,6 +62,9 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 				if ok, _ := health(cfg, c, w, pr.ds[withheld], true, container, containerOK, unavailable, failed, room); ok {
 					s.withheld = &w
 				}
+				if s.ok {
+					s.setHealth(true, fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over; it becomes the spare once a read of the allocations shows that nobody has it", w.Dataset))
+				}
 			}
 			if old >= 0 {
 				o := slotFrom(cfg, c, i, pr.names[old], pr.ds[old], true)

@@ -60,15 +60,19 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // Reserve arrived, and the asker is the one other holder of the device;
 // or a release pass did, and the asker, unknown here, is identified by
 // the caller as for a fresh slot: see reserveFresh):
-// it records the fate of the owner's dataset and the spare as reserved,
-// two zfs commands side by side (the fate alone when the spare is armed
-// by this run: armed.go), and returns the slot as the asker gets
-// it; the asker is recorded as owner off its path, as for a fresh slot.
-// The owner's dataset is then archived (or destroyed) in the background,
-// in a run registered before the slot's lock is given up, and its name
-// made again as the slot's next spare. It returns errChanged when the slot
-// is no longer what s says, and an error when ZFS refuses; the owner's
-// data is kept either way, and the spare stays fresh (unmarkSpare).
+// a spare armed by this run (armed.go) is handed over in memory and the
+// fate of the owner's dataset written behind it, first in that dataset's
+// release run (writeFateBehind); a `free` spare of an earlier build is
+// marked reserved beside the fate, two zfs commands side by side, before
+// it is handed over. It returns the slot as the asker gets it; the asker
+// is recorded as owner off its path, as for a fresh slot (behind a fate,
+// once the fate has landed). The owner's dataset is then archived (or
+// destroyed) in the background, in a run registered before the slot's
+// lock is given up, and its name made again as the slot's next spare. It
+// returns errChanged when the slot is no longer what s says, and an error
+// when ZFS refuses a fate or mark written before the handover; the
+// owner's data is kept either way, and the spare stays fresh
+// (unmarkSpare).
 func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "hand over the spare")
 	if err != nil {
@@ -190,22 +194,18 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 	} else {
 		m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
 			began := time.Now()
-			now := out
-			if behind {
-				var err error
-				if now, err = m.writeFateBehind(ctx, out); err != nil {
-					unlock()
-					m.observeRelease(out.Class, err, began)
-					return err
-				}
+			now, err := m.fateBehindLocked(ctx, out, unlock) // behind: first
+			if err != nil {
+				m.observeRelease(out.Class, err, began)
+				return err
 			}
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
-			var err error
-			if rs := now.old; rs != nil {
+			if rs := now.old; rs != nil && !now.fateDue() {
 				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, Owner{}), outside: true}, unlock)
 			} else {
 				unlock()
+				m.Kick() // the old dataset is gone: a read settles the slot
 			}
 			m.observeRelease(out.Class, err, began)
 			return err

@@ -157,15 +157,9 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 func TestSpare_FateRefusedBehindTheHandover(t *testing.T) {
 	c := newSpareCase(t)
 	w, e, a, o1, o2, s0, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare, c.guid
-	w.Resume("rename")
-	w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
-	a.hold("scratch-0", o2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-	must.NoError(t, err)
-	must.Eq(t, spare, res[0].Dataset)
-	must.Eq(t, o2.AllocID, res[0].Owner.AllocID)
+	c.reserveBehindARefusedFate(t, ctx)
 
 	got := waitSlot(t, e, "scratch-0", "the refusal in the slot's health", func(s slots.Slot) bool {
 		return strings.Contains(s.HealthDesc, "release blocked")
@@ -216,6 +210,19 @@ func TestSpare_FateRefusedBehindTheHandover(t *testing.T) {
 	got = slotByID(t, e, "scratch-0")
 	must.Eq(t, spare, got.Dataset)
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+}
+
+// reserveBehindARefusedFate hands c's spare over to o2 by its Reserve,
+// with the old dataset's fate refused behind the handover (refuseFate),
+// and returns the slot as o2 got it.
+func (c *spareCase) reserveBehindARefusedFate(t *testing.T, ctx context.Context) slots.Slot {
+	t.Helper()
+	c.refuseFate()
+	res, err := c.e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, c.spare, res[0].Dataset)
+	must.Eq(t, c.o2.AllocID, res[0].Owner.AllocID)
+	return res[0]
 }
 
 // TestSpare_MarkCutShortIsUndone: the fate is refused and the spare's mark

@@ -20,14 +20,15 @@ import (
 
 // adoptWithheld takes the withheld dataset of reserved slot s for the
 // slot's spare when decision d, made from view v (asking: for a Reserve),
-// proves that it was never handed over, and reports whether it did. The
-// proof needs a complete view begun after this run started, and either
-//   - the owner recorded on the slot's dataset is live and alone (d.live):
-//     a spare is handed over only once the owner has ended, and "ended"
-//     never goes back; or
-//   - the owner has ended and nobody holds the device but, for a Reserve,
-//     the asker, whose task has not started, and the withheld dataset's
-//     root, mounted, is empty: nobody has it, nor left anything in it.
+// proves that nobody has it nor left anything in it. The proof needs a
+// complete view begun after this run started, the withheld dataset's
+// root, mounted from it, empty, and either
+//   - the owner recorded on the slot's dataset live and alone (d.live): a
+//     spare is handed over only once the owner has ended, and "ended"
+//     never goes back (the root is checked all the same: the owner may be
+//     a replacement that got the dataset in place since, restore.go); or
+//   - the owner ended, and nobody holding the device but, for a Reserve,
+//     the asker, whose task has not started.
 //
 // It works under the slot's lock, and only while the slot still shows
 // what s shows. It returns the slot as it is once the dataset is adopted,
@@ -37,12 +38,8 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 		return s, nil
 	}
 	holders := v.Holders(s.ID)
-	var empty bool // the proof needs an empty root
-	switch {
-	case d.kind == inUse && d.live && s.stamped.Known() && s.stamped == s.Owner:
-	case d.kind == startRelease && (len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started):
-		empty = true
-	default:
+	live := d.kind == inUse && d.live && s.stamped.Known() && s.stamped == s.Owner
+	if !live && (d.kind != startRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
 		return s, nil
 	}
 	lctx, cancel := ctx, context.CancelFunc(func() {})
@@ -68,11 +65,9 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	m.mu.Lock()
 	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
-	if empty {
-		if why := mayBeWritten(w.Dataset, w.Mountpoint, want); why != "" {
-			m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
-			return s, nil
-		}
+	if why := mayBeWritten(w.Dataset, w.Mountpoint, want); why != "" {
+		m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
+		return s, nil
 	}
 	m.arm.adopt(w.armed)
 	var out Slot
@@ -81,10 +76,10 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 		x.withheld, x.sib = nil, nameFresh
 		out = *x
 	})
-	proof := "its owner is live"
-	if empty {
-		proof = "its root is empty and nobody else holds the device"
+	proof := "its root is empty and nobody holds the device but a task not started"
+	if live {
+		proof = "its root is empty and the owner beside it is live"
 	}
-	m.log.Info("an earlier run's spare adopted: never handed over", "device", s.ID, "spare", w.Dataset, "owner", s.Owner.String(), "proof", proof)
+	m.log.Info("an earlier run's spare adopted: nobody has it", "device", s.ID, "spare", w.Dataset, "owner", s.Owner.String(), "proof", proof)
 	return out, nil
 }

@@ -35,16 +35,11 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 			c := newSpareCase(t)
 			w, e, a, o1, o2, s0, spare := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare
 			o3 := owner(3)
-			w.Resume("rename")
-			w.FailFor("set", s0.Dataset, "cannot set property for '"+s0.Dataset+"': out of space")
-			a.hold("scratch-0", o2)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-			must.NoError(t, err)
-			must.Eq(t, spare, res[0].Dataset)
+			got2 := c.reserveBehindARefusedFate(t, ctx)
 			a.start(o2)
-			must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant "+o2.AllocID), 0o644))
+			must.NoError(t, os.WriteFile(filepath.Join(got2.Mountpoint, "data.txt"), []byte("tenant "+o2.AllocID), 0o644))
 			_ = e.mgr.ReleaseEnded(ctx) // the fate refused again: the run is stopped before it lands
 			must.NoError(t, e.mgr.Wait(ctx))
 			must.Eq(t, "reserved", stateOf(t, e, s0.Dataset))
@@ -70,7 +65,7 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 				_, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
 				must.ErrorContains(t, err, "scratch-0")
 				must.Eq(t, "tenant "+o1.AllocID, readFile(t, s0.Mountpoint, "data.txt"))
-				must.Eq(t, "tenant "+o2.AllocID, readFile(t, res[0].Mountpoint, "data.txt"))
+				must.Eq(t, "tenant "+o2.AllocID, readFile(t, got2.Mountpoint, "data.txt"))
 				return
 			}
 			a.end(o2)
@@ -102,6 +97,56 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 			must.Eq(t, slots.StateFree, got.State)
 			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 		})
+	}
+}
+
+// TestWithheld_AReplacementsOwnerIsNoProof (review): after a restart in
+// the same window, with restore turned on, the ended owner's replacement
+// (the same identity) gets the ended owner's dataset in place, and is
+// then the live owner beside the withheld spare, which the new tenant of
+// before the restart wrote. A live owner proves that a spare was never
+// handed over only while it is the owner the spare was made beside: the
+// spare's root must be empty all the same. Before, the pass adopted the
+// written spare, and the next asker of another identity got its data.
+func TestWithheld_AReplacementsOwnerIsNoProof(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, a, o1, o2, s0, spare := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got2 := c.reserveBehindARefusedFate(t, ctx)
+	a.start(o2)
+	must.NoError(t, os.WriteFile(filepath.Join(got2.Mountpoint, "data.txt"), []byte("tenant "+o2.AllocID), 0o644))
+	must.NoError(t, e.mgr.Wait(ctx))
+
+	e.restart(t)
+	e.cfg.Classes[0].Restore = slots.RestoreBestEffort
+	e.mgr.SetConfig(e.cfg)
+	e.mgr.SetNomad(a)
+	w.Unfail("set")
+	e.sync(t)
+	a.end(o2)
+	again := tenant(5, o1.AllocIndex()) // o1's replacement
+	must.True(t, slots.SameIdentity(o1, again))
+	a.hold("scratch-0", again)
+	got, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	must.Eq(t, s0.Dataset, got[0].Dataset, must.Sprint("the replacement keeps its dataset in place"))
+	must.Eq(t, "tenant "+o1.AllocID, readFile(t, got[0].Mountpoint, "data.txt"))
+	a.start(again)
+	must.NoError(t, e.mgr.ReleaseEnded(ctx))
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.Eq(t, "", slotByID(t, e, "scratch-0").Spare, must.Sprint("still withheld: not empty"))
+
+	a.end(again)
+	other := owner(4)
+	a.hold("scratch-0", other)
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	if got, err := e.mgr.Reserve(rctx, []string{"scratch-0"}); err == nil {
+		must.NotEq(t, spare, got[0].Dataset, must.Sprint("the next asker does not get o2's data"))
+		entries, err := os.ReadDir(got[0].Mountpoint)
+		must.NoError(t, err)
+		must.SliceEmpty(t, entries)
 	}
 }
 
