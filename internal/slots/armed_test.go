@@ -200,6 +200,7 @@ func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
 			must.EqOp(t, first.Dataset, got.Dataset)
 			must.EqOp(t, "", got.Spare, must.Sprint("withheld: it may have been handed over"))
 			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+			must.StrContains(t, got.HealthDesc, spare+", armed by an earlier run of the plugin, is withheld")
 			must.False(t, strings.Contains(got.HealthDesc, "conflict"), must.Sprint(got.HealthDesc))
 
 			if live {
@@ -208,6 +209,7 @@ func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
 				got = slotByID(t, e, "scratch-0")
 				must.EqOp(t, spare, got.Spare, must.Sprint("adopted: its owner is live"))
 				must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+				must.StrNotContains(t, got.HealthDesc, "withheld")
 				e.sync(t)
 				must.EqOp(t, spare, slotByID(t, e, "scratch-0").Spare, must.Sprint("still the spare after a read"))
 			}

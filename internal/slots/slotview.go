@@ -63,7 +63,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 					s.withheld = &w
 				}
 				if s.ok {
-					s.setHealth(true, fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over; it becomes the spare once a read of the allocations shows that nobody has it", w.Dataset))
+					s.setHealth(true, withheldReason(w.Dataset))
 				}
 			}
 			if old >= 0 {

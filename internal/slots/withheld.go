@@ -18,6 +18,12 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 )
 
+// withheldReason is the health description of a sound slot whose other
+// dataset ds is withheld.
+func withheldReason(ds string) string {
+	return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over; it becomes the spare once a read of the allocations shows that nobody has it", ds)
+}
+
 // adoptWithheld takes the withheld dataset of reserved slot s for the
 // slot's spare when decision d, made from view v (asking: for a Reserve),
 // proves that nobody has it nor left anything in it. The proof needs a
@@ -74,6 +80,9 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.Spare, x.spareMount, x.spareOwn, x.spareArmed = w.Dataset, w.Mountpoint, w.ownMount, w.armed
 		x.withheld, x.sib = nil, nameFresh
+		if x.ok && x.why == withheldReason(w.Dataset) {
+			x.setHealth(true, "")
+		}
 		out = *x
 	})
 	proof := "its root is empty and nobody holds the device but a task not started"
