@@ -146,7 +146,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 	return out, nil
 }
 
-// releasesOf returns how many releases of slot id have begun (writeFate).
+// releasesOf returns how many releases of slot id have begun (forgetTenancy).
 func (m *Manager) releasesOf(id string) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

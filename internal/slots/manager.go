@@ -59,8 +59,9 @@ type Slot struct {
 	// made empty): a class's source, or an older one (see Class.Source).
 	Origin string
 	// Spare is the slot's fresh dataset beside the one in use, mounted
-	// and ready: the next tenant gets it with one zfs command
-	// (handOverSpare). "" when there is none.
+	// and ready: the next tenant gets it in memory when it is armed, its
+	// predecessor's fate written behind it (handOverSpare). "" when there
+	// is none.
 	Spare      string
 	spareMount string
 	spareArmed string // the spare's token when ZFS shows it armed
@@ -75,7 +76,7 @@ type Slot struct {
 	old *Slot
 	// withheld is the slot's other dataset when an earlier run armed it
 	// and may have handed it over (pair.roles): not the spare until
-	// adoptWithheld proves it never was; nil when none.
+	// adoptWithheld proves that nobody has it; nil when none.
 	withheld *Slot
 	// present: Dataset exists. sib is what the slot's other name holds.
 	present bool

@@ -10,8 +10,8 @@ import (
 // A slot has two dataset names, <class>/<index> and <class>/<index>.alt,
 // and at most one dataset under each. While one serves (it is in use, or
 // free and offered), the other is the slot's spare: a fresh dataset made
-// in the background, so that the next tenant gets it with one zfs command
-// while its predecessor's dataset is archived behind it. The roles swap at
+// in the background, so that the next tenant gets it at once (in memory
+// when it is armed) while its predecessor's dataset is archived behind it. The roles swap at
 // every such handover; neither name means anything by itself. A dataset on
 // its way to the archive keeps its name until it is renamed; its name is
 // then made again as the spare when the slot has none.
@@ -123,8 +123,8 @@ func (p pair) first(k nameKind) int {
 //     (handOverSpare: old in use is a fate due);
 //   - one is an earlier run's, maybe handed over (earlier), beside one
 //     that is not: the second serves, and the first is withheld, neither
-//     handed over nor made again, until adoptWithheld proves it was never
-//     handed over.
+//     handed over nor made again, until adoptWithheld proves that nobody
+//     has it.
 //
 // A foreign first name stands for the slot whatever the alternate holds:
 // the slot is someone else's, and left alone.
