@@ -182,10 +182,18 @@ func TestArmed_ARestartAfterAnUnrecordedHandover(t *testing.T) {
 //     it, and it goes to the next tenant once the owner has ended;
 //   - the owner has ended before any pass, and the next tenant alone,
 //     not started, holds the device: its Reserve adopts the spare, whose
-//     root is empty, and gets it.
+//     root is empty, and gets it;
+//   - the owner has ended and nobody holds the device: the release pass
+//     adopts the spare, and the slot serves it, free, while the owner's
+//     dataset is archived.
 func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
-	for _, live := range []bool{true, false} {
-		t.Run(map[bool]string{true: "owner live at the first pass", false: "owner ended before any pass"}[live], func(t *testing.T) {
+	const (
+		live   = "owner live at the first pass"
+		asked  = "owner ended before any pass, the next tenant asks"
+		nobody = "owner ended, nobody holds the device"
+	)
+	for _, when := range []string{live, asked, nobody} {
+		t.Run(when, func(t *testing.T) {
 			e, a := newReleaseEnv(t, 1)
 			o1, o2 := owner(1), owner(2)
 			first := reserveAndWrite(t, e, a, "scratch-0", o1)
@@ -203,7 +211,7 @@ func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
 			must.StrContains(t, got.HealthDesc, spare+", armed by an earlier run of the plugin, is withheld")
 			must.False(t, strings.Contains(got.HealthDesc, "conflict"), must.Sprint(got.HealthDesc))
 
-			if live {
+			if when == live {
 				a.start(o1)
 				must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 				got = slotByID(t, e, "scratch-0")
@@ -214,15 +222,24 @@ func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
 				must.EqOp(t, spare, slotByID(t, e, "scratch-0").Spare, must.Sprint("still the spare after a read"))
 			}
 			a.end(o1)
-			a.hold("scratch-0", o2)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
-			must.NoError(t, err)
-			must.EqOp(t, spare, res[0].Dataset)
-			entries, err := os.ReadDir(res[0].Mountpoint)
-			must.NoError(t, err)
-			must.SliceEmpty(t, entries)
+			if when == nobody {
+				must.NoError(t, e.mgr.ReleaseEnded(ctx))
+				must.NoError(t, e.mgr.Wait(ctx))
+				got = slotByID(t, e, "scratch-0")
+				must.EqOp(t, spare, got.Dataset, must.Sprint("the spare serves"))
+				must.EqOp(t, slots.StateFree, got.State)
+				must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+			} else {
+				a.hold("scratch-0", o2)
+				res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+				must.NoError(t, err)
+				must.EqOp(t, spare, res[0].Dataset)
+				entries, err := os.ReadDir(res[0].Mountpoint)
+				must.NoError(t, err)
+				must.SliceEmpty(t, entries)
+			}
 			must.NoError(t, e.mgr.Wait(context.Background()))
 			arch := archived(t, e)
 			must.SliceLen(t, 1, arch)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -124,7 +125,7 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 		if errors.Is(err, zfs.ErrNotExist) {
 			delete(m.fateRefused, old.Dataset) // gone: a read of the slot says so
 		} else if ctx.Err() == nil {
-			m.fateRefused[old.Dataset] = blockedText(err)
+			m.fateRefused[old.Dataset] = err
 		}
 		m.setSlotsLocked(append([]Slot(nil), m.slots...))
 		m.mu.Unlock()
@@ -160,15 +161,31 @@ func (m *Manager) fateFirst(id string) error {
 		return nil
 	}
 	old := m.slots[i].old.Dataset
-	if why := m.fateRefused[old]; why != "" {
-		return fmt.Errorf("it waits for the fate of the previous dataset %s (%s)", old, why)
+	if err := m.fateRefused[old]; err != nil {
+		return fmt.Errorf("it waits for the fate of the previous dataset %s, which ZFS refused: %w", old, err)
 	}
 	return nil
 }
 
+// forgetFatesLocked drops, with m.mu held, the refusals of fates that the
+// slot views read from ZFS (slots, about to be published) show no longer
+// due: landed, or left by other means (the dataset destroyed by hand, say).
+// A view not read from ZFS (the slots reset by a new configuration until
+// the next read) says nothing of them.
+func (m *Manager) forgetFatesLocked(slots []Slot) {
+	for ds := range m.fateRefused {
+		if !slices.ContainsFunc(slots, func(s Slot) bool { return s.fateDue() && s.old.Dataset == ds }) {
+			delete(m.fateRefused, ds)
+		}
+	}
+}
+
 // fateBehindLocked writes the fate of cur's old dataset when it is due
-// (writeFateBehind), first in any work on the slot, under the slot's lock
-// (held by the caller). It returns the slot as it is then; it gives up
+// (writeFateBehind), first in any tending of the slot (tendSlotLocked),
+// under the slot's lock (held by the caller). A release of the slot's own
+// dataset started meanwhile (its new tenant ended) writes that dataset's
+// fate before, with its owner (startReleaseLocked): a later run then
+// finds one dataset in use, the old one, and one on its way out. It returns the slot as it is then; it gives up
 // the lock and returns an error when the fate is refused, but for a
 // dataset gone (destroyed by hand): a read of the slot then shows so.
 func (m *Manager) fateBehindLocked(ctx context.Context, cur Slot, unlock func()) (Slot, error) {

@@ -94,20 +94,16 @@ type Slot struct {
 	unreadable bool
 	// inRelease: unhealthy only because it is being released (sound).
 	inRelease bool
+	// whyWithheld: why says that the slot's other dataset is withheld
+	// (withheldReason), and nothing else.
+	whyWithheld bool
 }
 
 // setHealth sets the slot's health as ZFS shows it.
 func (s *Slot) setHealth(ok bool, why string) {
 	s.ok, s.why = ok, why
 	s.Healthy, s.HealthDesc = ok, why
-	s.inRelease = false
-}
-
-// note is what the manager knows of an in-use slot beyond what ZFS says:
-// why it is kept, and whether that makes it unhealthy.
-type note struct {
-	text      string
-	unhealthy bool
+	s.inRelease, s.whyWithheld = false, false
 }
 
 // Manager owns the slots of one plugin instance. Its methods are safe for
@@ -169,9 +165,11 @@ type Manager struct {
 	releases map[string]uint64
 	// notes explain why an in-use slot is kept, by ID.
 	notes map[string]note
-	// fateRefused says, by dataset, why ZFS refused the fate written
-	// behind a handover (writeFateBehind), while it is due.
-	fateRefused map[string]string
+	// fateRefused is, by dataset, what ZFS answered the fate written
+	// behind a handover (writeFateBehind) while it is due: an entry goes
+	// when the fate lands, or when a read of ZFS shows no slot's old
+	// dataset of that name waiting for its fate (forgetFatesLocked).
+	fateRefused map[string]error
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
 	// restore = "best-effort" started empty; gone when its release starts.
 	emptyStarts map[string]string
@@ -218,7 +216,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]string{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
 	}
@@ -341,70 +339,6 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 	m.setSlotsLocked(slots)
 }
 
-// setNote sets (or, with a zero note, clears) what is known of an in-use
-// slot beyond ZFS, and publishes it in the slot's health.
-func (m *Manager) setNote(id string, n note) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.noteLocked(id, n) {
-		m.setSlotsLocked(append([]Slot(nil), m.slots...))
-	}
-}
-
-// noteLocked sets (or, with a zero note, clears) the note of slot id,
-// with m.mu held, and reports whether it changed; the caller publishes
-// it (setSlotsLocked).
-func (m *Manager) noteLocked(id string, n note) bool {
-	if m.notes[id] == n {
-		return false
-	}
-	if n == (note{}) {
-		delete(m.notes, id)
-	} else {
-		m.notes[id] = n
-	}
-	return true
-}
-
-// sinceLocked returns the index of slot s in m.slots while it still
-// serves s's dataset and no release of it has begun since released was
-// read (m.releases), with m.mu held: a decision made from s, outside the
-// lock, still bears on the slot. The slot may otherwise serve a new
-// dataset of the same name.
-func (m *Manager) sinceLocked(s Slot, released uint64) (int, bool) {
-	i, ok := m.byID[s.ID]
-	if !ok || m.releases[s.ID] != released || m.slots[i].Dataset != s.Dataset {
-		return 0, false
-	}
-	return i, true
-}
-
-// setEmptyStart records why the tenant of slot id started empty despite
-// its class's restore = "best-effort", and publishes it in the slot's
-// health description for as long as the tenancy lasts.
-func (m *Manager) setEmptyStart(id, why string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.emptyStarts[id] = why
-	m.setSlotsLocked(append([]Slot(nil), m.slots...))
-}
-
-// setIncomplete records why allocation views may miss allocations ("" when
-// they do not) and publishes it in every device's health description.
-func (m *Manager) setIncomplete(reason string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.incomplete == reason {
-		return
-	}
-	if reason != "" {
-		m.log.Warn("the Nomad token may not see every namespace: datasets of allocations it cannot see are never released or handed over", "reason", reason)
-	}
-	m.incomplete = reason
-	m.arm.incomplete.Store(reason != "")
-	m.setSlotsLocked(append([]Slot(nil), m.slots...))
-}
-
 // setSlotsLocked installs a new slot list, with what the manager knows
 // beyond ZFS laid over it, and wakes everyone waiting on Changed. mu is held.
 func (m *Manager) setSlotsLocked(slots []Slot) {
@@ -419,55 +353,6 @@ func (m *Manager) setSlotsLocked(slots []Slot) {
 	}
 	close(m.changed)
 	m.changed = make(chan struct{})
-}
-
-// keepSchedulable offers a slot that is being released, and is otherwise
-// sound, as healthy when no instance of its class is healthy. Nomad's
-// scheduler counts healthy instances when it checks a node: a job
-// evaluated while none is healthy is blocked with the node's class marked
-// ineligible, and a device that turns healthy later does not re-evaluate
-// it, so the job would wait until something else changed. Placed on a slot
-// being released, its Reserve waits for the fresh dataset.
-func keepSchedulable(slots []Slot) {
-	healthy := map[string]bool{}
-	for _, s := range slots {
-		healthy[s.Class] = healthy[s.Class] || s.Healthy
-	}
-	for i := range slots {
-		s := &slots[i]
-		if healthy[s.Class] || !s.inRelease || s.Surplus || s.HealthDesc != s.why {
-			continue
-		}
-		s.Healthy = true
-		s.HealthDesc = "fresh soon (" + s.HealthDesc + "); offered meanwhile, as the class has no other healthy instance: a Reserve waits for the fresh dataset"
-	}
-}
-
-// deriveLocked computes a slot's Healthy and HealthDesc from its health as
-// ZFS shows it, the note on it (an in-use slot kept, with why) and the
-// warning that the allocation view may be incomplete. mu is held.
-func (m *Manager) deriveLocked(s *Slot) {
-	s.Healthy, s.HealthDesc = s.ok, s.why
-	if s.State == StateReserved {
-		if o, ok := m.owners[s.ID]; ok && !s.stamped.Known() {
-			s.Owner = o
-		}
-		if n, ok := m.notes[s.ID]; ok && s.ok {
-			s.HealthDesc = n.text
-			s.Healthy = !n.unhealthy
-		}
-		if why, ok := m.emptyStarts[s.ID]; ok && s.Healthy && s.HealthDesc == "" {
-			s.HealthDesc = why
-		}
-	}
-	if why := m.fateRefused[s.oldDataset()]; why != "" && s.fateDue() {
-		// Served from the spare meanwhile: healthy, and saying why the
-		// data of the previous tenancy is still in place.
-		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; the previous dataset "+s.old.Dataset+" is kept: "+why, "; ")
-	}
-	if m.incomplete != "" {
-		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; warning: "+m.incomplete, "; ")
-	}
 }
 
 func (m *Manager) byDatasetLocked(name string) (int, bool) {

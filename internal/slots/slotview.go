@@ -59,11 +59,13 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			}
 			if withheld >= 0 {
 				w := slotFrom(cfg, c, i, pr.names[withheld], pr.ds[withheld], true)
-				if ok, _ := health(cfg, c, w, pr.ds[withheld], true, container, containerOK, unavailable, failed, room); ok {
-					s.withheld = &w
+				ok, why := health(cfg, c, w, pr.ds[withheld], true, container, containerOK, unavailable, failed, room)
+				if ok {
+					s.withheld, why = &w, ""
 				}
 				if s.ok {
-					s.setHealth(true, withheldReason(w.Dataset))
+					s.setHealth(true, withheldReason(w.Dataset, why))
+					s.whyWithheld = true
 				}
 			}
 			if old >= 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -71,7 +72,9 @@ func newLegacySpareCase(t *testing.T) *spareCase {
 
 // refuseFate makes ZFS refuse the old dataset's fate, as a full pool does
 // (a wrapper first on PATH), with the rename let go and o2 placed on the
-// slot: o2's handover of the spare then fails at its first mark.
+// slot: o2's handover of a `free` spare (newLegacySpareCase) then fails
+// at its first mark; an armed spare's is made all the same, the fate
+// refused behind it (reserveBehindARefusedFate).
 func (c *spareCase) refuseFate() {
 	c.w.Resume("rename")
 	c.a.hold("scratch-0", c.o2)
@@ -181,7 +184,7 @@ func TestSpare_FateRefusedBehindTheHandover(t *testing.T) {
 	} {
 		err := step.do()
 		if step.refused {
-			must.ErrorContains(t, err, "out of space", must.Sprint(step.name))
+			must.ErrorIs(t, err, zfs.ErrNoSpace, must.Sprint(step.name))
 		} else {
 			must.NoError(t, err, must.Sprint(step.name))
 		}

@@ -117,6 +117,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 			}
 		}
 	}
+	m.forgetFatesLocked(slots)
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
 	m.parentRoom = parentRoomOf(cfg.Parent, datasets)

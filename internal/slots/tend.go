@@ -317,6 +317,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	}
 	sortSlots(merged)
 	m.vers[cur.ID]++
+	m.forgetFatesLocked(merged)
 	m.setSlotsLocked(merged)
 	m.mu.Unlock()
 	unlock()

@@ -19,8 +19,12 @@ import (
 )
 
 // withheldReason is the health description of a sound slot whose other
-// dataset ds is withheld.
-func withheldReason(ds string) string {
+// dataset ds is withheld; unsound says why ds itself is not sound ("" when
+// it is), which keeps it from being adopted at all.
+func withheldReason(ds, unsound string) string {
+	if unsound != "" {
+		return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over, and it is not sound (%s); it is kept until the dataset beside it is released", ds, unsound)
+	}
 	return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over; it becomes the spare once a read of the allocations shows that nobody has it", ds)
 }
 
@@ -80,7 +84,7 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.Spare, x.spareMount, x.spareOwn, x.spareArmed = w.Dataset, w.Mountpoint, w.ownMount, w.armed
 		x.withheld, x.sib = nil, nameFresh
-		if x.ok && x.why == withheldReason(w.Dataset) {
+		if x.whyWithheld {
 			x.setHealth(true, "")
 		}
 		out = *x

@@ -5,12 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // TestWithheld_ARestartBeforeTheFateBehindAHandover (issue 10): an armed
@@ -40,7 +43,8 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 			got2 := c.reserveBehindARefusedFate(t, ctx)
 			a.start(o2)
 			must.NoError(t, os.WriteFile(filepath.Join(got2.Mountpoint, "data.txt"), []byte("tenant "+o2.AllocID), 0o644))
-			_ = e.mgr.ReleaseEnded(ctx) // the fate refused again: the run is stopped before it lands
+			// The fate refused again: the run is stopped before it lands.
+			must.ErrorIs(t, e.mgr.ReleaseEnded(ctx), zfs.ErrNoSpace)
 			must.NoError(t, e.mgr.Wait(ctx))
 			must.Eq(t, "reserved", stateOf(t, e, s0.Dataset))
 			must.EqOp(t, "", e.pool.Prop(t, spare, slots.PropOwner), must.Sprint("the new tenant's owner waits for the fate"))
@@ -72,29 +76,30 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 			a.hold("scratch-0", o3)
 			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 			defer rcancel()
-			got3, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
-			if err == nil {
-				must.NotEq(t, spare, got3[0].Dataset, must.Sprint("the next asker does not get the new tenant's data"))
-				entries, err := os.ReadDir(got3[0].Mountpoint)
-				must.NoError(t, err)
-				must.SliceEmpty(t, entries)
-			}
+			_, err := e.mgr.Reserve(rctx, []string{"scratch-0"})
+			must.ErrorContains(t, err, "scratch-0", must.Sprint("the next asker does not get the new tenant's data"))
+			must.Eq(t, "tenant "+o2.AllocID, readFile(t, got2.Mountpoint, "data.txt"))
 			a.end(o3)
 			must.NoError(t, e.mgr.Wait(ctx))
-			for range 3 {
-				_ = e.mgr.ReleaseEnded(ctx)
-				must.NoError(t, e.mgr.Wait(ctx))
-			}
-			var data []string
-			for _, arch := range archived(t, e) {
-				data = append(data, readArchived(t, e, arch, "data.txt"))
-			}
-			slices.Sort(data)
+			// Released as any dataset whose owner was never identified, once
+			// no allocation holds the device: both tenants' data archived
+			// (the withheld spare's after the old dataset's, a pass later).
 			want := []string{"tenant " + o1.AllocID, "tenant " + o2.AllocID}
 			slices.Sort(want)
-			must.Eq(t, want, data, must.Sprint("both tenants' data archived"))
-			got = slotByID(t, e, "scratch-0")
-			must.Eq(t, slots.StateFree, got.State)
+			var data []string
+			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+				if err := e.mgr.ReleaseEnded(ctx); err != nil {
+					t.Logf("release pass: %v", err)
+				}
+				must.NoError(t, e.mgr.Wait(ctx))
+				data = data[:0]
+				for _, arch := range archived(t, e) {
+					data = append(data, readArchived(t, e, arch, "data.txt"))
+				}
+				slices.Sort(data)
+				got = slotByID(t, e, "scratch-0")
+				return slices.Equal(want, data) && got.State == slots.StateFree
+			}), wait.Timeout(30*time.Second), wait.Gap(100*time.Millisecond)), must.Sprint("both tenants' data archived, the slot free"))
 			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 		})
 	}
@@ -110,7 +115,7 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 // written spare, and the next asker of another identity got its data.
 func TestWithheld_AReplacementsOwnerIsNoProof(t *testing.T) {
 	c := newSpareCase(t)
-	w, e, a, o1, o2, s0, spare := c.w, c.e, c.a, c.o1, c.o2, c.s0, c.spare
+	w, e, a, o1, o2, s0 := c.w, c.e, c.a, c.o1, c.o2, c.s0
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	got2 := c.reserveBehindARefusedFate(t, ctx)
@@ -142,12 +147,39 @@ func TestWithheld_AReplacementsOwnerIsNoProof(t *testing.T) {
 	a.hold("scratch-0", other)
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer rcancel()
-	if got, err := e.mgr.Reserve(rctx, []string{"scratch-0"}); err == nil {
-		must.NotEq(t, spare, got[0].Dataset, must.Sprint("the next asker does not get o2's data"))
-		entries, err := os.ReadDir(got[0].Mountpoint)
-		must.NoError(t, err)
-		must.SliceEmpty(t, entries)
-	}
+	_, err = e.mgr.Reserve(rctx, []string{"scratch-0"})
+	must.ErrorContains(t, err, "scratch-0", must.Sprint("the next asker does not get o2's data"))
+	must.Eq(t, "tenant "+o2.AllocID, readFile(t, got2.Mountpoint, "data.txt"))
+}
+
+// TestWithheld_AFateDueOnADatasetDestroyedByHand (review): the old
+// dataset whose fate ZFS refused behind the handover is destroyed by hand
+// (`zfs destroy -f`). Its fate can never land, and that is no refusal:
+// the next pass finds it gone, the slot serves the spare without saying
+// that anything is kept, and the new tenant's owner is recorded.
+func TestWithheld_AFateDueOnADatasetDestroyedByHand(t *testing.T) {
+	c := newSpareCase(t)
+	w, e, o2, s0, spare := c.w, c.e, c.o2, c.s0, c.spare
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.reserveBehindARefusedFate(t, ctx)
+	must.ErrorIs(t, e.mgr.ReleaseEnded(ctx), zfs.ErrNoSpace)
+	must.NoError(t, e.mgr.Wait(ctx))
+	must.StrContains(t, slotByID(t, e, "scratch-0").HealthDesc, "release blocked")
+	w.Unfail("set")
+	e.pool.ZFS(t, "destroy", "-f", s0.Dataset)
+
+	var got slots.Slot
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		if err := e.mgr.ReleaseEnded(ctx); err != nil {
+			t.Logf("release pass: %v", err)
+		}
+		must.NoError(t, e.mgr.Wait(ctx))
+		got = slotByID(t, e, "scratch-0")
+		return got.Dataset == spare && !strings.Contains(got.HealthDesc, "kept") && e.pool.Prop(t, spare, slots.PropOwner) != ""
+	}), wait.Timeout(30*time.Second), wait.Gap(100*time.Millisecond)), must.Sprint("the slot settles without the destroyed dataset"))
+	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
+	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
 }
 
 // readFile reads file in directory dir.
