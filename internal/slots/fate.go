@@ -99,14 +99,6 @@ func (s Slot) fateDue() bool {
 	return s.old != nil && s.old.State == StateReserved
 }
 
-// oldDataset is the name of the slot's old dataset; "" when none.
-func (s Slot) oldDataset() string {
-	if s.old == nil {
-		return ""
-	}
-	return s.old.Dataset
-}
-
 // writeFateBehind records the fate of the old dataset of slot view cur,
 // which is due (fateDue), under the slot's lock (held by the caller), and
 // returns the slot as it is then: no longer due. When ZFS refuses (a full

@@ -119,10 +119,12 @@ func (m *Manager) deriveLocked(s *Slot) {
 			s.HealthDesc = why
 		}
 	}
-	if err := m.fateRefused[s.oldDataset()]; err != nil && s.fateDue() {
-		// Served from the spare meanwhile: healthy, and saying why the
-		// data of the previous tenancy is still in place.
-		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; the previous dataset "+s.old.Dataset+" is kept: "+blockedText(err), "; ")
+	if s.fateDue() {
+		if err := m.fateRefused[s.old.Dataset]; err != nil {
+			// Served from the spare meanwhile: healthy, and saying why the
+			// data of the previous tenancy is still in place.
+			s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; the previous dataset "+s.old.Dataset+" is kept: "+blockedText(err), "; ")
+		}
 	}
 	if m.incomplete != "" {
 		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; warning: "+m.incomplete, "; ")
