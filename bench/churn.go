@@ -42,7 +42,8 @@ type ChurnOptions struct {
 	NomadBin  string // the Nomad agent binary (NomadBinary when empty)
 	WorkDir   string // agent directory, counting wrappers
 	// KeepLog, when set, is where the agent log is copied once the agent
-	// has stopped (WorkDir is usually removed).
+	// has stopped (WorkDir is usually removed). A batch that does not end
+	// writes its stall report beside it (stallPath).
 	KeepLog  string
 	Progress io.Writer
 }
@@ -326,7 +327,7 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	}
 	stubs, err := r.waitTerminal(ctx, prefix, n)
 	if err != nil {
-		return nil, err
+		return nil, r.stalled(prefix, err)
 	}
 	for _, s := range stubs {
 		a, _, err := r.a.API.Allocations().Info(s.ID, nil)

@@ -108,7 +108,9 @@ func run() int {
 		return runMobility(ctx, bench.MobilityOptions{Reps: *reps, DataMiB: *mobilityMiB, WorkDir: work, Progress: os.Stderr}, *mobilityOut)
 	}
 	if *churn {
-		keep := filepath.Join(os.TempDir(), "zfsbench-churn-agent.log")
+		// A log per run: a run that stalls is looked at after the next.
+		keep := filepath.Join(os.TempDir(), "zfsbench-churn-"+time.Now().UTC().Format("20060102T150405")+"-agent.log")
+		fmt.Fprintln(os.Stderr, "zfsbench: the agent log is kept as", keep)
 		return runChurn(ctx, bench.ChurnOptions{Jobs: *churnJobs, PluginBin: *pluginBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
 	}
 

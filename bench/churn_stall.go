@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// stallReport writes what a batch that did not end left behind: every
+// allocation of prefix* that is not terminal, with its tasks' states and
+// last events, and every process of the machine in uninterruptible sleep
+// (D) or belonging to zfs-fuse, the agent or the plugin, with its kernel
+// wait channel. It then asks the plugin for its goroutines (SIGQUIT: the Go
+// runtime prints them to stderr, which the agent logs, and the plugin
+// exits). It is called once the batch has failed, so nothing it does can
+// change a figure.
+func (r *churnRun) stallReport(w io.Writer, prefix string) {
+	fmt.Fprintf(w, "stall report, %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	all, _, err := r.a.API.Allocations().List(nil)
+	if err != nil {
+		fmt.Fprintf(w, "allocations: %v\n", err)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].JobID < all[j].JobID })
+	for _, s := range all {
+		if !strings.HasPrefix(s.JobID, prefix) || s.ClientStatus == api.AllocClientStatusComplete || s.ClientStatus == api.AllocClientStatusFailed || s.ClientStatus == api.AllocClientStatusLost {
+			continue
+		}
+		fmt.Fprintf(w, "alloc %s job %s client %s desired %s\n", s.ID, s.JobID, s.ClientStatus, s.DesiredStatus)
+		for _, n := range slices.Sorted(maps.Keys(s.TaskStates)) {
+			ts := s.TaskStates[n]
+			fmt.Fprintf(w, "  task %s %s\n", n, ts.State)
+			for _, e := range lastEvents(ts.Events, 4) {
+				fmt.Fprintf(w, "    %s %s: %s %s\n", time.Unix(0, e.Time).UTC().Format("15:04:05.000"), e.Type, e.DisplayMessage, e.Message)
+			}
+		}
+	}
+
+	fmt.Fprintf(w, "\nprocesses (D state, zfs-fuse, zfs, the agent and the plugin)\n")
+	for _, p := range stalledProcs(r.a.PID, r.plugin) {
+		fmt.Fprintln(w, p)
+	}
+
+	if r.plugin > 0 {
+		if err := syscall.Kill(r.plugin, syscall.SIGQUIT); err != nil {
+			fmt.Fprintf(w, "\nSIGQUIT to the plugin (pid %d): %v\n", r.plugin, err)
+		} else {
+			fmt.Fprintf(w, "\nthe plugin (pid %d) was sent SIGQUIT: its goroutines are in the agent log\n", r.plugin)
+			time.Sleep(2 * time.Second) // let the agent copy the dump into its log
+		}
+	}
+}
+
+func lastEvents(ev []*api.TaskEvent, n int) []*api.TaskEvent {
+	if len(ev) > n {
+		return ev[len(ev)-n:]
+	}
+	return ev
+}
+
+// stalledProcs lists, one line each, the machine's processes that are in D
+// state, or named zfs-fuse or zfs, or are agentPID or pluginPID, with
+// their threads' states and wait channels when any thread is not running.
+func stalledProcs(agentPID, pluginPID int) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, state, ok := procCommState(filepath.Join("/proc", e.Name()))
+		if !ok {
+			continue
+		}
+		if state != "D" && comm != "zfs-fuse" && comm != "zfs" && pid != agentPID && pid != pluginPID {
+			continue
+		}
+		args, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		line := fmt.Sprintf("pid %d %s state %s wchan %s: %s", pid, comm, state, readTrim(filepath.Join("/proc", e.Name(), "wchan")), strings.ReplaceAll(strings.TrimRight(string(args), "\x00"), "\x00", " "))
+		threads := map[string]int{}
+		tasks, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "task"))
+		for _, t := range tasks {
+			tdir := filepath.Join("/proc", e.Name(), "task", t.Name())
+			if _, ts, ok := procCommState(tdir); ok {
+				threads[ts+" "+readTrim(filepath.Join(tdir, "wchan"))]++
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(threads)) {
+			line += fmt.Sprintf("\n    %d threads %s", threads[k], k)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// procCommState reads the command name and state of /proc/PID/stat (or of
+// a thread's task directory).
+func procCommState(dir string) (comm, state string, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return "", "", false
+	}
+	s := string(b)
+	i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if i < 0 || j < i {
+		return "", "", false
+	}
+	f := strings.Fields(s[j+1:])
+	if len(f) < 1 {
+		return "", "", false
+	}
+	return s[i+1 : j], f[0], true
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// stalled writes the stall report of the batch prefix* to stallPath and
+// returns err naming where it is (or why it could not be written).
+func (r *churnRun) stalled(prefix string, err error) error {
+	path := stallPath(r.o.KeepLog)
+	f, ferr := os.Create(path)
+	if ferr != nil {
+		return fmt.Errorf("%w (no stall report: %w)", err, ferr)
+	}
+	r.stallReport(f, prefix)
+	if ferr := f.Close(); ferr != nil {
+		return fmt.Errorf("%w (no stall report: %w)", err, ferr)
+	}
+	r.logf("stall report: %s", path)
+	return fmt.Errorf("%w (stall report: %s)", err, path)
+}
+
+// stallPath is the stall report's file: beside the kept agent log, or in
+// the temporary directory when none is kept.
+func stallPath(keepLog string) string {
+	if keepLog == "" {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("zfsbench-churn-%d-stall.txt", os.Getpid()))
+	}
+	return strings.TrimSuffix(keepLog, ".log") + "-stall.txt"
+}
