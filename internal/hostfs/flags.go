@@ -110,17 +110,7 @@ func EnsureFlags(ctx context.Context, path string, want Flags) (changed bool, er
 // remount itself does not call into the filesystem, but resolving path can
 // (a FUSE lookup of the mount point in its parent dataset).
 func remount(ctx context.Context, path string, flags uintptr) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- unix.Mount("", path, "", flags, "") }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return Do(ctx, path, func() error { return unix.Mount("", path, "", flags, "") })
 }
 
 // perMount maps each per-mount option the kernel shows (fs/proc_namespace.c

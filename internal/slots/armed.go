@@ -443,21 +443,26 @@ func mayBeWritten(ds, mountpoint string, want hostfs.Flags) string {
 	return ""
 }
 
-// emptyDir reports whether directory dir has no entries.
+// emptyDir reports whether directory dir has no entries. It gives up
+// after rootTimeout (see inRoot).
 func emptyDir(dir string) (bool, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(1)
-	switch {
-	case errors.Is(err, io.EOF):
-		return true, nil
-	case err != nil:
-		return false, err
-	}
-	return len(names) == 0, nil
+	ctx, cancel := context.WithTimeout(context.Background(), rootTimeout)
+	defer cancel()
+	return hostfs.Get(ctx, dir, func() (bool, error) {
+		f, err := os.Open(dir)
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		names, err := f.Readdirnames(1)
+		switch {
+		case errors.Is(err, io.EOF):
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		return len(names) == 0, nil
+	})
 }
 
 // disarmFree records free, as an earlier version would have made them, the

@@ -2,9 +2,7 @@ package slots
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -187,24 +185,33 @@ func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 // `zfs create` made it (root's, 0755): the owner's repeated Reserve readies
 // it then. A root with anything in it is the tenant's, and left as it is.
 func readyRoot(dir string, c Class) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	names, err := f.Readdirnames(1)
-	f.Close()
-	if len(names) > 0 {
-		return nil
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
+	empty, err := emptyDir(dir)
+	if err != nil || !empty {
 		return err
 	}
 	return ensureRoot(dir, c.UID, c.GID, c.Mode)
 }
 
+// rootTimeout bounds each call into a slot's mounted root directory: on
+// zfs-fuse it waits on the daemon, and a daemon that hangs must not hang
+// the caller (often a slot's lock holder) with it (hostfs.Do).
+var rootTimeout = 10 * time.Second
+
+// inRoot runs op, a call into the root directory dir of a slot's dataset,
+// within rootTimeout (see hostfs.Do).
+func inRoot(dir string, op func() error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), rootTimeout)
+	defer cancel()
+	return hostfs.Do(ctx, dir, op)
+}
+
 // ensureRoot gives the root directory of a free slot the class owner and
-// mode, touching it only when they differ.
+// mode, touching it only when they differ. It gives up after rootTimeout.
 func ensureRoot(dir string, uid, gid int, mode os.FileMode) error {
+	return inRoot(dir, func() error { return ensureRootNow(dir, uid, gid, mode) })
+}
+
+func ensureRootNow(dir string, uid, gid int, mode os.FileMode) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return err
