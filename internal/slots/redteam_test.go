@@ -3,7 +3,7 @@ package slots_test
 // Red-team tests for issue 9 ("Fail closed"): each reproduced, before its
 // fix, a path where the plugin handed a written dataset over without proof
 // or released one under a live tenant; now each pins the fix. They use the
-// fake allocs of release_test.go at the slots.Nomad interface and a real
+// fake allocs of release_env_test.go at the slots.Nomad interface and a real
 // pool.
 
 import (

@@ -2,6 +2,9 @@ package slots_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,4 +164,126 @@ func TestRun_AHungAPIHoldsUpNoZFSWork(t *testing.T) {
 			must.Eq(t, o, recordedOwner(t, e, ds))
 		})
 	}
+}
+
+// cachedAllocs is allocs behind a cache, as the watcher serves views: a
+// View whose since is no later than the cached read's start is answered
+// from the cache; otherwise it is a new read, cached.
+type cachedAllocs struct {
+	*allocs
+	mu     sync.Mutex
+	cached *slots.View
+	reads  int         // new reads
+	sinces []time.Time // every since asked for
+}
+
+func (c *cachedAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
+	c.mu.Lock()
+	c.sinces = append(c.sinces, since)
+	if c.cached != nil && !c.cached.Began.Before(since) {
+		v := c.cached
+		c.mu.Unlock()
+		return v, nil
+	}
+	c.reads++
+	c.mu.Unlock()
+	v, err := c.allocs.View(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.cached = v
+	c.mu.Unlock()
+	return v, nil
+}
+
+func (c *cachedAllocs) counts() (reads int, latest time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.sinces {
+		if s.After(latest) {
+			latest = s
+		}
+	}
+	return c.reads, latest
+}
+
+// A pass that a kick starts decides from the latest read only when that
+// read began after the latest Reserve arrived and no reserved slot's owner
+// is unknown: a read from before shows no holder of a device just handed
+// out, and a read that misses the holder (made under a token since
+// widened) would have an owner never identified taken for gone. Otherwise
+// a newer read is reused, not read again.
+func TestRun_KickedPassDecidesFromNoReadOlderThanTheLatestReserve(t *testing.T) {
+	e := newEnv(t, 2)
+	a := &cachedAllocs{allocs: newAllocs()}
+	e.mgr.SetNomad(a)
+	e.sync(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.mgr.Run(ctx, time.Hour)
+	asked := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.sinces)
+	}
+	// kick kicks a pass and waits until it has asked for a view (or
+	// archived something) and the work it started is done.
+	kick := func() {
+		t.Helper()
+		n := asked()
+		e.mgr.Kick()
+		must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+			return asked() > n || len(archived(t, e)) > 0
+		}), wait.Timeout(30*time.Second), wait.Gap(20*time.Millisecond)), must.Sprint("the kicked pass asks for a view"))
+		must.NoError(t, e.mgr.Wait(ctx))
+	}
+
+	// Known owners only: a read newer than the latest Reserve is reused.
+	p := owner(41)
+	sp := reserveAndWrite(t, e, a.allocs, "scratch-1", p)
+	_, err := a.View(ctx, time.Now())
+	must.NoError(t, err)
+	reads, _ := a.counts()
+	kick()
+	after, _ := a.counts()
+	must.Eq(t, reads, after, must.Sprint("a read that began after the latest Reserve is reused"))
+
+	// A read from before the next Reserve: nothing holds scratch-0.
+	_, err = a.View(ctx, time.Now())
+	must.NoError(t, err)
+	// o is handed the fresh slot while the API fails: its owner is never
+	// identified. o writes.
+	o := owner(40)
+	a.hold("scratch-0", o)
+	a.setErr(errors.New("connection refused"))
+	arrived := time.Now()
+	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+	must.NoError(t, err)
+	a.start(o)
+	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("o's"), 0o644))
+	guid := e.guid(t, res[0].Dataset)
+	must.NoError(t, e.mgr.Wait(ctx))
+	a.setErr(nil)
+	kick()
+	must.SliceEmpty(t, archived(t, e), must.Sprint("o's data was taken for no one's"))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+	must.StrContains(t, slotByID(t, e, "scratch-0").HealthDesc, "owner unknown")
+	_, latest := a.counts()
+	must.False(t, latest.Before(arrived), must.Sprint("the kicked pass asked for a read that began after the Reserve"))
+
+	// A read after the Reserve that misses o (as one made under a token
+	// that could not see o's namespace would): the pass reads anew.
+	a.mu.Lock()
+	a.allocs.mu.Lock()
+	a.allocs.holders["scratch-0"] = nil
+	a.allocs.mu.Unlock()
+	a.mu.Unlock()
+	_, err = a.View(ctx, time.Now())
+	must.NoError(t, err)
+	a.hold("scratch-0", o)
+	kick()
+	must.SliceEmpty(t, archived(t, e), must.Sprint("o's data was taken for no one's"))
+	must.Eq(t, guid, e.guid(t, res[0].Dataset))
+	must.Eq(t, sp.Dataset, slotByID(t, e, "scratch-1").Dataset)
 }
