@@ -96,6 +96,7 @@ func leanAllocList(r io.Reader) ([]byte, error) {
 	if c != '[' {
 		return nil, fmt.Errorf("allocation list: want a JSON array, found %s", kindOf(c))
 	}
+	s.depth = 1 // the array: an allocation nests as deep as in the whole answer
 	list := []*leanAlloc{}
 	if c, err = s.nonSpace(); err != nil {
 		return nil, fmt.Errorf("allocation list: %w", err)
@@ -123,8 +124,11 @@ func leanAllocList(r io.Reader) ([]byte, error) {
 			return nil, fmt.Errorf("allocation list: %w", err)
 		}
 	}
-	if _, err := s.nonSpace(); err != errCut {
+	switch _, err := s.nonSpace(); {
+	case err == nil:
 		return nil, fmt.Errorf("allocation list: data after the list")
+	case err != errCut: // the end of the input is errCut
+		return nil, fmt.Errorf("allocation list: after the list: %w", err)
 	}
 	return json.Marshal(list)
 }

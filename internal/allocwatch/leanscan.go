@@ -24,10 +24,12 @@ const maxDepth = 10000
 
 // shape says what of a JSON value is kept: nil drops it (it is only
 // checked), all keeps it whole; otherwise an object keeps the members that
-// may land in one of fields (a struct) or every member with elem (a map),
-// and an array keeps every element with elem (a slice). A value of another
-// kind than the shape expects is kept whole: json.Unmarshal then refuses
-// it as it would have.
+// may land in one of fields (a struct) or every member with elem (a map or
+// a slice), and an array keeps every element with elem (an array where a
+// struct is expected is kept whole). A scalar is kept as it is. Where the
+// kind does not match the type (an object for a slice, an array for a
+// map), json.Unmarshal refuses what is kept as it would have refused the
+// whole.
 type shape struct {
 	all    bool
 	fields map[string]*shape // a struct's fields, by name in lower case
@@ -55,8 +57,11 @@ func shapeOf(t reflect.Type) *shape {
 		sh := &shape{fields: map[string]*shape{}}
 		for i := range t.NumField() {
 			f := t.Field(i)
-			if f.Tag.Get("json") != "" || !f.IsExported() || f.Anonymous {
-				return keepAll // not the plain fields this shape handles
+			if f.Tag.Get("json") != "" || !f.IsExported() || f.Anonymous || !ascii(f.Name) {
+				// Not the plain fields member matches (a name outside
+				// ASCII folds as encoding/json folds it, not as
+				// ToLower does): kept whole.
+				return keepAll
 			}
 			sh.fields[strings.ToLower(f.Name)] = shapeOf(f.Type)
 		}
@@ -65,6 +70,15 @@ func shapeOf(t reflect.Type) *shape {
 		return &shape{elem: shapeOf(t.Elem())}
 	}
 	return keepAll
+}
+
+func ascii(name string) bool {
+	for i := range len(name) {
+		if name[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // member returns the shape of the member named by the raw JSON string key
