@@ -352,7 +352,7 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 		released = jobs
 	}
 	if err := r.settle(ctx, released); err != nil {
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", kind, prefix, err))
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", kind, prefix, r.unsettled(prefix, err)))
 	}
 	c, err := r.counter.Since(mark)
 	if err != nil {

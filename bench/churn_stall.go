@@ -20,11 +20,11 @@ import (
 // allocation of prefix* that is not terminal, with its tasks' states and
 // last events, and every process of the machine in uninterruptible sleep
 // (D) or belonging to zfs-fuse, the agent or the plugin, with its kernel
-// wait channel. It then asks the plugin for its goroutines (SIGQUIT: the Go
-// runtime prints them to stderr, which the agent logs, and the plugin
-// exits). It is called once the batch has failed, so nothing it does can
-// change a figure.
-func (r *churnRun) stallReport(w io.Writer, prefix string) {
+// wait channel. With quit, it then asks the plugin for its goroutines
+// (SIGQUIT: the Go runtime prints them to stderr, which the agent logs, and
+// the plugin exits): only once the batch has failed, so that nothing it
+// does can change a figure.
+func (r *churnRun) stallReport(w io.Writer, prefix string, quit bool) {
 	fmt.Fprintf(w, "stall report, %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	all, _, err := r.a.API.Allocations().List(nil)
 	if err != nil {
@@ -50,7 +50,7 @@ func (r *churnRun) stallReport(w io.Writer, prefix string) {
 		fmt.Fprintln(w, p)
 	}
 
-	if r.plugin > 0 {
+	if quit && r.plugin > 0 {
 		if err := syscall.Kill(r.plugin, syscall.SIGQUIT); err != nil {
 			fmt.Fprintf(w, "\nSIGQUIT to the plugin (pid %d): %v\n", r.plugin, err)
 		} else {
@@ -136,12 +136,22 @@ func readTrim(path string) string {
 // stalled writes the stall report of the batch prefix* to stallPath and
 // returns err naming where it is (or why it could not be written).
 func (r *churnRun) stalled(prefix string, err error) error {
-	path := stallPath(r.o.KeepLog)
+	return r.report(stallPath(r.o.KeepLog, ""), prefix, true, err)
+}
+
+// unsettled writes the stall report of a batch whose slots did not settle
+// (its allocations all ended: the run goes on, and the plugin is left
+// running) beside the kept log, and returns err naming where it is.
+func (r *churnRun) unsettled(prefix string, err error) error {
+	return r.report(stallPath(r.o.KeepLog, strings.TrimSuffix(prefix, "-")), prefix, false, err)
+}
+
+func (r *churnRun) report(path, prefix string, quit bool, err error) error {
 	f, ferr := os.Create(path)
 	if ferr != nil {
 		return fmt.Errorf("%w (no stall report: %w)", err, ferr)
 	}
-	r.stallReport(f, prefix)
+	r.stallReport(f, prefix, quit)
 	if ferr := f.Close(); ferr != nil {
 		return fmt.Errorf("%w (no stall report: %w)", err, ferr)
 	}
@@ -150,10 +160,15 @@ func (r *churnRun) stalled(prefix string, err error) error {
 }
 
 // stallPath is the stall report's file: beside the kept agent log, or in
-// the temporary directory when none is kept.
-func stallPath(keepLog string) string {
-	if keepLog == "" {
-		return filepath.Join(os.TempDir(), fmt.Sprintf("zfsbench-churn-%d-stall.txt", os.Getpid()))
+// the temporary directory when none is kept; batch, when set, names the
+// batch in it.
+func stallPath(keepLog, batch string) string {
+	suffix := "-stall.txt"
+	if batch != "" {
+		suffix = "-" + batch + suffix
 	}
-	return strings.TrimSuffix(keepLog, ".log") + "-stall.txt"
+	if keepLog == "" {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("zfsbench-churn-%d%s", os.Getpid(), suffix))
+	}
+	return strings.TrimSuffix(keepLog, ".log") + suffix
 }

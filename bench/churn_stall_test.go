@@ -24,12 +24,13 @@ func TestStalledProcs_NamesTheAgentAndThePlugin(t *testing.T) {
 }
 
 func TestStallPath(t *testing.T) {
-	cases := []struct{ keep, want string }{
-		{"/tmp/zfsbench-churn-20261129T150405-agent.log", "/tmp/zfsbench-churn-20261129T150405-agent-stall.txt"},
-		{"/x/agent", "/x/agent-stall.txt"},
+	cases := []struct{ keep, batch, want string }{
+		{"/tmp/zfsbench-churn-20261129T150405-agent.log", "", "/tmp/zfsbench-churn-20261129T150405-agent-stall.txt"},
+		{"/tmp/zfsbench-churn-20261129T150405-agent.log", "churn-07-device", "/tmp/zfsbench-churn-20261129T150405-agent-churn-07-device-stall.txt"},
+		{"/x/agent", "", "/x/agent-stall.txt"},
 	}
 	for _, c := range cases {
-		must.Eq(t, c.want, stallPath(c.keep))
+		must.Eq(t, c.want, stallPath(c.keep, c.batch))
 	}
-	must.StrHasSuffix(t, "-stall.txt", stallPath(""))
+	must.StrHasSuffix(t, "-stall.txt", stallPath("", ""))
 }
