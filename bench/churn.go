@@ -42,8 +42,9 @@ type ChurnOptions struct {
 	NomadBin  string // the Nomad agent binary (NomadBinary when empty)
 	WorkDir   string // agent directory, counting wrappers
 	// KeepLog, when set, is where the agent log is copied once the agent
-	// has stopped (WorkDir is usually removed). A batch that does not end
-	// writes its stall report beside it (stallPath).
+	// has stopped (WorkDir is usually removed). A batch that does not end,
+	// or whose slots do not settle, writes its stall report beside it
+	// (stallPath).
 	KeepLog  string
 	Progress io.Writer
 }
@@ -327,6 +328,9 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	}
 	stubs, err := r.waitTerminal(ctx, prefix, n)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err // stopped, not stalled
+		}
 		return nil, r.stalled(prefix, err)
 	}
 	for _, s := range stubs {
@@ -351,9 +355,7 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	if device {
 		released = jobs
 	}
-	if err := r.settle(ctx, released); err != nil {
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", kind, prefix, r.unsettled(prefix, err)))
-	}
+	settleErr := r.settle(ctx, released)
 	c, err := r.counter.Since(mark)
 	if err != nil {
 		return nil, err
@@ -365,6 +367,9 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 		return nil, err
 	}
 	b.CPU = cpu1.since(cpu0)
+	if settleErr != nil { // reported after the figures are taken
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", kind, prefix, r.unsettled(prefix, settleErr)))
+	}
 	if b.Failed > 0 {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %d of %d allocations did not complete", kind, prefix, b.Failed, n))
 	}

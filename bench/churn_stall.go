@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -22,11 +23,13 @@ import (
 // (D) or belonging to zfs-fuse, the agent or the plugin, with its kernel
 // wait channel. With quit, it then asks the plugin for its goroutines
 // (SIGQUIT: the Go runtime prints them to stderr, which the agent logs, and
-// the plugin exits): only once the batch has failed, so that nothing it
-// does can change a figure.
+// the plugin exits): only once the batch has failed. It is written after
+// the batch's figures are taken, so it changes none of them.
 func (r *churnRun) stallReport(w io.Writer, prefix string, quit bool) {
 	fmt.Fprintf(w, "stall report, %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	all, _, err := r.a.API.Allocations().List(nil)
+	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the agent may be what stalled
+	defer cancel()
+	all, _, err := r.a.API.Allocations().List((&api.QueryOptions{}).WithContext(qctx))
 	if err != nil {
 		fmt.Fprintf(w, "allocations: %v\n", err)
 	}
@@ -69,7 +72,9 @@ func lastEvents(ev []*api.TaskEvent, n int) []*api.TaskEvent {
 
 // stalledProcs lists, one line each, the machine's processes that are in D
 // state, or named zfs-fuse or zfs, or are agentPID or pluginPID, with
-// their threads' states and wait channels when any thread is not running.
+// their threads counted by state and wait channel. A process in D state
+// is listed without its command line (reading it can wait on the
+// process's own memory lock, which may be what it is stuck on).
 func stalledProcs(agentPID, pluginPID int) []string {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -88,7 +93,10 @@ func stalledProcs(agentPID, pluginPID int) []string {
 		if state != "D" && comm != "zfs-fuse" && comm != "zfs" && pid != agentPID && pid != pluginPID {
 			continue
 		}
-		args, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		var args []byte
+		if state != "D" {
+			args, _ = os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		}
 		line := fmt.Sprintf("pid %d %s state %s wchan %s: %s", pid, comm, state, readTrim(filepath.Join("/proc", e.Name(), "wchan")), strings.ReplaceAll(strings.TrimRight(string(args), "\x00"), "\x00", " "))
 		threads := map[string]int{}
 		tasks, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "task"))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -127,7 +128,7 @@ func leanAllocList(r io.Reader) ([]byte, error) {
 	switch _, err := s.nonSpace(); {
 	case err == nil:
 		return nil, fmt.Errorf("allocation list: data after the list")
-	case err != errCut: // the end of the input is errCut
+	case !errors.Is(err, errCut): // the end of the input is errCut
 		return nil, fmt.Errorf("allocation list: after the list: %w", err)
 	}
 	return json.Marshal(list)

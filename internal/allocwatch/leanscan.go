@@ -121,7 +121,7 @@ var errCut = errors.New("unexpected end of JSON input")
 // byte reads the next byte; the end of the input is errCut.
 func (s *scanner) byte() (byte, error) {
 	c, err := s.r.ReadByte()
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		return 0, errCut
 	}
 	return c, err
@@ -302,7 +302,7 @@ func (s *scanner) str(keep bool) error {
 	for {
 		// The plain bytes in the reader's buffer, in one go.
 		if _, err := s.r.Peek(1); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return errCut
 			}
 			return err
@@ -404,7 +404,7 @@ func (s *scanner) number(c byte, keep bool) error {
 		}
 	}
 	c, err := s.r.ReadByte()
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		return nil
 	}
 	if err != nil {
@@ -415,7 +415,7 @@ func (s *scanner) number(c byte, keep bool) error {
 		if err := s.digits(keep, true); err != nil {
 			return err
 		}
-		if c, err = s.r.ReadByte(); err == io.EOF {
+		if c, err = s.r.ReadByte(); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
 			return err
@@ -446,7 +446,7 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 func (s *scanner) digits(keep, one bool) error {
 	for n := 0; ; n++ {
 		c, err := s.r.ReadByte()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if one && n == 0 {
 				return errCut
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 )
 
@@ -11,11 +12,11 @@ import (
 // has not returned yet.
 var ErrStuck = errors.New("an earlier call on this path has not returned")
 
-// stuck holds the paths whose call Do gave up waiting for and that has
-// not returned since; stuckMu guards it.
+// stuck counts, by cleaned path, the calls Do and Get gave up waiting for
+// and that have not returned since; stuckMu guards it.
 var (
 	stuckMu sync.Mutex
-	stuck   = map[string]bool{}
+	stuck   = map[string]int{}
 )
 
 // Do runs op, a call into the filesystem at path, and returns its error,
@@ -24,10 +25,13 @@ var (
 // caller with it: often a slot's lock holder, which must not wait without
 // a bound.
 //
-// When ctx ends first, op goes on running and its result is dropped;
-// until it returns, every call of Do or Get on the same path fails at once
-// with ErrStuck, so a hung daemon costs one goroutine per path, not one per
-// attempt. On return, either op has returned, or the error says it has not.
+// When ctx ends first, op goes on running (with a goroutine that clears
+// the mark once it returns) and its result is dropped; until it returns,
+// every call of Do or Get on the same path fails at once with ErrStuck, so
+// a hung daemon costs a bounded number of goroutines per path (two, or a
+// few more when several calls on the path started together), not two per
+// attempt. On return, either op has returned, or the error says it has
+// not.
 func Do(ctx context.Context, path string, op func() error) error {
 	_, err := Get(ctx, path, func() (struct{}, error) { return struct{}{}, op() })
 	return err
@@ -44,8 +48,9 @@ func Get[T any](ctx context.Context, path string, op func() (T, error)) (T, erro
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("%s: %w", path, err)
 	}
+	key := filepath.Clean(path)
 	stuckMu.Lock()
-	if stuck[path] {
+	if stuck[key] > 0 {
 		stuckMu.Unlock()
 		return zero, fmt.Errorf("%s: %w", path, ErrStuck)
 	}
@@ -67,11 +72,13 @@ func Get[T any](ctx context.Context, path string, op func() (T, error)) (T, erro
 		return r.v, r.err
 	default:
 	}
-	stuck[path] = true
+	stuck[key]++
 	go func() {
 		<-done
 		stuckMu.Lock()
-		delete(stuck, path)
+		if stuck[key]--; stuck[key] <= 0 {
+			delete(stuck, key)
+		}
 		stuckMu.Unlock()
 	}()
 	return zero, fmt.Errorf("%s: no answer from the filesystem: %w", path, ctx.Err())

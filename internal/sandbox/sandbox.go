@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,6 +80,15 @@ func zpoolWorks() bool {
 	return exec.CommandContext(ctx, "zpool", "list", "-H", "-o", "name").Run() == nil
 }
 
+// started is the PID of the zfs-fuse daemon this process started and has
+// not stopped yet (StartedDaemon), 0 when none.
+var started atomic.Int64
+
+// StartedDaemon returns the PID of the zfs-fuse daemon that StartFuse
+// started in this process and that still runs, or 0: a daemon found
+// running was not started here, and is not this process's to stop.
+func StartedDaemon() int { return int(started.Load()) }
+
 func startFuse(bin string) (func() error, error) {
 	removeStalePIDFile(DaemonPIDFile)
 	cmd := exec.Command(bin, "--no-daemon", "--pidfile", DaemonPIDFile)
@@ -86,8 +96,9 @@ func startFuse(bin string) (func() error, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting zfs-fuse: %w", err)
 	}
+	started.Store(int64(cmd.Process.Pid))
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- cmd.Wait(); started.Store(0) }()
 	stop := func() error {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {

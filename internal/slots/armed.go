@@ -411,7 +411,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	case cur.Mountpoint == "" || !cur.ok:
 		return false, "it is not mounted", nil
 	}
-	if why := mayBeWritten(cur.Dataset, cur.Mountpoint, want); why != "" {
+	if why := mayBeWritten(ctx, cur.Dataset, cur.Mountpoint, want); why != "" {
 		return false, why, nil
 	}
 	m.arm.adopt(cur.armed)
@@ -424,7 +424,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 // mayBeWritten says why dataset ds, which should be mounted at mountpoint
 // with flags want, may have been written; "" when it cannot have: it is
 // what is mounted there, as the plugin mounts it, and its root is empty.
-func mayBeWritten(ds, mountpoint string, want hostfs.Flags) string {
+func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags) string {
 	if err := checkMounted(mountpoint, want); err != nil {
 		return err.Error()
 	}
@@ -433,7 +433,7 @@ func mayBeWritten(ds, mountpoint string, want hostfs.Flags) string {
 	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
 		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
 	}
-	empty, err := emptyDir(mountpoint)
+	empty, err := emptyDir(ctx, mountpoint)
 	switch {
 	case err != nil:
 		return err.Error()
@@ -444,9 +444,9 @@ func mayBeWritten(ds, mountpoint string, want hostfs.Flags) string {
 }
 
 // emptyDir reports whether directory dir has no entries. It gives up
-// after rootTimeout (see inRoot).
-func emptyDir(dir string) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), rootTimeout)
+// when ctx ends, or after rootTimeout (see inRoot).
+func emptyDir(ctx context.Context, dir string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, rootTimeout)
 	defer cancel()
 	return hostfs.Get(ctx, dir, func() (bool, error) {
 		f, err := os.Open(dir)

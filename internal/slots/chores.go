@@ -79,7 +79,8 @@ func readyFree(cfg Config, table hostfs.Table, tableErr error, class, mountpoint
 	if err := ensureMount(table, tableErr, mountpoint, hostfs.FlagsFor(c.SlotProps())); err != nil {
 		return fmt.Errorf("mount is not safe to offer: %w", err)
 	}
-	if err := ensureRoot(mountpoint, c.UID, c.GID, c.Mode); err != nil {
+	// No caller's context here: the root's look is bounded by rootTimeout.
+	if err := ensureRoot(context.Background(), mountpoint, c.UID, c.GID, c.Mode); err != nil {
 		return fmt.Errorf("cannot set its root directory's owner and mode: %w", err)
 	}
 	return nil
@@ -143,7 +144,7 @@ func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 	m.mu.Unlock()
 	want := hostfs.FlagsFor(c.SlotProps())
 	if s.Mountpoint != "" && checkMounted(s.Mountpoint, want) == nil {
-		return s, readyRoot(s.Mountpoint, c)
+		return s, readyRoot(ctx, s.Mountpoint, c)
 	}
 	ds, err := m.zfs.Get(ctx, s.Dataset, 0, "mounted", "mountpoint")
 	if err != nil {
@@ -176,7 +177,7 @@ func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 	}
 	s.Mountpoint = mp
 	m.updateSlot(s.ID, func(x *Slot) { x.Mountpoint = mp })
-	return s, readyRoot(mp, c)
+	return s, readyRoot(ctx, mp, c)
 }
 
 // readyRoot gives an empty root directory the class owner and mode. A
@@ -184,12 +185,18 @@ func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 // Reserve hands it over, but a plugin stopped in between leaves it as
 // `zfs create` made it (root's, 0755): the owner's repeated Reserve readies
 // it then. A root with anything in it is the tenant's, and left as it is.
-func readyRoot(dir string, c Class) error {
-	empty, err := emptyDir(dir)
+//
+// The caller's context bounds it only by its values, not its end: a
+// Reserve that ran out of time on another slot still readies the root of
+// the one it hands back, and its answer names why it ran out
+// (TestSpare_HeldPairHandedOverInPart). rootTimeout bounds it.
+func readyRoot(ctx context.Context, dir string, c Class) error {
+	ctx = context.WithoutCancel(ctx)
+	empty, err := emptyDir(ctx, dir)
 	if err != nil || !empty {
 		return err
 	}
-	return ensureRoot(dir, c.UID, c.GID, c.Mode)
+	return ensureRoot(ctx, dir, c.UID, c.GID, c.Mode)
 }
 
 // rootTimeout bounds each call into a slot's mounted root directory: on
@@ -198,19 +205,21 @@ func readyRoot(dir string, c Class) error {
 var rootTimeout = 10 * time.Second
 
 // inRoot runs op, a call into the root directory dir of a slot's dataset,
-// within rootTimeout (see hostfs.Do).
-func inRoot(dir string, op func() error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), rootTimeout)
+// until ctx ends or rootTimeout passes (see hostfs.Do).
+func inRoot(ctx context.Context, dir string, op func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, rootTimeout)
 	defer cancel()
 	return hostfs.Do(ctx, dir, op)
 }
 
 // ensureRoot gives the root directory of a free slot the class owner and
-// mode, touching it only when they differ. It gives up after rootTimeout.
-func ensureRoot(dir string, uid, gid int, mode os.FileMode) error {
-	return inRoot(dir, func() error { return ensureRootNow(dir, uid, gid, mode) })
+// mode, touching it only when they differ. It gives up when ctx ends or
+// after rootTimeout.
+func ensureRoot(ctx context.Context, dir string, uid, gid int, mode os.FileMode) error {
+	return inRoot(ctx, dir, func() error { return ensureRootNow(dir, uid, gid, mode) })
 }
 
+// ensureRootNow is ensureRoot's work, unbounded: only through inRoot.
 func ensureRootNow(dir string, uid, gid int, mode os.FileMode) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {

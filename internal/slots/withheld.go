@@ -75,7 +75,7 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	m.mu.Lock()
 	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
-	if why := mayBeWritten(w.Dataset, w.Mountpoint, want); why != "" {
+	if why := mayBeWritten(ctx, w.Dataset, w.Mountpoint, want); why != "" {
 		m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
 		return s, nil
 	}

@@ -61,6 +61,10 @@ func Main(m *testing.M, atExit ...func()) {
 // DaemonPIDFile is where the zfs-fuse started by StartFuse records its PID.
 const DaemonPIDFile = sandbox.DaemonPIDFile
 
+// StartedDaemon is sandbox.StartedDaemon: the PID of the zfs-fuse daemon
+// this test binary started (zfstest.Main), 0 when it started none.
+func StartedDaemon() int { return sandbox.StartedDaemon() }
+
 // StartFuse makes ZFS usable outside `go test`; see sandbox.StartFuse. A nil
 // stop means ZFS already answered and nothing was started.
 func StartFuse() (stop func() error, err error) { return sandbox.StartFuse() }
