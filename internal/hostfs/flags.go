@@ -67,9 +67,9 @@ func (m Mount) Satisfies(want Flags) bool {
 // Errors: ErrNotMounted (nothing changed); ctx's error when ctx ends before
 // the remount returns (the remount may still complete later: the path
 // lookup can wait on a FUSE daemon), and ErrStuck while such a remount has
-// not returned (Do); the kernel's errno, wrapped; or ErrFlagsNotApplied. It reads the mount table itself (once, twice when it
-// remounts), since a dataset just mounted is newer than any table the
-// caller holds.
+// not returned (Do); the kernel's errno, wrapped; or ErrFlagsNotApplied.
+// It reads the mount table itself (once, twice when it remounts), since a
+// dataset just mounted is newer than any table the caller holds.
 func EnsureFlags(ctx context.Context, path string, want Flags) (changed bool, err error) {
 	if !filepath.IsAbs(path) {
 		return false, fmt.Errorf("ensuring %s on %q: path is not absolute", want, path)

@@ -446,9 +446,7 @@ func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags)
 // emptyDir reports whether directory dir has no entries. It gives up
 // when ctx ends, or after rootTimeout (see inRoot).
 func emptyDir(ctx context.Context, dir string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, rootTimeout)
-	defer cancel()
-	return hostfs.Get(ctx, dir, func() (bool, error) {
+	return inRoot(ctx, dir, func() (bool, error) {
 		f, err := os.Open(dir)
 		if err != nil {
 			return false, err

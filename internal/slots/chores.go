@@ -205,18 +205,19 @@ func readyRoot(ctx context.Context, dir string, c Class) error {
 var rootTimeout = 10 * time.Second
 
 // inRoot runs op, a call into the root directory dir of a slot's dataset,
-// until ctx ends or rootTimeout passes (see hostfs.Do).
-func inRoot(ctx context.Context, dir string, op func() error) error {
+// until ctx ends or rootTimeout passes (see hostfs.Get).
+func inRoot[T any](ctx context.Context, dir string, op func() (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, rootTimeout)
 	defer cancel()
-	return hostfs.Do(ctx, dir, op)
+	return hostfs.Get(ctx, dir, op)
 }
 
 // ensureRoot gives the root directory of a free slot the class owner and
 // mode, touching it only when they differ. It gives up when ctx ends or
 // after rootTimeout.
 func ensureRoot(ctx context.Context, dir string, uid, gid int, mode os.FileMode) error {
-	return inRoot(ctx, dir, func() error { return ensureRootNow(dir, uid, gid, mode) })
+	_, err := inRoot(ctx, dir, func() (struct{}, error) { return struct{}{}, ensureRootNow(dir, uid, gid, mode) })
+	return err
 }
 
 // ensureRootNow is ensureRoot's work, unbounded: only through inRoot.
