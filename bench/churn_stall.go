@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 )
 
 // stallReport writes what a batch that did not end left behind: every
@@ -117,20 +118,11 @@ func stalledProcs(agentPID, pluginPID int) []string {
 // procCommState reads the command name and state of /proc/PID/stat (or of
 // a thread's task directory).
 func procCommState(dir string) (comm, state string, ok bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "stat"))
-	if err != nil {
+	comm, f, err := localagent.ProcStat(dir)
+	if err != nil || len(f) < 1 {
 		return "", "", false
 	}
-	s := string(b)
-	i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if i < 0 || j < i {
-		return "", "", false
-	}
-	f := strings.Fields(s[j+1:])
-	if len(f) < 1 {
-		return "", "", false
-	}
-	return s[i+1 : j], f[0], true
+	return comm, f[0], true
 }
 
 func readTrim(path string) string {

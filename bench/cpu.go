@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 )
 
 // CPUUse is the CPU time, in seconds, that a batch's window took on the
@@ -90,17 +92,10 @@ func machineBusy() (float64, error) {
 // procCPU returns a process's own CPU seconds (utime+stime) and those of
 // its reaped children (cutime+cstime), from /proc/<pid>/stat.
 func procCPU(pid int) (own, children float64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	_, f, err := localagent.ProcStat(fmt.Sprintf("/proc/%d", pid)) // f[0] is field 3, the state
 	if err != nil {
 		return 0, 0, err
 	}
-	// The command name, in parentheses, may hold spaces: fields count
-	// from after its closing parenthesis (field 3, the state, first).
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 15 {
 		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 15", pid, len(f))
 	}

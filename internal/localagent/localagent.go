@@ -135,6 +135,24 @@ func FreeLoopbackPorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// ProcStat reads the stat file of dir, a process's /proc/<pid> (or one of
+// its threads' task/<tid>), and returns the command name and the fields
+// after it: the state first (field 3), then the parent's PID, and so on.
+// The name, in parentheses, may hold spaces and parentheses itself: the
+// fields count from after the last ')'.
+func ProcStat(dir string) (comm string, fields []string, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return "", nil, err
+	}
+	s := string(b)
+	i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if i < 0 || j < i {
+		return "", nil, fmt.Errorf("%s/stat: no command name", dir)
+	}
+	return s[i+1 : j], strings.Fields(s[j+1:]), nil
+}
+
 // Descendants lists the PIDs of the processes descended from pid, read from
 // /proc, children before grandchildren.
 func Descendants(pid int) []int {
@@ -148,19 +166,8 @@ func Descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The command name in parentheses may contain spaces: the fields
-		// after the last ')' are state, ppid, ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
+		_, fields, err := ProcStat(filepath.Join("/proc", e.Name()))
+		if err != nil || len(fields) < 2 {
 			continue
 		}
 		ppid, err := strconv.Atoi(fields[1])
