@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -64,6 +65,7 @@ func TestRoot_AHungFuseDaemonIsABoundedWait(t *testing.T) {
 	t.Cleanup(func() { rootTimeout = old })
 	resumeLater(t, pid, 15*time.Second) // before the stop: whatever becomes of this binary
 	must.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	waitStopped(t, pid) // kill returns before every thread has stopped
 	resumed := false
 	resume := func() {
 		if !resumed {
@@ -96,4 +98,29 @@ func TestRoot_AHungFuseDaemonIsABoundedWait(t *testing.T) {
 	must.NoError(t, err)
 	must.True(t, empty)
 	must.NoError(t, ensureRoot(context.Background(), dir, 0, 0, 0o755))
+}
+
+// waitStopped returns once every thread of process pid is stopped (state
+// T in its stat), for up to 10 s: a thread still running would answer a
+// look the test means to hang.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		must.NoError(t, err)
+		stopped := 0
+		for _, task := range tasks {
+			if _, f, err := localagent.ProcStat(fmt.Sprintf("/proc/%d/task/%s", pid, task.Name())); err == nil && len(f) > 0 && (f[0] == "T" || f[0] == "t") {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d threads of pid %d stopped after 10 s", stopped, len(tasks), pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
