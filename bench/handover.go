@@ -40,6 +40,9 @@ func (h *sizeRun) release(ctx context.Context) error {
 	cfg.RenameUnmounts = renameUnmounts
 	tenants := NewTenants()
 	mgr := slots.NewManager(zfs.NewClient(&zfs.Runner{}), hclog.NewNullLogger())
+	// No task starts here: the release timed right behind a Reserve is
+	// ZFS's work, not a wait for a start it yields to.
+	mgr.SetStartYield(0)
 	mgr.SetNomad(tenants)
 	mgr.SetConfig(cfg)
 	if err := mgr.Sync(ctx); err != nil {

@@ -108,6 +108,7 @@ func (r *MobilityResult) restore(ctx context.Context, o MobilityOptions, logf fu
 	runner := &zfs.Runner{}
 	client := zfs.NewClient(runner)
 	mgr := slots.NewManager(client, hclog.NewNullLogger())
+	mgr.SetStartYield(0) // no task starts here (see handover.go)
 	mgr.SetConfig(cfg)
 	pruner := retention.New(client, hclog.NewNullLogger())
 	pruner.SetConfig(retention.Config{Container: cfg.ArchiveDataset(), Rules: retention.Rules{Default: retention.Policy{Keep: 3}}})

@@ -208,6 +208,9 @@ type Manager struct {
 	// arm is what this run knows of armed datasets (armed.go); m.zfs
 	// reads and creates through it.
 	arm *arming
+	// starts is when tasks' starts are under way, which background slot
+	// work yields to (starts.go); it has a lock of its own.
+	starts startYield
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -219,6 +222,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
+		starts: startYield{d: DefaultStartYield},
 	}
 }
 

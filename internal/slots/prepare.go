@@ -232,6 +232,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string
 				m.log.Warn("preparing a slot for its allocation failed; its Reserve does the work", "device", s.ID, "asker", asker.String(), "how", how, "error", err)
 			}
 		} else {
+			m.starts.begin() // the asker's task starts now
 			m.log.Debug("slot prepared", "device", s.ID, "dataset", p.dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
 		}
 		close(p.done)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -215,6 +216,27 @@ type releaseRun struct {
 	err  error
 	// release: the run releases a dataset (not only makes a spare).
 	release bool
+	// hurried is closed once a Reserve waits for the run (hurry): it
+	// yields to tasks' starts no more (yieldToStarts).
+	hurried   chan struct{}
+	hurryOnce sync.Once
+	// after is the run this one waits for before it begins (a spare
+	// being made, which a release goes after); nil for none.
+	after *releaseRun
+}
+
+// newReleaseRun returns a run not started, to go after prev (nil for none).
+func newReleaseRun(release bool, prev *releaseRun) *releaseRun {
+	return &releaseRun{done: make(chan struct{}), release: release, hurried: make(chan struct{}), after: prev}
+}
+
+// hurry has r, and the run it goes after, stop yielding to tasks' starts:
+// a Reserve waits for r. Safe to call more than once.
+func (r *releaseRun) hurry() {
+	r.hurryOnce.Do(func() { close(r.hurried) })
+	if r.after != nil {
+		r.after.hurry()
+	}
 }
 
 // newRun registers a run for slot id, or returns the one registered.
@@ -224,7 +246,7 @@ func (m *Manager) newRun(id string, release bool) (r *releaseRun, created bool) 
 	if r, ok := m.runs[id]; ok {
 		return r, false
 	}
-	r = &releaseRun{done: make(chan struct{}), release: release}
+	r = newReleaseRun(release, nil)
 	m.runs[id] = r
 	return r, true
 }
@@ -271,7 +293,7 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 	}
 	// A spare being made (prev) goes first; the release takes its place
 	// in m.runs at once, so that it is joined rather than started twice.
-	r := &releaseRun{done: make(chan struct{}), release: true}
+	r := newReleaseRun(true, prev)
 	m.runs[s.ID] = r
 	m.mu.Unlock()
 	m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
@@ -283,7 +305,7 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 			}
 		}
 		began := time.Now()
-		worked, err := m.release(ctx, s, start, asker)
+		worked, err := m.release(ctx, r, s, start, asker)
 		if worked || (err != nil && !errors.Is(err, context.Canceled)) {
 			m.observeRelease(s.Class, err, began)
 		}
@@ -304,7 +326,7 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 // still what ZFS has when the first steps are decided from it. worked is
 // false when there was nothing to release (the slot changed since s was
 // read).
-func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) (worked bool, err error) {
+func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool, asker Owner) (worked bool, err error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "release")
 	if err != nil {
 		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
@@ -334,7 +356,7 @@ func (m *Manager) release(ctx context.Context, s Slot, start bool, asker Owner) 
 	if start {
 		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
 	}
-	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.old != nil && cur.old.Dataset == rs.Dataset}
+	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.old != nil && cur.old.Dataset == rs.Dataset, run: r}
 	return true, m.tendSlotLocked(ctx, cur, t, unlock)
 }
 

@@ -45,6 +45,9 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	}
 	waited := false
 	res, err := m.reserve(ctx, ids, arrived, &waited, ps, prepared)
+	if err == nil {
+		m.starts.begin() // the asker's task starts now
+	}
 	if o := m.observer(); o != nil {
 		outcome := ReserveFresh
 		switch {
@@ -303,7 +306,9 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	// join the loop's run), and wait for them: the asker waits for them.
 	var runs []*releaseRun
 	for _, r := range release {
-		runs = append(runs, m.goRelease(ctx, r.slot, true, r.asker))
+		run := m.goRelease(ctx, r.slot, true, r.asker)
+		run.hurry() // the asker waits for it: no yielding to other starts
+		runs = append(runs, run)
 	}
 	for _, r := range runs {
 		select {

@@ -202,7 +202,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
 			if rs := now.old; rs != nil && !now.fateDue() {
-				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, Owner{}), outside: true}, unlock)
+				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, Owner{}), outside: true, run: r}, unlock)
 			} else {
 				unlock()
 				m.Kick() // the old dataset is gone: a read settles the slot

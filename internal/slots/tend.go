@@ -162,6 +162,9 @@ type tend struct {
 	// handOverSpare waits for a slot without one. A fresh dataset
 	// decided from what served then is made only if that is unchanged.
 	outside bool
+	// run is the run carrying the work, whose steps outside the slot's
+	// lock yield to tasks' starts (yieldToStarts); nil: they do not.
+	run *releaseRun
 }
 
 // tendSlotLocked brings slot cur's datasets to what the plan says, under
@@ -208,7 +211,13 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 			}
 		}
 		unlock()
+		if t.run != nil {
+			m.yieldToStarts(ctx, cur.ID, t.run, "releasing the old dataset")
+		}
 		done, errs = m.applyAll(ctx, cfg, pre, failed)
+		if t.run != nil {
+			m.yieldToStarts(ctx, cur.ID, t.run, "making the spare")
+		}
 		var lerr error
 		if unlock, lerr = m.lockSlot(ctx, cur.ID, "release"); lerr != nil {
 			return errors.Join(append(errs, fmt.Errorf("slot %s: %w", cur.ID, lerr))...)
@@ -431,6 +440,7 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 		return
 	}
 	m.carry(ctx, id, r, "making the spare", func(ctx context.Context) error {
+		m.yieldToStarts(ctx, id, r, "making the spare")
 		unlock, err := m.lockSlot(ctx, id, "make the spare")
 		if err != nil {
 			return fmt.Errorf("making the spare of %s: %w", id, err)
