@@ -159,6 +159,17 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	// On zfs-fuse, one mount or unmount at a time (mountgate.go), waited
+	// for within the command's own timeout.
+	leave, gated, gerr := enterMountGate(ctx, bin == orDefault(r.Zpool, "zpool"), args)
+	if gerr != nil {
+		zerr := &Error{Args: append([]string{bin}, args...), ExitCode: -1, Err: gerr}
+		if r.Logger != nil {
+			r.Logger.Trace("not run", "cmd", bin, "args", args, "yielded", yielded, "gated", gated, "error", gerr)
+		}
+		return nil, zerr
+	}
+	defer leave()
 
 	cmd := exec.CommandContext(ctx, bin, args...)
 	// Every child leads its own process group, so that a timeout reaches the
@@ -214,7 +225,7 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	took := time.Since(start)
 	if r.Logger != nil {
-		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "yielded", yielded, "error", err)
+		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "yielded", yielded, "gated", gated, "error", err)
 	}
 	if err == nil {
 		r.observe(bin, args, nil, took)

@@ -1,0 +1,124 @@
+package zfs_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+)
+
+func TestMountChanging(t *testing.T) {
+	cases := []struct {
+		pool bool
+		args []string
+		want bool
+	}{
+		{args: []string{"create", "-o", "refquota=1", "p/a"}, want: true},
+		{args: []string{"unmount", "p/a"}, want: true},
+		{args: []string{"mount", "p/a"}, want: true},
+		{args: []string{"rename", "p/a", "p/b"}, want: true},
+		{args: []string{"destroy", "p/a"}, want: true},
+		{args: []string{"clone", "p/a@s", "p/b"}, want: true},
+		{args: []string{"receive", "p/b"}, want: true},
+		{args: []string{"receive", "-u", "p/b"}},
+		{args: []string{"set", "mountpoint=/x", "p/a"}, want: true},
+		{args: []string{"set", "canmount=noauto", "p/a"}, want: true},
+		{args: []string{"inherit", "mountpoint", "p/a"}, want: true},
+		{args: []string{"set", "nomad-device-zfs:state=archived", "p/a"}},
+		{args: []string{"get", "-H", "mounted", "p/a"}},
+		{args: []string{"send", "p/a@s"}},
+		{args: nil},
+		{pool: true, args: []string{"export", "p"}, want: true},
+		{pool: true, args: []string{"destroy", "p"}, want: true},
+		{pool: true, args: []string{"list", "-H", "p"}},
+	}
+	for _, tc := range cases {
+		must.Eq(t, tc.want, zfs.MountChanging(tc.pool, tc.args), must.Sprintf("pool=%v %q", tc.pool, tc.args))
+	}
+}
+
+// On zfs-fuse (the gate on), a command that mounts or unmounts waits while
+// another runs, whichever Runner runs it, for the other's lease at most,
+// and other commands do not; with the gate off (the kernel module),
+// nothing waits. The real zfs runs behind
+// a wrapper that pauses an unmount.
+func TestRunner_MountsOneAtATime(t *testing.T) {
+	pool := zfstest.NewPool(t, 0)
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	cases := []struct {
+		name   string
+		gate   bool
+		second func(b string) []string // the command run while the unmount is paused
+		waits  bool
+		// lease, when set, is mountLease: the second command waits that
+		// long, then runs with the first one still paused.
+		lease time.Duration
+	}{
+		{name: "a create waits for the unmount", gate: true, second: func(b string) []string { return []string{"create", b} }, waits: true},
+		{name: "a stuck unmount holds the others for its lease only", gate: true, lease: 1500 * time.Millisecond, second: func(b string) []string { return []string{"create", b} }},
+		{name: "a read does not wait", gate: true, second: func(b string) []string { return []string{"get", "-H", "-o", "value", "mounted", pool.Name} }},
+		{name: "gate off: a create does not wait", second: func(b string) []string { return []string{"create", b} }},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			zfs.SetMountsOneAtATime(t, tc.gate)
+			if tc.lease > 0 {
+				zfs.SetMountLease(t, tc.lease)
+			}
+			a, b := pool.Dataset(fmt.Sprintf("gate-a%d", i)), pool.Dataset(fmt.Sprintf("gate-b%d", i))
+			pool.ZFS(t, "create", a)
+			w.PauseFor("unmount", a)
+			t.Cleanup(func() { w.Resume("unmount") })
+			first := make(chan error, 1)
+			go func() {
+				_, err := (&zfs.Runner{}).ZFSCmd(context.Background(), "unmount", a)
+				first <- err
+			}()
+			w.WaitPaused(t, "unmount", 30*time.Second)
+
+			args := tc.second(b)
+			second := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := (&zfs.Runner{}).ZFSCmd(context.Background(), args...) // another Runner
+				second <- err
+			}()
+			if tc.waits {
+				select {
+				case err := <-second:
+					t.Fatalf("%q ran while the unmount was paused (err %v)", args, err)
+				case <-time.After(time.Second):
+				}
+				must.False(t, ran(w, args), must.Sprintf("%q started before the unmount ended", args))
+				w.Resume("unmount")
+				must.NoError(t, <-first)
+				must.NoError(t, <-second)
+				return
+			}
+			select {
+			case err := <-second:
+				must.NoError(t, err)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%q waited for the paused unmount", args)
+			}
+			must.GreaterEq(t, tc.lease/2, time.Since(start)) // the lease began with the unmount, before start
+			must.Eq(t, "unmount", w.WaitPaused(t, "unmount", time.Second)[0], must.Sprint("the unmount is still paused"))
+			w.Resume("unmount")
+			must.NoError(t, <-first)
+		})
+	}
+}
+
+// ran reports whether the wrapper recorded `zfs args`.
+func ran(w *zfstest.Wrapper, args []string) bool {
+	return slices.ContainsFunc(w.Calls(), func(c zfstest.Call) bool {
+		return c.Cmd == "zfs" && slices.Equal(c.Args, args)
+	})
+}
