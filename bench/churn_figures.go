@@ -345,6 +345,8 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	// And in two other parts: the plugin's own time, and the time outside
 	// it (gRPC, the Nomad client saving the answer).
 	var idleIn, idleOut, churnIn, churnOut []time.Duration
+	// The same two parts for the fresh Reserves alone.
+	var freshIn, freshOut []time.Duration
 	split := func(a AllocRecord, in, out *[]time.Duration) {
 		if a.ReserveMS > 0 && a.ReservePluginMS > 0 {
 			*in = append(*in, msDur(a.ReservePluginMS))
@@ -369,6 +371,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			if a.Fresh || a.How == "spare" {
 				split(a, &churnIn, &churnOut)
 			}
+			if a.Fresh {
+				split(a, &freshIn, &freshOut)
+			}
 			if a.ReserveMS > 0 && a.ReserveZFSMS > 0 && (a.Fresh || a.How == "spare") {
 				churnCmd, churnRest = append(churnCmd, msDur(a.ReserveZFSMS)), append(churnRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
 				if n := beside[i]; n >= 0 {
@@ -392,7 +397,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Measured: fmtMS(Median(churn)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
 			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer); fresh = the plugin logged the slot's fresh dataset after its last reservation; %d fresh samples (max %s), %d idle; %d more Reserves were given a slot whose tenant had ended but that was not fresh yet, and waited for its release (p50 %s, max %s)",
-				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100)))})
+				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100))) + freshPartsNote(freshIn, freshOut, Median(idle))})
 	}
 	if len(idle) > 0 && len(spare) > 0 {
 		q := float64(Median(spare)) / float64(Median(idle))
@@ -761,4 +766,16 @@ func preparedRows(res *ChurnResults) []ChurnRow {
 		Note: fmt.Sprintf("the plugin's \"slot prepared\" and \"slot reserved … prepared=true\" lines; in the plugin (arrival to answer), p50: ready %s (%d), waited for the preparation %s (%d, the wait p50 %s), idle %s (%d); the preparation's zfs work p50 %s, ended p50 %s before the Reserve arrived (negative: after)",
 			fmtMS(Median(readyIn)), len(readyIn), fmtMS(Median(waitedIn)), len(waitedIn), fmtMS(Median(waits)), fmtMS(Median(idleIn)), len(idleIn),
 			fmtMS(Median(preps)), fmtMS(Median(leads)))}}
+}
+
+// freshPartsNote splits the fresh Reserves during churn into the plugin's
+// own time and the part outside it (gRPC, the Nomad client saving the
+// answer), and gives the outside part against the whole idle Reserve: the
+// least the fresh row's ratio could be if the plugin took no time.
+func freshPartsNote(in, out []time.Duration, idle time.Duration) string {
+	if len(in) == 0 || len(out) == 0 || idle <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; of these fresh Reserves (%d with both parts), p50: in the plugin %s, outside it %s, which alone is %.2f× the whole idle Reserve, the least this row could be if the plugin took no time",
+		len(out), fmtMS(Median(in)), fmtMS(Median(out)), float64(Median(out))/float64(idle))
 }

@@ -72,43 +72,69 @@ func lastEvents(ev []*api.TaskEvent, n int) []*api.TaskEvent {
 }
 
 // stalledProcs lists, one line each, the machine's processes that are in D
-// state, or named zfs-fuse or zfs, or are agentPID or pluginPID, with
-// their threads counted by state and wait channel. A process in D state
-// is listed without its command line (reading it can wait on the
+// state, or named zfs-fuse or zfs, or children of a zfs command (the
+// mount or unmount helper it waits for), or are agentPID or pluginPID,
+// with their threads counted by state and wait channel, and the kernel
+// stack of those in D state and of a zfs command's children. A process in
+// D state is listed without its command line (reading it can wait on the
 // process's own memory lock, which may be what it is stuck on).
 func stalledProcs(agentPID, pluginPID int) []string {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var out []string
+	type proc struct {
+		pid         int
+		comm, state string
+		ppid        int
+	}
+	var procs []proc
+	zfsPIDs := map[int]bool{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		comm, state, ok := procCommState(filepath.Join("/proc", e.Name()))
-		if !ok {
+		comm, f, err := localagent.ProcStat(filepath.Join("/proc", e.Name()))
+		if err != nil || len(f) < 2 {
 			continue
 		}
-		if state != "D" && comm != "zfs-fuse" && comm != "zfs" && pid != agentPID && pid != pluginPID {
+		ppid, _ := strconv.Atoi(f[1])
+		procs = append(procs, proc{pid, comm, f[0], ppid})
+		if comm == "zfs" {
+			zfsPIDs[pid] = true
+		}
+	}
+	var out []string
+	for _, p := range procs {
+		child := zfsPIDs[p.ppid]
+		if p.state != "D" && p.comm != "zfs-fuse" && p.comm != "zfs" && !child && p.pid != agentPID && p.pid != pluginPID {
 			continue
 		}
+		dir := filepath.Join("/proc", strconv.Itoa(p.pid))
 		var args []byte
-		if state != "D" {
-			args, _ = os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if p.state != "D" {
+			args, _ = os.ReadFile(filepath.Join(dir, "cmdline"))
 		}
-		line := fmt.Sprintf("pid %d %s state %s wchan %s: %s", pid, comm, state, readTrim(filepath.Join("/proc", e.Name(), "wchan")), strings.ReplaceAll(strings.TrimRight(string(args), "\x00"), "\x00", " "))
+		line := fmt.Sprintf("pid %d %s state %s wchan %s: %s", p.pid, p.comm, p.state, readTrim(filepath.Join(dir, "wchan")), strings.ReplaceAll(strings.TrimRight(string(args), "\x00"), "\x00", " "))
+		if child {
+			line += fmt.Sprintf(" (child of zfs pid %d)", p.ppid)
+		}
 		threads := map[string]int{}
-		tasks, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "task"))
+		tasks, _ := os.ReadDir(filepath.Join(dir, "task"))
 		for _, t := range tasks {
-			tdir := filepath.Join("/proc", e.Name(), "task", t.Name())
+			tdir := filepath.Join(dir, "task", t.Name())
 			if _, ts, ok := procCommState(tdir); ok {
 				threads[ts+" "+readTrim(filepath.Join(tdir, "wchan"))]++
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(threads)) {
 			line += fmt.Sprintf("\n    %d threads %s", threads[k], k)
+		}
+		if p.state == "D" || child {
+			if stack := readTrim(filepath.Join(dir, "stack")); stack != "?" && stack != "" {
+				line += "\n    kernel stack:\n      " + strings.ReplaceAll(stack, "\n", "\n      ")
+			}
 		}
 		out = append(out, line)
 	}

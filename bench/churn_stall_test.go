@@ -3,8 +3,12 @@ package bench
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -21,6 +25,33 @@ func TestStalledProcs_NamesTheAgentAndThePlugin(t *testing.T) {
 	must.SliceLen(t, 1, mine, must.Sprintf("lines: %q", lines))
 	must.StrContains(t, mine[0], "wchan ")
 	must.StrContains(t, mine[0], " threads ") // the Go runtime runs several
+}
+
+// A zfs command's child (the mount or unmount helper a hung `zfs unmount`
+// waits for) is listed, named as such: here a script named zfs that waits
+// for a sleep.
+func TestStalledProcs_NamesTheChildOfAZFSCommand(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "zfs")
+	must.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nsleep 60\n"), 0o755))
+	cmd := exec.Command(script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the script's group, by its PID
+		_ = cmd.Wait()
+	})
+	want := fmt.Sprintf("(child of zfs pid %d)", cmd.Process.Pid)
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		lines = stalledProcs(-1, -1)
+		for _, l := range lines {
+			if strings.Contains(l, want) {
+				must.StrContains(t, l, " sleep state S ")
+				return
+			}
+		}
+	}
+	t.Fatalf("no line names the child of the zfs script (pid %d): %q", cmd.Process.Pid, lines)
 }
 
 func TestStallPath(t *testing.T) {
