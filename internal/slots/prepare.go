@@ -201,6 +201,10 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string
 	go func() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepTimeout)
 		defer cancel()
+		// The asker's task is starting: from before the preparation
+		// starts a background run (the release behind a handover), and
+		// again once it is prepared.
+		m.starts.begin()
 		start := time.Now()
 		var err error
 		if how == prepFresh {
@@ -232,7 +236,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string
 				m.log.Warn("preparing a slot for its allocation failed; its Reserve does the work", "device", s.ID, "asker", asker.String(), "how", how, "error", err)
 			}
 		} else {
-			m.starts.begin() // the asker's task starts now
+			m.starts.begin()
 			m.log.Debug("slot prepared", "device", s.ID, "dataset", p.dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
 		}
 		close(p.done)

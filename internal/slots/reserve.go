@@ -37,6 +37,10 @@ import (
 // No lock is held while Reserve waits or reads the API.
 func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	arrived := time.Now()
+	// The asker's task is starting: from now on, before this Reserve
+	// starts any background run (a release behind a handover, a spare),
+	// and again once it is answered.
+	m.starts.begin()
 	ids = m.inSlotOrder(ids)
 	ps, prepared, release := m.claimPreps(ids)
 	defer release()
@@ -46,7 +50,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	waited := false
 	res, err := m.reserve(ctx, ids, arrived, &waited, ps, prepared)
 	if err == nil {
-		m.starts.begin() // the asker's task starts now
+		m.starts.begin()
 	}
 	if o := m.observer(); o != nil {
 		outcome := ReserveFresh

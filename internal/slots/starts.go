@@ -90,8 +90,9 @@ func (y *startYield) wait(ctx context.Context, hurry <-chan struct{}) time.Durat
 
 // SetStartYield sets how long the manager's background slot work (a
 // release whose slot's spare serves meanwhile, the making of a spare)
-// yields to a task's start, counted from the slot's preparation at
-// placement or from a Reserve answered; 0 turns it off. NewManager sets
+// yields to a task's start, counted from the start and from the end of a
+// slot's preparation at placement, and from the arrival and the answer of
+// a Reserve; 0 turns it off. NewManager sets
 // DefaultStartYield. A Reserve never waits for it.
 func (m *Manager) SetStartYield(d time.Duration) { m.starts.set(d) }
 

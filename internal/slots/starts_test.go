@@ -99,11 +99,19 @@ func TestStarts_ReleaseYieldsToATaskStart(t *testing.T) {
 	// nothing that yields holds it).
 	c.recordedWithin(t, c.spare, o2, handed.Add(yield/2))
 
-	// The old dataset's rename comes once the yield (renewed by the
-	// second Reserve) is over.
+	// The old dataset's rename comes once the yield is over.
+	c.archivedAfter(t, handed, yield, "its spare's handover")
+}
+
+// archivedAfter waits for the paused rename of o1's dataset, checks that
+// it came no sooner than yield after since (the moment what names), lets
+// it go, and checks that o1's data is in the archive once the manager's
+// background work is over.
+func (c *startsCase) archivedAfter(t *testing.T, since time.Time, yield time.Duration, what string) {
+	t.Helper()
 	c.w.WaitPaused(t, "rename", 30*time.Second)
-	after := time.Since(handed)
-	t.Logf("the rename of the ended tenant's dataset came %s after its spare's handover", after.Round(time.Millisecond))
+	after := time.Since(since)
+	t.Logf("the rename of the ended tenant's dataset came %s after %s", after.Round(time.Millisecond), what)
 	must.GreaterEq(t, yield-500*time.Millisecond, after, must.Sprint("the release did not yield to the task's start"))
 	c.w.Resume("rename")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -146,4 +154,28 @@ func TestStarts_AReserveNeverWaitsForAYield(t *testing.T) {
 	defer cancel()
 	must.NoError(t, c.e.mgr.Wait(ctx))
 	must.SliceLen(t, 2, archived(t, c.e), must.Sprint("o1's and o2's datasets archived"))
+}
+
+// TestStarts_AHeldSlotsReleaseYieldsFromTheReserve (issue 10): a slot
+// held for its next tenant (a kicked pass found its owner ended) is handed
+// over by the Reserve as a fresh slot is, its asker identified by a read
+// made beside the handover, and the release behind the handover starts
+// before the Reserve is answered: it yields from the Reserve's arrival,
+// so that its rename comes no sooner than the yield's end.
+func TestStarts_AHeldSlotsReleaseYieldsFromTheReserve(t *testing.T) {
+	const yield = 3 * time.Second
+	c := newStartsCase(t, yield)
+	kickedPass(t, c.e, c.a)
+	must.Eq(t, "reserved", stateOf(t, c.e, c.s0.Dataset), must.Sprint("held for the next tenant"))
+	// The read that identifies the asker takes a while (a busy Nomad
+	// server): the release behind the handover starts well before the
+	// Reserve is answered.
+	sv := &slowViews{allocs: c.a}
+	sv.hold()
+	c.e.mgr.SetNomad(sv)
+	arrived := time.Now()
+	time.AfterFunc(yield/2, sv.release)
+	got, _ := c.reserve(t, "scratch-0", owner(2))
+	must.Eq(t, c.spare, got.Dataset)
+	c.archivedAfter(t, arrived, yield, "the Reserve arrived")
 }

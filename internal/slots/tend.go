@@ -216,7 +216,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		}
 		done, errs = m.applyAll(ctx, cfg, pre, failed)
 		if t.run != nil {
-			m.yieldToStarts(ctx, cur.ID, t.run, "making the spare")
+			m.yieldToStarts(ctx, cur.ID, t.run, "taking the slot's lock again")
 		}
 		var lerr error
 		if unlock, lerr = m.lockSlot(ctx, cur.ID, "release"); lerr != nil {

@@ -49,7 +49,7 @@ var onFuse = sync.OnceValue(func() bool {
 var mountsOneAtATime = onFuse
 
 // zfsMounting are the zfs subcommands that may mount or unmount a
-// filesystem whatever their arguments; set and inherit do when they touch
+// filesystem, but for `receive -u`; set and inherit do when they touch
 // mountpoint or canmount (mountChanging).
 var zfsMounting = map[string]bool{
 	"create": true, "clone": true, "mount": true, "unmount": true, "umount": true,
@@ -91,9 +91,10 @@ func mountChanging(pool bool, args []string) bool {
 
 // enterMountGate takes mountGate for a command that may mount or unmount
 // on zfs-fuse, waiting at most until ctx is done, and returns the function
-// that gives it back (it is given back by itself after mountLease) and how
-// long it waited. Other commands, and any command elsewhere, pass at once.
-func enterMountGate(ctx context.Context, pool bool, args []string) (leave func(), waited time.Duration, err error) {
+// that gives it back and how long it waited. When the command still runs
+// after mountLease, the gate is given back by itself and lapsed is called.
+// Other commands, and any command elsewhere, pass at once.
+func enterMountGate(ctx context.Context, pool bool, args []string, lapsed func()) (leave func(), waited time.Duration, err error) {
 	if !mountChanging(pool, args) || !mountsOneAtATime() {
 		return func() {}, 0, nil
 	}
@@ -101,12 +102,17 @@ func enterMountGate(ctx context.Context, pool bool, args []string) (leave func()
 	select {
 	case mountGate <- struct{}{}:
 	case <-ctx.Done():
-		return nil, time.Since(start), fmt.Errorf("waiting for another mount or unmount to end (zfs-fuse runs them one at a time): %w", ctx.Err())
+		return nil, time.Since(start), fmt.Errorf("waiting for another command that mounts or unmounts to end (on zfs-fuse they run one at a time): %w", ctx.Err())
 	}
 	waited = time.Since(start)
 	var once sync.Once
 	give := func() { once.Do(func() { <-mountGate }) }
-	lease := time.AfterFunc(mountLease, give)
+	lease := time.AfterFunc(mountLease, func() {
+		give()
+		if lapsed != nil {
+			lapsed()
+		}
+	})
 	return func() {
 		lease.Stop()
 		give()

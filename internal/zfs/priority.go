@@ -18,7 +18,8 @@ const DefaultMaxYield = 250 * time.Millisecond
 // context from Foreground goes first: while one runs, the other commands of
 // the same Runner wait before they start, up to MaxYield each, so that the
 // group the foreground command waits for is not also carrying them. A
-// foreground command never waits for anything but itself.
+// foreground command never waits for another command, but on zfs-fuse for
+// one that mounts or unmounts when it does too (mountgate.go: 2 s at most).
 
 // foregroundKey marks a context made by Foreground.
 type foregroundKey struct{}

@@ -35,6 +35,8 @@ const (
 // Runner runs zfs and zpool. The zero value is usable: it finds both on PATH.
 // A Runner is safe for concurrent use; it holds no mutable state but a
 // counter and the count of foreground commands running (see Foreground).
+// On zfs-fuse, the commands that mount or unmount also take a gate shared
+// by every Runner of the process (mountgate.go).
 type Runner struct {
 	// ZFS and Zpool are the commands to run; "zfs" and "zpool" (found on
 	// PATH) when empty.
@@ -161,11 +163,16 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	// On zfs-fuse, one mount or unmount at a time (mountgate.go), waited
 	// for within the command's own timeout.
-	leave, gated, gerr := enterMountGate(ctx, bin == orDefault(r.Zpool, "zpool"), args)
+	lapsed := func() {
+		if r.Logger != nil {
+			r.Logger.Warn("a zfs command that mounts or unmounts runs past its turn; the next one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "turn", mountLease)
+		}
+	}
+	leave, gateWait, gerr := enterMountGate(ctx, bin == orDefault(r.Zpool, "zpool"), args, lapsed)
 	if gerr != nil {
 		zerr := &Error{Args: append([]string{bin}, args...), ExitCode: -1, Err: gerr}
 		if r.Logger != nil {
-			r.Logger.Trace("not run", "cmd", bin, "args", args, "yielded", yielded, "gated", gated, "error", gerr)
+			r.Logger.Trace("not run", "cmd", bin, "args", args, "yielded", yielded, "gate_wait", gateWait, "error", gerr)
 		}
 		return nil, zerr
 	}
@@ -225,7 +232,7 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	took := time.Since(start)
 	if r.Logger != nil {
-		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "yielded", yielded, "gated", gated, "error", err)
+		r.Logger.Trace("ran", "cmd", bin, "args", args, "duration", took, "yielded", yielded, "gate_wait", gateWait, "error", err)
 	}
 	if err == nil {
 		r.observe(bin, args, nil, took)
