@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -98,23 +97,10 @@ func TestRunner_MountsOneAtATime(t *testing.T) {
 				second <- err
 			}()
 			if tc.waits {
-				select {
-				case err := <-second:
-					t.Fatalf("%q ran while the unmount was paused (err %v)", args, err)
-				case <-time.After(time.Second):
-				}
-				must.False(t, ran(w, args), must.Sprintf("%q started before the unmount ended", args))
-				w.Resume("unmount")
-				must.NoError(t, <-first)
-				must.NoError(t, <-second)
+				mustWaitForResume(t, w, "unmount", first, second, args)
 				return
 			}
-			select {
-			case err := <-second:
-				must.NoError(t, err)
-			case <-time.After(20 * time.Second):
-				t.Fatalf("%q waited for the paused unmount", args)
-			}
+			mustGoOn(t, "unmount", second, args)
 			took := time.Since(start)
 			if tc.lease > 0 {
 				must.GreaterEq(t, tc.lease/2, took) // the lease began with the unmount, before start
@@ -129,13 +115,6 @@ func TestRunner_MountsOneAtATime(t *testing.T) {
 			must.NoError(t, <-first)
 		})
 	}
-}
-
-// ran reports whether the wrapper recorded `zfs args`.
-func ran(w *zfstest.Wrapper, args []string) bool {
-	return slices.ContainsFunc(w.Calls(), func(c zfstest.Call) bool {
-		return c.Cmd == "zfs" && slices.Equal(c.Args, args)
-	})
 }
 
 // lockedWriter serialises writes to w: the logger writes from the

@@ -2,7 +2,6 @@ package zfs_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -56,41 +55,22 @@ func TestRunner_ForegroundGoesFirst(t *testing.T) {
 			}()
 			w.WaitPaused(t, tc.paused, 30*time.Second)
 
+			args := []string{"get", "-H", "-o", "value", "used", ds}
 			second := make(chan error, 1)
 			start := time.Now()
 			go func() {
-				_, err := r.ZFSCmd(ctxFor(tc.thenFG), "get", "-H", "-o", "value", "used", ds)
+				_, err := r.ZFSCmd(ctxFor(tc.thenFG), args...)
 				second <- err
 			}()
 			if tc.secondWait {
-				select {
-				case err := <-second:
-					t.Fatalf("the background command ran while the foreground one was paused (err %v)", err)
-				case <-time.After(time.Second):
-				}
-				must.False(t, ranGet(w, ds), must.Sprint("get started before the foreground set ended"))
-				w.Resume(tc.paused)
-				must.NoError(t, <-first)
-				must.NoError(t, <-second)
+				mustWaitForResume(t, w, tc.paused, first, second, args)
 				return
 			}
-			select {
-			case err := <-second:
-				must.NoError(t, err)
-			case <-time.After(20 * time.Second):
-				t.Fatal("the second command waited for the paused first one")
-			}
+			mustGoOn(t, tc.paused, second, args)
 			must.GreaterEq(t, tc.atLeast, time.Since(start))
-			must.True(t, ranGet(w, ds))
+			must.True(t, ran(w, args))
 			w.Resume(tc.paused)
 			must.NoError(t, <-first)
 		})
 	}
-}
-
-// ranGet reports whether the wrapper recorded a `zfs get` of ds.
-func ranGet(w *zfstest.Wrapper, ds string) bool {
-	return slices.ContainsFunc(w.Calls(), func(c zfstest.Call) bool {
-		return c.Cmd == "zfs" && len(c.Args) > 0 && c.Args[0] == "get" && slices.Contains(c.Args, ds)
-	})
 }
