@@ -24,3 +24,22 @@ func SetMountLease(t testing.TB, d time.Duration) {
 	mountLease = d
 	t.Cleanup(func() { mountLease = old })
 }
+
+// SetMountLockPath sets mountLockPath until the test ends.
+func SetMountLockPath(t testing.TB, path string) {
+	t.Helper()
+	old := mountLockPath
+	mountLockPath = path
+	t.Cleanup(func() { mountLockPath = old })
+}
+
+// UseGate is, for a helper process of the tests (the test binary run
+// again), the gate on as on zfs-fuse, with lease and the lock on path, for
+// the rest of the process.
+func UseGate(lease time.Duration, path string) {
+	mountsOneAtATime = func() bool { return true }
+	mountLease, mountLockPath = lease, path
+}
+
+// LockMachine is lockMachine.
+var LockMachine = lockMachine

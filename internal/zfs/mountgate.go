@@ -10,9 +10,11 @@ package zfs
 // slots' release cycles hung or crashed it within minutes, and ran 13
 // minutes without either with those commands one at a time
 // (docs/troubleshooting.md#zfs-fuse-limits). So on zfs-fuse every Runner
-// of the process runs them one at a time; the other commands, and file
-// work on the mounts, go on beside them. The kernel module has no such
-// daemon, and is left alone.
+// of the process runs them one at a time, and the processes that run
+// this package (the plugin, its operator CLI, the plugin of a second agent
+// on the machine) take turns through a lock on a file (mountLockPath); the
+// other commands, and file work on the mounts, go on beside them. The
+// kernel module has no such daemon, and is left alone.
 
 import (
 	"context"
@@ -22,6 +24,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -29,6 +32,12 @@ import (
 // zfs-fuse, for mountLease at most: one for the whole process, as the
 // daemon is one for the whole machine.
 var mountGate = make(chan struct{}, 1)
+
+// mountLockPath is the file whose lock (flock) extends mountGate to every
+// process of the machine that runs zfs through this package. A process
+// that cannot open it (no /run/lock, a user who may not write there)
+// keeps to its own gate. A variable for the tests.
+var mountLockPath = "/run/lock/nomad-device-zfs.zfs-fuse-mounts"
 
 // mountLease is how long a command holds mountGate at most. Such a
 // command takes well under a second, even under churn; one that runs
@@ -90,11 +99,15 @@ func mountChanging(pool bool, args []string) bool {
 }
 
 // enterMountGate takes mountGate for a command that may mount or unmount
-// on zfs-fuse, waiting at most until ctx is done, and returns the function
-// that gives it back and how long it waited. When the command still runs
-// after mountLease, the gate is given back by itself and lapsed is called.
-// Other commands, and any command elsewhere, pass at once.
-func enterMountGate(ctx context.Context, pool bool, args []string, lapsed func()) (leave func(), waited time.Duration, err error) {
+// on zfs-fuse, then the machine's lock (lockMachine), waiting for the gate
+// at most until ctx is done, and returns the function that gives both
+// back and how long it waited. When the command still runs after
+// mountLease, both are given back by themselves and lapsed(false) is
+// called; when another process holds the machine's lock past its own
+// lease (stopped, say), the command goes on without it after mountLease
+// and lapsed(true) is called. Other commands, and any command elsewhere,
+// pass at once.
+func enterMountGate(ctx context.Context, pool bool, args []string, lapsed func(elsewhere bool)) (leave func(), waited time.Duration, err error) {
 	if !mountChanging(pool, args) || !mountsOneAtATime() {
 		return func() {}, 0, nil
 	}
@@ -104,17 +117,71 @@ func enterMountGate(ctx context.Context, pool bool, args []string, lapsed func()
 	case <-ctx.Done():
 		return nil, time.Since(start), fmt.Errorf("waiting for another command that mounts or unmounts to end (on zfs-fuse they run one at a time): %w", ctx.Err())
 	}
+	lock, past, err := lockMachine(ctx, mountLease)
+	if err != nil {
+		<-mountGate
+		return nil, time.Since(start), fmt.Errorf("waiting for another process's command that mounts or unmounts to end (on zfs-fuse they run one at a time, machine-wide): %w", err)
+	}
+	if past && lapsed != nil {
+		lapsed(true)
+	}
 	waited = time.Since(start)
 	var once sync.Once
-	give := func() { once.Do(func() { <-mountGate }) }
+	give := func() {
+		once.Do(func() {
+			if lock != nil {
+				lock.Close() // gives the lock back (this process's only descriptor of it)
+			}
+			<-mountGate
+		})
+	}
 	lease := time.AfterFunc(mountLease, func() {
 		give()
 		if lapsed != nil {
-			lapsed()
+			lapsed(false)
 		}
 	})
 	return func() {
 		lease.Stop()
 		give()
 	}, waited, nil
+}
+
+// lockMachine takes the lock on mountLockPath for a command about to run,
+// waiting at most lease (a process that holds it gives it back after its
+// own lease, unless it is stopped) or until ctx is done. It returns the
+// open file, whose closing gives the lock back; nil with past set when
+// lease passed first, and nil alone when the file cannot be opened or
+// locked (the gate is then this process's alone). Only one goroutine of a
+// process calls it at a time (under mountGate). The file is opened
+// close-on-exec, so no zfs child holds the lock on.
+func lockMachine(ctx context.Context, lease time.Duration) (f *os.File, past bool, err error) {
+	f, err = os.OpenFile(mountLockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false, nil
+	}
+	deadline := time.Now().Add(lease)
+	pause := time.Millisecond
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return f, false, nil
+		case !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR):
+			f.Close()
+			return nil, false, nil
+		case !time.Now().Before(deadline):
+			f.Close()
+			return nil, true, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.Close()
+			return nil, false, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 20*time.Millisecond)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ func TestRunner_MountsOneAtATime(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			zfs.SetMountsOneAtATime(t, tc.gate)
+			zfs.SetMountLockPath(t, filepath.Join(t.TempDir(), "mounts.lock")) // no other process's turn
 			if tc.lease > 0 {
 				zfs.SetMountLease(t, tc.lease)
 			}
@@ -79,9 +81,7 @@ func TestRunner_MountsOneAtATime(t *testing.T) {
 			pool.ZFS(t, "create", a)
 			w.PauseFor("unmount", a)
 			t.Cleanup(func() { w.Resume("unmount") })
-			var log bytes.Buffer
-			var logMu sync.Mutex
-			logger := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &log, mu: &logMu}, Level: hclog.Warn})
+			logger, logged := warnings()
 			first := make(chan error, 1)
 			go func() {
 				_, err := (&zfs.Runner{Logger: logger}).ZFSCmd(context.Background(), "unmount", a)
@@ -105,15 +105,25 @@ func TestRunner_MountsOneAtATime(t *testing.T) {
 			if tc.lease > 0 {
 				must.GreaterEq(t, tc.lease/2, took) // the lease began with the unmount, before start
 				must.Eq(t, "unmount", w.WaitPaused(t, "unmount", time.Second)[0], must.Sprint("the unmount is still paused"))
-				logMu.Lock()
-				must.StrContains(t, log.String(), "runs past its turn", must.Sprint("the lapse of the unmount's turn is logged"))
-				logMu.Unlock()
+				must.StrContains(t, logged(), "runs past its turn", must.Sprint("the lapse of the unmount's turn is logged"))
 			} else {
 				must.Less(t, time.Second, took, must.Sprintf("%q waited", args))
 			}
 			w.Resume("unmount")
 			must.NoError(t, <-first)
 		})
+	}
+}
+
+// warnings returns a logger at WARN and what it has logged so far.
+func warnings() (hclog.Logger, func() string) {
+	var log bytes.Buffer
+	var mu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &log, mu: &mu}, Level: hclog.Warn})
+	return logger, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.String()
 	}
 }
 

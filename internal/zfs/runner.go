@@ -36,7 +36,8 @@ const (
 // A Runner is safe for concurrent use; it holds no mutable state but a
 // counter and the count of foreground commands running (see Foreground).
 // On zfs-fuse, the commands that mount or unmount also take a gate shared
-// by every Runner of the process (mountgate.go).
+// by every Runner of the process, and a lock shared by every process of
+// the machine that runs this package (mountgate.go).
 type Runner struct {
 	// ZFS and Zpool are the commands to run; "zfs" and "zpool" (found on
 	// PATH) when empty.
@@ -163,8 +164,12 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	// On zfs-fuse, one mount or unmount at a time (mountgate.go), waited
 	// for within the command's own timeout.
-	lapsed := func() {
-		if r.Logger != nil {
+	lapsed := func(elsewhere bool) {
+		switch {
+		case r.Logger == nil:
+		case elsewhere:
+			r.Logger.Warn("another process's zfs command that mounts or unmounts holds its turn past its lease; this one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "turn", mountLease, "lock", mountLockPath)
+		default:
 			r.Logger.Warn("a zfs command that mounts or unmounts runs past its turn; the next one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "turn", mountLease)
 		}
 	}

@@ -21,6 +21,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runAsPluginHelper())
 	}
+	// And as another process that runs zfs through this package, for the
+	// tests of the machine-wide mount gate (mountlock_test.go).
+	if os.Getenv(gateHelperEnv) != "" {
+		os.Exit(runAsGateHelper())
+	}
 	zfstest.Main(m)
 }
 
