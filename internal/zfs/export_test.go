@@ -1,6 +1,10 @@
 package zfs
 
 import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,5 +45,40 @@ func UseGate(lease time.Duration, path string) {
 	mountLease, mountLockPath = lease, path
 }
 
-// LockMachine is lockMachine.
-var LockMachine = lockMachine
+// LockMachine is lockMachine, for the tests outside the package: whether
+// it got the turn (and the holder's stamp it wrote then), found its
+// holder stuck, or found the lock file unusable.
+func LockMachine(ctx context.Context) (held bool, stamp string, stuck bool, unusable, err error) {
+	turn, err := lockMachine(ctx)
+	if turn.lock != nil {
+		buf := make([]byte, stampSize)
+		n, _ := turn.lock.f.ReadAt(buf, 0)
+		stamp = string(buf[:n])
+		turn.lock.release()
+	}
+	return turn.lock != nil, stamp, turn.stuck, turn.unusable, err
+}
+
+// ParseStamp is parseStamp: the holder's PID, when it took the turn and
+// its lease.
+func ParseStamp(s string) (pid int, taken, lease time.Duration, ok bool) {
+	h, ok := parseStamp(s)
+	return h.pid, h.taken, h.lease, ok
+}
+
+// Stamp is a holder's stamp as the lock file holds it, taken ago.
+func Stamp(pid int, ago, lease time.Duration) []byte {
+	s := fmt.Sprintf("%d %d %d", pid, bootNow()-ago, lease)
+	return []byte(s + strings.Repeat(" ", stampSize-len(s)))
+}
+
+// StampSize is stampSize.
+const StampSize = stampSize
+
+// ForgetLockNote lets the runner log again, once, that the machine's lock
+// cannot be used, until the test ends.
+func ForgetLockNote(t testing.TB) {
+	t.Helper()
+	noMachineLockOnce = sync.Once{}
+	t.Cleanup(func() { noMachineLockOnce = sync.Once{} })
+}

@@ -24,26 +24,20 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
-// mountGate is held while a command that may mount or unmount runs on
-// zfs-fuse, for mountLease at most: one for the whole process, as the
-// daemon is one for the whole machine.
+// mountGate is held by a command that may mount or unmount on zfs-fuse
+// while it waits for the machine's turn (mountlock.go) and then while it
+// runs, for mountLease at most: one for the whole process, as the daemon
+// is one for the whole machine.
 var mountGate = make(chan struct{}, 1)
 
-// mountLockPath is the file whose lock (flock) extends mountGate to every
-// process of the machine that runs zfs through this package. A process
-// that cannot open it (no /run/lock, a user who may not write there)
-// keeps to its own gate. A variable for the tests.
-var mountLockPath = "/run/lock/nomad-device-zfs.zfs-fuse-mounts"
-
-// mountLease is how long a command holds mountGate at most. Such a
-// command takes well under a second, even under churn; one that runs
-// longer is stuck (a hung daemon, a dataset busy for long), and holding
-// every other slot's mounts behind it would turn one slot's fault into
-// all of theirs. A variable for the tests.
+// mountLease is how long a running command holds mountGate and the
+// machine's turn at most. Such a command takes well under a second, even
+// under churn; one that runs longer is stuck (a hung daemon, a dataset
+// busy for long), and holding every other slot's mounts behind it would
+// turn one slot's fault into all of theirs. A variable for the tests.
 var mountLease = 2 * time.Second
 
 // onFuse caches whether this machine runs zfs-fuse (no /dev/zfs, which
@@ -98,18 +92,35 @@ func mountChanging(pool bool, args []string) bool {
 	return false
 }
 
+// gateNote is what enterMountGate tells its caller (the runner logs it).
+type gateNote int
+
+const (
+	// turnLapsed: the command still runs after mountLease; the next one
+	// goes beside it.
+	turnLapsed gateNote = iota
+	// otherStuck: another process holds the machine's turn past its own
+	// lease (stopped, say); the command goes beside it.
+	otherStuck
+	// noMachineLock: the machine's lock cannot be used (err says why);
+	// this process keeps to its own turns.
+	noMachineLock
+)
+
 // enterMountGate takes mountGate for a command that may mount or unmount
-// on zfs-fuse, then the machine's lock (lockMachine), waiting for the gate
-// at most until ctx is done, and returns the function that gives both
-// back and how long it waited. When the command still runs after
-// mountLease, both are given back by themselves and lapsed(false) is
-// called; when another process holds the machine's lock past its own
-// lease (stopped, say), the command goes on without it after mountLease
-// and lapsed(true) is called. Other commands, and any command elsewhere,
-// pass at once.
-func enterMountGate(ctx context.Context, pool bool, args []string, lapsed func(elsewhere bool)) (leave func(), waited time.Duration, err error) {
+// on zfs-fuse, then the machine's turn (lockMachine), waiting at most
+// until ctx is done, and returns the function that gives both back and
+// how long it waited. The command then holds both for mountLease at
+// most: after that they are given back by themselves and note(turnLapsed)
+// is called. note is also told when the command goes beside another
+// process's stuck turn, or without the machine's lock. Other commands,
+// and any command elsewhere, pass at once.
+func enterMountGate(ctx context.Context, pool bool, args []string, note func(gateNote, error)) (leave func(), waited time.Duration, err error) {
 	if !mountChanging(pool, args) || !mountsOneAtATime() {
 		return func() {}, 0, nil
+	}
+	if note == nil {
+		note = func(gateNote, error) {}
 	}
 	start := time.Now()
 	select {
@@ -117,71 +128,31 @@ func enterMountGate(ctx context.Context, pool bool, args []string, lapsed func(e
 	case <-ctx.Done():
 		return nil, time.Since(start), fmt.Errorf("waiting for another command that mounts or unmounts to end (on zfs-fuse they run one at a time): %w", ctx.Err())
 	}
-	lock, past, err := lockMachine(ctx, mountLease)
+	turn, err := lockMachine(ctx)
 	if err != nil {
 		<-mountGate
 		return nil, time.Since(start), fmt.Errorf("waiting for another process's command that mounts or unmounts to end (on zfs-fuse they run one at a time, machine-wide): %w", err)
 	}
-	if past && lapsed != nil {
-		lapsed(true)
+	switch {
+	case turn.stuck:
+		note(otherStuck, nil)
+	case turn.unusable != nil:
+		note(noMachineLock, turn.unusable)
 	}
 	waited = time.Since(start)
 	var once sync.Once
 	give := func() {
 		once.Do(func() {
-			if lock != nil {
-				lock.Close() // gives the lock back (this process's only descriptor of it)
-			}
+			turn.lock.release()
 			<-mountGate
 		})
 	}
 	lease := time.AfterFunc(mountLease, func() {
 		give()
-		if lapsed != nil {
-			lapsed(false)
-		}
+		note(turnLapsed, nil)
 	})
 	return func() {
 		lease.Stop()
 		give()
 	}, waited, nil
-}
-
-// lockMachine takes the lock on mountLockPath for a command about to run,
-// waiting at most lease (a process that holds it gives it back after its
-// own lease, unless it is stopped) or until ctx is done. It returns the
-// open file, whose closing gives the lock back; nil with past set when
-// lease passed first, and nil alone when the file cannot be opened or
-// locked (the gate is then this process's alone). Only one goroutine of a
-// process calls it at a time (under mountGate). The file is opened
-// close-on-exec, so no zfs child holds the lock on.
-func lockMachine(ctx context.Context, lease time.Duration) (f *os.File, past bool, err error) {
-	f, err = os.OpenFile(mountLockPath, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, false, nil
-	}
-	deadline := time.Now().Add(lease)
-	pause := time.Millisecond
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		switch {
-		case err == nil:
-			return f, false, nil
-		case !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR):
-			f.Close()
-			return nil, false, nil
-		case !time.Now().Before(deadline):
-			f.Close()
-			return nil, true, nil
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			f.Close()
-			return nil, false, ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 20*time.Millisecond)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -164,16 +165,22 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	}
 	// On zfs-fuse, one mount or unmount at a time (mountgate.go), waited
 	// for within the command's own timeout.
-	lapsed := func(elsewhere bool) {
-		switch {
-		case r.Logger == nil:
-		case elsewhere:
-			r.Logger.Warn("another process's zfs command that mounts or unmounts holds its turn past its lease; this one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "turn", mountLease, "lock", mountLockPath)
-		default:
+	note := func(n gateNote, err error) {
+		if r.Logger == nil {
+			return
+		}
+		switch n {
+		case turnLapsed:
 			r.Logger.Warn("a zfs command that mounts or unmounts runs past its turn; the next one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "turn", mountLease)
+		case otherStuck:
+			r.Logger.Warn("another process holds the machine's turn for commands that mount or unmount past its lease; this one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "lock", mountLockPath)
+		case noMachineLock:
+			noMachineLockOnce.Do(func() {
+				r.Logger.Warn("commands that mount or unmount take turns within this process only: the machine's lock cannot be used (zfs-fuse may hang if another process mounts meanwhile)", "lock", mountLockPath, "error", err)
+			})
 		}
 	}
-	leave, gateWait, gerr := enterMountGate(ctx, bin == orDefault(r.Zpool, "zpool"), args, lapsed)
+	leave, gateWait, gerr := enterMountGate(ctx, bin == orDefault(r.Zpool, "zpool"), args, note)
 	if gerr != nil {
 		zerr := &Error{Args: append([]string{bin}, args...), ExitCode: -1, Err: gerr}
 		if r.Logger != nil {
@@ -262,6 +269,10 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	r.observe(bin, args, zerr, took)
 	return stdout.Bytes(), zerr
 }
+
+// noMachineLockOnce: that the machine's lock cannot be used is logged
+// once per process, not once per command.
+var noMachineLockOnce sync.Once
 
 func orDefault(s, def string) string {
 	if s == "" {
