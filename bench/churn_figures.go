@@ -103,6 +103,9 @@ func (r *churnRun) figures() error {
 		for i := range recs {
 			a := &recs[i]
 			allocs[a.Job] = a
+			if d, ok := lg.Launches[a.AllocID]; ok {
+				a.LogmonMS = ms(d)
+			}
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
 				a.ReserveMS, a.ReserveStart = ms(h.Duration), h.Start
 				r := reservedIn(lg, a.Device, h)

@@ -68,18 +68,19 @@ func parseLogLine(s string) (l logLine, ok bool) {
 
 // churnLog is what the scenario reads from the agent log.
 type churnLog struct {
-	Releases  []logRelease           // "release started", in log order
-	Fresh     []logEvent             // "slot changed" action "create slot"
-	Retired   []logEvent             // "slot changed": a released dataset moved to the archive or destroyed
-	Reserved  []logEvent             // "slot reserved"
-	Waiting   []logEvent             // "reserve waiting"
-	Hooks     map[string]devicesHook // by allocation ID
-	Sent      []logSent              // "fingerprint sent"
-	Unhealthy []logEvent             // plugin lines at WARN or ERROR
-	Marks     []logRan               // "ran": the zfs set of a slot's state, on this class's slots
-	Prepared  []logEvent             // "slot prepared": At its end, Took its zfs work, Job the asker's
-	Reads     []logRead              // "read the node's allocations" with blocking=false
-	LockWaits []logLockWait          // "waited for the slot's lock"
+	Releases  []logRelease             // "release started", in log order
+	Fresh     []logEvent               // "slot changed" action "create slot"
+	Retired   []logEvent               // "slot changed": a released dataset moved to the archive or destroyed
+	Reserved  []logEvent               // "slot reserved"
+	Waiting   []logEvent               // "reserve waiting"
+	Hooks     map[string]devicesHook   // by allocation ID
+	Launches  map[string]time.Duration // the "logmon" prestart hook, by allocation ID
+	Sent      []logSent                // "fingerprint sent"
+	Unhealthy []logEvent               // plugin lines at WARN or ERROR
+	Marks     []logRan                 // "ran": the zfs set of a slot's state, on this class's slots
+	Prepared  []logEvent               // "slot prepared": At its end, Took its zfs work, Job the asker's
+	Reads     []logRead                // "read the node's allocations" with blocking=false
+	LockWaits []logLockWait            // "waited for the slot's lock"
 }
 
 // logLockWait is a wait for a slot's lock that the plugin logged: for
@@ -147,7 +148,7 @@ var ownerJobRE = regexp.MustCompile(`\("[^"]*"/"([^"]*)"`)
 // readChurnLog extracts the scenario's events; class names the class whose
 // slot datasets are <parent>/<class>/<i>.
 func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
-	out := &churnLog{Hooks: map[string]devicesHook{}}
+	out := &churnLog{Hooks: map[string]devicesHook{}, Launches: map[string]time.Duration{}}
 	slotPrefix := parent + "/" + class + "/"
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 256<<10), 4<<20)
@@ -219,6 +220,12 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 				continue
 			}
 			out.Hooks[l.KV["alloc_id"]] = devicesHook{Start: l.At.Add(-d), Duration: d}
+		case strings.Contains(l.Text, "finished prestart hook") && l.KV["name"] == "logmon":
+			// The task's log collector: a process the client starts, as it
+			// starts the executor and the task, before the devices hook.
+			if d, err := time.ParseDuration(l.KV["duration"]); err == nil && l.KV["alloc_id"] != "" {
+				out.Launches[l.KV["alloc_id"]] = d
+			}
 		}
 	}
 	return out, sc.Err()

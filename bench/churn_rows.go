@@ -110,7 +110,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Measured: fmtMS(Median(churn)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
 			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer); fresh = the plugin logged the slot's fresh dataset after its last reservation; %d fresh samples (max %s), %d idle; %d more Reserves were given a slot whose tenant had ended but that was not fresh yet, and waited for its release (p50 %s, max %s)",
-				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100))) + freshPartsNote(freshIn, freshOut, Median(idle))})
+				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100))) + freshPartsNote(freshIn, freshOut, Median(idle)) + freshWaveNote(res)})
 	}
 	if len(idle) > 0 && len(spare) > 0 {
 		q := float64(Median(spare)) / float64(Median(idle))
@@ -135,6 +135,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Target: "—", Verdict: "info",
 			Note: fmt.Sprintf("the Nomad client's hook less the plugin's own time (from the Reserve's arrival to its \"slot reserved\" line: p50 %s during churn, %s idle): gRPC and the client saving the answer, on the same CPUs as the churn; alone it is %.2f× the whole idle Reserve, the least a fresh Reserve's ratio could be if the plugin took no time at all; %d and %d samples",
 				fmtMS(Median(churnIn)), fmtMS(Median(idleIn)), floor, len(churnOut), len(idleOut))})
+	}
+	if row, ok := stormRow(res); ok {
+		rows = append(rows, row)
 	}
 	rows = append(rows, preparedRows(res)...)
 	// Recycle and health shown during the release.

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// A batch registers all its jobs at once, and the node's CPU admits as
+// many tasks as there are slots: the first wave of a batch, one task per
+// slot, is placed together and started together, each a handful of
+// processes (the log collector, the executor, the task), while later tasks
+// start one at a time as earlier ones end. The fresh Reserves are the
+// device batches' first waves (every slot is fresh at a batch's start and
+// never again during it), so they are made during that launch storm,
+// which the baseline batches have too with no plugin at work. The
+// launch-storm row shows it from Nomad's own timing of each task's
+// "logmon" prestart hook (a process start, before the devices hook).
+
+// firstWave reports, for each allocation of b, whether it is among the
+// first n the scheduler placed (by create time; ties by job name).
+func firstWave(b BatchResult, n int) map[string]bool {
+	byPlace := append([]AllocRecord(nil), b.Allocs...)
+	sort.SliceStable(byPlace, func(i, j int) bool {
+		if !byPlace[i].Placed.Equal(byPlace[j].Placed) {
+			return byPlace[i].Placed.Before(byPlace[j].Placed)
+		}
+		return byPlace[i].Job < byPlace[j].Job
+	})
+	out := map[string]bool{}
+	for i, a := range byPlace {
+		if i < n {
+			out[a.AllocID] = true
+		}
+	}
+	return out
+}
+
+// stormRow is the launch-storm row: the logmon hook of the batches' first
+// waves against the rest, baseline and device; false when the log timed
+// none.
+func stormRow(res *ChurnResults) (ChurnRow, bool) {
+	type split struct{ first, rest []time.Duration }
+	by := map[string]*split{"baseline": {}, "device": {}}
+	for _, b := range res.Batches {
+		sp := by[b.Kind]
+		if sp == nil {
+			continue
+		}
+		wave := firstWave(b, res.Slots)
+		for _, a := range b.Allocs {
+			if a.LogmonMS <= 0 {
+				continue
+			}
+			if wave[a.AllocID] {
+				sp.first = append(sp.first, msDur(a.LogmonMS))
+			} else {
+				sp.rest = append(sp.rest, msDur(a.LogmonMS))
+			}
+		}
+	}
+	base, dev := by["baseline"], by["device"]
+	if len(base.first) == 0 || len(dev.first) == 0 || len(base.rest) == 0 || len(dev.rest) == 0 {
+		return ChurnRow{}, false
+	}
+	ratio := func(s *split) float64 { return float64(Median(s.first)) / float64(Median(s.rest)) }
+	return ChurnRow{Key: "launch-storm", Figure: fmt.Sprintf("a task's log collector start (Nomad's logmon hook), p50: the first %d of each batch, started together, against the rest", res.Slots),
+		Measured: fmtMS(Median(dev.first)) + " device", Reference: fmtMS(Median(base.first)) + " baseline",
+		Ratio: fmt.Sprintf("%.2f× and %.2f× the rest", ratio(dev), ratio(base)), Target: "—", Verdict: "info",
+		Note: fmt.Sprintf("Nomad's TRACE timing of each task's \"logmon\" prestart hook, which starts a process; a batch's first %d tasks are placed and started together: device first %s (%d), rest %s (%d); baseline first %s (%d), rest %s (%d). The fresh Reserves are the device batches' first waves, so they are made in this storm, which the baseline batches show with no device and no plugin at work",
+			res.Slots, fmtMS(Median(dev.first)), len(dev.first), fmtMS(Median(dev.rest)), len(dev.rest),
+			fmtMS(Median(base.first)), len(base.first), fmtMS(Median(base.rest)), len(base.rest))}, true
+}
+
+// freshWaveNote says how many of the fresh Reserves during churn were
+// their batch's first wave (see stormRow).
+func freshWaveNote(res *ChurnResults) string {
+	n, in := 0, 0
+	for _, b := range res.Batches {
+		if b.Kind != "device" {
+			continue
+		}
+		wave := firstWave(b, res.Slots)
+		for _, a := range b.Allocs {
+			if a.ReserveMS > 0 && a.Fresh {
+				n++
+				if wave[a.AllocID] {
+					in++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d of these %d are their batch's first %d tasks, started together (launch-storm row)", in, n, res.Slots)
+}
