@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -45,18 +44,28 @@ func UseGate(lease time.Duration, path string) {
 	mountLease, mountLockPath = lease, path
 }
 
-// LockMachine is lockMachine, for the tests outside the package: whether
-// it got the turn (and the holder's stamp it wrote then), found its
-// holder stuck, or found the lock file unusable.
-func LockMachine(ctx context.Context) (held bool, stamp string, stuck bool, unusable, err error) {
+// Turn is what LockMachine got: the turn (Held, and the stamp it wrote
+// then), or none because its holder is Stuck (Newly: this wait was the
+// first to find it so) or the lock Unusable.
+type Turn struct {
+	Held         bool
+	Stamp        string
+	Stuck, Newly bool
+	Unusable     error
+}
+
+// LockMachine is lockMachine, for the tests outside the package; a turn
+// it takes is given back before it returns.
+func LockMachine(ctx context.Context) (Turn, error) {
 	turn, err := lockMachine(ctx)
+	out := Turn{Held: turn.lock != nil, Stuck: turn.stuck, Newly: turn.newly, Unusable: turn.unusable}
 	if turn.lock != nil {
 		buf := make([]byte, stampSize)
 		n, _ := turn.lock.f.ReadAt(buf, 0)
-		stamp = string(buf[:n])
+		out.Stamp = string(buf[:n])
 		turn.lock.release()
 	}
-	return turn.lock != nil, stamp, turn.stuck, turn.unusable, err
+	return out, err
 }
 
 // ParseStamp is parseStamp: the holder's PID, when it took the turn and
@@ -75,10 +84,19 @@ func Stamp(pid int, ago, lease time.Duration) []byte {
 // StampSize is stampSize.
 const StampSize = stampSize
 
-// ForgetLockNote lets the runner log again, once, that the machine's lock
-// cannot be used, until the test ends.
-func ForgetLockNote(t testing.TB) {
+// ForgetLockNotes lets the runner log again why the machine's lock cannot
+// be used, and forgets the holder found stuck last, until the test ends.
+func ForgetLockNotes(t testing.TB) {
 	t.Helper()
-	noMachineLockOnce = sync.Once{}
-	t.Cleanup(func() { noMachineLockOnce = sync.Once{} })
+	forget := func() {
+		lockProblems.mu.Lock()
+		lockProblems.seen = nil
+		lockProblems.mu.Unlock()
+		stuckHolder.ino, stuckHolder.stamp = 0, holderStamp{}
+	}
+	forget()
+	t.Cleanup(forget)
 }
+
+// BootNow is bootNow.
+var BootNow = bootNow

@@ -100,7 +100,8 @@ const (
 	// goes beside it.
 	turnLapsed gateNote = iota
 	// otherStuck: another process holds the machine's turn past its own
-	// lease (stopped, say); the command goes beside it.
+	// lease (stopped, say); the command goes beside it, as the ones after
+	// it do until that holder is gone (told once per holder).
 	otherStuck
 	// noMachineLock: the machine's lock cannot be used (err says why);
 	// this process keeps to its own turns.
@@ -134,7 +135,7 @@ func enterMountGate(ctx context.Context, pool bool, args []string, note func(gat
 		return nil, time.Since(start), fmt.Errorf("waiting for another process's command that mounts or unmounts to end (on zfs-fuse they run one at a time, machine-wide): %w", err)
 	}
 	switch {
-	case turn.stuck:
+	case turn.stuck && turn.newly:
 		note(otherStuck, nil)
 	case turn.unusable != nil:
 		note(noMachineLock, turn.unusable)

@@ -93,8 +93,8 @@ func startGateHelper(t *testing.T, h gateHelper) (*exec.Cmd, <-chan error) {
 //     process's own lease;
 //   - it goes on when the helper's own lease gives the turn back, and
 //     nothing is logged here;
-//   - when the helper is stopped while it holds the turn, its stamp ages
-//     past its lease, and the create goes on beside it and says so;
+//   - when the helper is stopped with a stamp past its lease, the create
+//     goes on beside it and says so;
 //   - without a usable lock file each process keeps to its own turns,
 //     and says so.
 func TestRunner_MountsOneAtATimeAcrossProcesses(t *testing.T) {
@@ -105,21 +105,20 @@ func TestRunner_MountsOneAtATimeAcrossProcesses(t *testing.T) {
 		name string
 		// unusable: the lock's directory may be written by others, so
 		// neither process uses it.
-		unusable bool
-		// helperLease is the helper's; stop: the helper is stopped
-		// (SIGSTOP) once its unmount waits, so that its lease's timer
-		// never gives the turn back.
+		unusable    bool
 		helperLease time.Duration
-		stop        bool
+		// stop: the helper is stopped (SIGSTOP) once its unmount waits,
+		// and its stamp made as old as a holder stuck a minute past its
+		// lease, so that only the stamp tells.
+		stop bool
 		// waits: the create waits until the unmount is resumed; else it
-		// goes on after at least after, with logged (or nothing) here.
+		// goes on, with logged (or nothing) here.
 		waits  bool
-		after  time.Duration
 		logged string
 	}{
 		{name: "a create waits for another process at work, past its own lease", helperLease: time.Minute, waits: true},
-		{name: "another process gives the turn back at its lease", helperLease: 500 * time.Millisecond, after: 500 * time.Millisecond},
-		{name: "a stopped process's turn is gone beside after its lease", helperLease: 300 * time.Millisecond, stop: true, after: 800 * time.Millisecond,
+		{name: "another process gives the turn back at its lease", helperLease: 500 * time.Millisecond},
+		{name: "a stopped process's turn is gone beside", helperLease: time.Minute, stop: true,
 			logged: "another process holds the machine's turn for commands that mount or unmount past its lease"},
 		{name: "without a usable lock each process keeps to its own turns", unusable: true, helperLease: time.Minute,
 			logged: "commands that mount or unmount take turns within this process only"},
@@ -135,15 +134,30 @@ func TestRunner_MountsOneAtATimeAcrossProcesses(t *testing.T) {
 			zfs.SetMountsOneAtATime(t, true)
 			zfs.SetMountLease(t, time.Second) // this process's: shorter than the helper's work
 			zfs.SetMountLockPath(t, lock)
-			zfs.ForgetLockNote(t)
+			zfs.ForgetLockNotes(t)
 			a, b := pool.Dataset(fmt.Sprintf("xgate-a%d", i)), pool.Dataset(fmt.Sprintf("xgate-b%d", i))
 			pool.ZFS(t, "create", a)
 			w.PauseFor("unmount", a)
 			t.Cleanup(func() { w.Resume("unmount") })
 			helper, first := startGateHelper(t, gateHelper{Lock: lock, Lease: tc.helperLease, Args: []string{"unmount", a}})
 			w.WaitPaused(t, "unmount", 30*time.Second)
+			var taken time.Duration // when the helper took its turn (its stamp)
+			if !tc.unusable {
+				held, err := os.ReadFile(lock)
+				must.NoError(t, err)
+				pid, at, lease, ok := zfs.ParseStamp(string(held))
+				must.True(t, ok, must.Sprintf("the helper's stamp %q", held))
+				must.Eq(t, helper.Process.Pid, pid)
+				must.Eq(t, tc.helperLease, lease)
+				taken = at
+			}
 			if tc.stop {
 				must.NoError(t, helper.Process.Signal(syscall.SIGSTOP))
+				f, err := os.OpenFile(lock, os.O_WRONLY, 0)
+				must.NoError(t, err)
+				_, err = f.WriteAt(zfs.Stamp(helper.Process.Pid, 2*time.Minute, time.Minute), 0)
+				must.NoError(t, err)
+				must.NoError(t, f.Close())
 			}
 
 			logger, logs := warnings()
@@ -170,9 +184,13 @@ func TestRunner_MountsOneAtATimeAcrossProcesses(t *testing.T) {
 			mustGoOn(t, "unmount", second, args)
 			took := time.Since(start)
 			must.Eq(t, "unmount", w.WaitPaused(t, "unmount", time.Second)[0], must.Sprint("the helper's unmount is still paused"))
-			must.GreaterEq(t, tc.after, took)
-			if tc.after == 0 {
+			switch {
+			case tc.stop:
+				must.GreaterEq(t, 500*time.Millisecond, took, must.Sprint("a stale stamp is looked at for half a second first"))
+			case tc.unusable:
 				must.Less(t, time.Second, took, must.Sprint("the create did not wait"))
+			default:
+				must.GreaterEq(t, taken+tc.helperLease, zfs.BootNow(), must.Sprint("the create went on once the helper's lease gave the turn back"))
 			}
 			if tc.logged == "" {
 				must.Eq(t, "", logs())
@@ -188,29 +206,45 @@ func TestRunner_MountsOneAtATimeAcrossProcesses(t *testing.T) {
 	}
 }
 
+// deadPID returns the PID of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	must.NoError(t, cmd.Run())
+	return cmd.Process.Pid
+}
+
 // lockMachine takes the turn at once when nobody holds it, and stamps it;
-// waits while the holder's stamp says it is at work, however long a
-// succession of holders keeps it; goes beside a holder whose stamp is past
-// its lease (or blank past this process's); gives up when its context
-// ends; and does without a lock file in a directory others may write, or
-// behind a link. A second open file of the lock, in this process, holds
-// the turn as another process's would (flock locks belong to the open
-// file); the test writes its stamp.
+// waits while the holder is at work, however long a succession of holders
+// keeps it, and while a holder that took the turn after a dead one has
+// not stamped it yet; goes beside a live holder whose stamp stays past its
+// lease for half a second (at once for the next command, which is not told
+// anew), or a stamp blank past this process's lease; gives up when its
+// context ends; does without a lock file in a directory others may write,
+// behind a link, or in a directory that is one; and makes the file its
+// user's alone. A second open file of the lock, in this process, holds the
+// turn as another process's would (flock locks belong to the open file);
+// the test writes its stamp.
 func TestLockMachine(t *testing.T) {
+	self := os.Getpid() // a live holder's PID
 	type holder struct {
 		stamp func() []byte    // written at the start, made then; nil: none (blank)
 		then  func(f *os.File) // what the holder does next, in a goroutine of its own (nil: nothing)
 	}
-	// fresh is a stamp taken when it is written, old one taken ago then.
-	fresh := func(lease time.Duration) func() []byte { return func() []byte { return zfs.Stamp(4242, 0, lease) } }
-	old := func(ago, lease time.Duration) func() []byte {
-		return func() []byte { return zfs.Stamp(4242, ago, lease) }
+	fresh := func(lease time.Duration) func() []byte { return func() []byte { return zfs.Stamp(self, 0, lease) } }
+	old := func(pid int, ago, lease time.Duration) func() []byte {
+		return func() []byte { return zfs.Stamp(pid, ago, lease) }
+	}
+	giveBack := func(f *os.File) {
+		_, _ = f.WriteAt(make([]byte, zfs.StampSize), 0)
+		f.Close()
 	}
 	cases := []struct {
 		name     string
 		holder   *holder
 		setup    func(t *testing.T, dir, path string)
 		cancel   time.Duration // the context ends after this (0: never)
+		again    bool          // a second call, once the first found the holder stuck
 		want     string        // held, stuck, unusable, canceled
 		atLeast  time.Duration
 		lessThan time.Duration
@@ -220,8 +254,7 @@ func TestLockMachine(t *testing.T) {
 			want: "canceled", atLeast: 1500 * time.Millisecond},
 		{name: "a holder that gives it back", holder: &holder{stamp: fresh(time.Minute), then: func(f *os.File) {
 			time.Sleep(400 * time.Millisecond)
-			_, _ = f.WriteAt(make([]byte, zfs.StampSize), 0)
-			f.Close()
+			giveBack(f)
 		}}, want: "held", atLeast: 400 * time.Millisecond, lessThan: 10 * time.Second},
 		{name: "holders after holders, past this process's lease", holder: &holder{stamp: fresh(time.Second), then: func(f *os.File) {
 			// Each stamp a new holder's, younger than its lease: the
@@ -230,10 +263,19 @@ func TestLockMachine(t *testing.T) {
 				time.Sleep(500 * time.Millisecond)
 				_, _ = f.WriteAt(fresh(time.Second)(), 0)
 			}
-			_, _ = f.WriteAt(make([]byte, zfs.StampSize), 0)
-			f.Close()
+			giveBack(f)
 		}}, want: "held", atLeast: 3 * time.Second, lessThan: 20 * time.Second},
-		{name: "a holder past its lease", holder: &holder{stamp: old(10*time.Second, time.Second)}, want: "stuck", lessThan: time.Second},
+		{name: "a holder after a dead one, slow to stamp", setup: func(t *testing.T, _, path string) {
+			// The dead holder's stamp, long past its lease, left behind.
+			must.NoError(t, os.WriteFile(path, old(deadPID(t), time.Minute, time.Second)(), 0o600))
+		}, holder: &holder{then: func(f *os.File) {
+			time.Sleep(100 * time.Millisecond)
+			_, _ = f.WriteAt(fresh(time.Minute)(), 0)
+			time.Sleep(1500 * time.Millisecond)
+			giveBack(f)
+		}}, want: "held", atLeast: 1600 * time.Millisecond, lessThan: 20 * time.Second},
+		{name: "a live holder past its lease", holder: &holder{stamp: old(self, 10*time.Second, time.Second)}, want: "stuck", atLeast: 500 * time.Millisecond, lessThan: 10 * time.Second},
+		{name: "the same holder for the next command", holder: &holder{stamp: old(self, 10*time.Second, time.Second)}, again: true, want: "stuck", lessThan: 200 * time.Millisecond},
 		{name: "a holder whose lease runs out while it is held", holder: &holder{stamp: fresh(300 * time.Millisecond)},
 			want: "stuck", atLeast: 800 * time.Millisecond, lessThan: 10 * time.Second},
 		{name: "a blank stamp, past this process's lease", holder: &holder{}, want: "stuck", atLeast: 800 * time.Millisecond, lessThan: 10 * time.Second},
@@ -241,6 +283,14 @@ func TestLockMachine(t *testing.T) {
 		{name: "a link in the file's place", setup: func(t *testing.T, dir, path string) {
 			must.NoError(t, os.Symlink(filepath.Join(dir, "elsewhere"), path))
 		}, want: "unusable"},
+		{name: "a link in the directory's place", setup: func(t *testing.T, dir, _ string) {
+			must.NoError(t, os.Remove(dir))
+			must.NoError(t, os.Symlink(t.TempDir(), dir))
+		}, want: "unusable"},
+		{name: "a file others may read", setup: func(t *testing.T, _, path string) {
+			must.NoError(t, os.WriteFile(path, nil, 0o644))
+			must.NoError(t, os.Chmod(path, 0o644))
+		}, want: "held"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,6 +299,7 @@ func TestLockMachine(t *testing.T) {
 			path := filepath.Join(dir, "mounts.lock")
 			zfs.SetMountLockPath(t, path)
 			zfs.SetMountLease(t, 300*time.Millisecond)
+			zfs.ForgetLockNotes(t)
 			if tc.setup != nil {
 				tc.setup(t, dir, path)
 			}
@@ -270,31 +321,40 @@ func TestLockMachine(t *testing.T) {
 			if tc.cancel > 0 {
 				time.AfterFunc(tc.cancel, cancel)
 			}
+			if tc.again {
+				first, err := zfs.LockMachine(ctx)
+				must.NoError(t, err)
+				must.True(t, first.Stuck && first.Newly, must.Sprintf("first call: %+v", first))
+			}
 			start := time.Now()
-			held, stamp, stuck, unusable, err := zfs.LockMachine(ctx)
+			turn, err := zfs.LockMachine(ctx)
 			took := time.Since(start)
 			got := "held"
 			switch {
 			case err != nil:
 				must.ErrorIs(t, err, context.Canceled)
 				got = "canceled"
-			case stuck:
+			case turn.Stuck:
 				got = "stuck"
-			case unusable != nil:
+				must.Eq(t, !tc.again, turn.Newly, must.Sprint("a holder found stuck is told once"))
+			case turn.Unusable != nil:
 				got = "unusable"
-			case !held:
+			case !turn.Held:
 				got = "nothing"
 			}
-			must.Eq(t, tc.want, got, must.Sprintf("got %s, unusable: %v", got, unusable))
+			must.Eq(t, tc.want, got, must.Sprintf("got %s, unusable: %v", got, turn.Unusable))
 			must.GreaterEq(t, tc.atLeast, took)
 			if tc.lessThan > 0 {
 				must.Less(t, tc.lessThan, took)
 			}
-			if held {
-				pid, _, lease, ok := zfs.ParseStamp(stamp)
-				must.True(t, ok, must.Sprintf("stamp %q", stamp))
+			if turn.Held {
+				pid, _, lease, ok := zfs.ParseStamp(turn.Stamp)
+				must.True(t, ok, must.Sprintf("stamp %q", turn.Stamp))
 				must.Eq(t, os.Getpid(), pid)
 				must.Eq(t, 300*time.Millisecond, lease)
+				st, err := os.Stat(path)
+				must.NoError(t, err)
+				must.Eq(t, os.FileMode(0o600), st.Mode().Perm(), must.Sprint("the file is its user's alone"))
 			}
 		})
 	}

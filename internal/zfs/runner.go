@@ -38,7 +38,7 @@ const (
 // counter and the count of foreground commands running (see Foreground).
 // On zfs-fuse, the commands that mount or unmount also take a gate shared
 // by every Runner of the process, and a lock shared by every process of
-// the machine that runs this package (mountgate.go).
+// the machine that runs this package (mountgate.go, mountlock.go).
 type Runner struct {
 	// ZFS and Zpool are the commands to run; "zfs" and "zpool" (found on
 	// PATH) when empty.
@@ -175,9 +175,9 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 		case otherStuck:
 			r.Logger.Warn("another process holds the machine's turn for commands that mount or unmount past its lease; this one goes beside it (zfs-fuse may hang)", "cmd", bin, "args", args, "lock", mountLockPath)
 		case noMachineLock:
-			noMachineLockOnce.Do(func() {
+			if lockProblems.first(err.Error()) {
 				r.Logger.Warn("commands that mount or unmount take turns within this process only: the machine's lock cannot be used (zfs-fuse may hang if another process mounts meanwhile)", "lock", mountLockPath, "error", err)
-			})
+			}
 		}
 	}
 	leave, gateWait, gerr := enterMountGate(ctx, bin == orDefault(r.Zpool, "zpool"), args, note)
@@ -270,9 +270,29 @@ func (r *Runner) runOnce(ctx context.Context, bin string, args []string, io stre
 	return stdout.Bytes(), zerr
 }
 
-// noMachineLockOnce: that the machine's lock cannot be used is logged
-// once per process, not once per command.
-var noMachineLockOnce sync.Once
+// lockProblems: why the machine's lock cannot be used is logged once per
+// reason, not once per command.
+var lockProblems logOnce
+
+// logOnce tells whether a text is new: mu guards seen.
+type logOnce struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// first reports whether text is seen for the first time.
+func (o *logOnce) first(text string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[text] {
+		return false
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	o.seen[text] = true
+	return true
+}
 
 func orDefault(s, def string) string {
 	if s == "" {
