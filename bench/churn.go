@@ -40,8 +40,13 @@ type ChurnOptions struct {
 	Pairs     int    // baseline+device batch pairs, alternating (2)
 	IdleJobs  int    // device jobs run one at a time first, for Reserve on an idle node (8)
 	PluginBin string // the built plugin binary
-	NomadBin  string // the Nomad agent binary (NomadBinary when empty)
-	WorkDir   string // agent directory, counting wrappers
+	// NullBin is the control device plugin (bench/nulldevice), built from
+	// ./bench/cmd/nulldevice. When set, the plugin's batches are followed
+	// by the control: the same idle jobs and batches against a device
+	// plugin that does nothing (churn_null.go, the null rows).
+	NullBin  string
+	NomadBin string // the Nomad agent binary (NomadBinary when empty)
+	WorkDir  string // agent directory, counting wrappers
 	// KeepLog, when set, is where the agent log is copied once the agent
 	// has stopped (WorkDir is usually removed). A batch that does not end,
 	// or whose slots do not settle, writes its stall report beside it
@@ -53,14 +58,19 @@ type ChurnOptions struct {
 // ChurnResults is what RunChurn measured; cmd/zfsbench writes it as
 // bench/churn-results.json.
 type ChurnResults struct {
-	Machine   Machine                   `json:"machine"`
-	Started   time.Time                 `json:"started"`
-	Seconds   float64                   `json:"seconds"`
-	Jobs      int                       `json:"jobs_per_batch"`
-	Slots     int                       `json:"slots"`
-	NodeCPU   int                       `json:"node_cpu_mhz"`
-	Idle      []AllocRecord             `json:"idle_jobs"`
-	Batches   []BatchResult             `json:"batches"`
+	Machine Machine       `json:"machine"`
+	Started time.Time     `json:"started"`
+	Seconds float64       `json:"seconds"`
+	Jobs    int           `json:"jobs_per_batch"`
+	Slots   int           `json:"slots"`
+	NodeCPU int           `json:"node_cpu_mhz"`
+	Idle    []AllocRecord `json:"idle_jobs"`
+	Batches []BatchResult `json:"batches"`
+	// IdleNull and Null are the idle jobs and the batches run against
+	// the null device plugin (ChurnOptions.NullBin) after the plugin's;
+	// the rows of the plugin's own figures never read them.
+	IdleNull  []AllocRecord             `json:"idle_null_jobs,omitempty"`
+	Null      []BatchResult             `json:"null_batches,omitempty"`
 	Releases  []ReleaseRecord           `json:"releases"`
 	Rows      []ChurnRow                `json:"rows"`
 	Health    map[string][]healthChange `json:"health_transitions"`
@@ -82,7 +92,7 @@ type ChurnResults struct {
 
 // BatchResult is one batch of jobs.
 type BatchResult struct {
-	Kind          string        `json:"kind"` // baseline or device
+	Kind          string        `json:"kind"` // baseline, device or null
 	Start         time.Time     `json:"start"`
 	End           time.Time     `json:"end"` // the last allocation terminal
 	Seconds       float64       `json:"seconds"`
@@ -214,8 +224,11 @@ plugin "nomad-device-zfs" {
     }
   }
 }`, o.Slots*churnTaskCPU, chroot, parent, churnClass, o.Slots)
+	if o.NullBin != "" {
+		cfg += nullConfig(filepath.Join(dir, "null"), o.Slots)
+	}
 	logf("starting nomad agent (%s), pool %s", o.NomadBin, pool.Name)
-	a, err := startAgent(ctx, agentSpec{Nomad: o.NomadBin, Dir: dir, PluginBin: o.PluginBin, Config: cfg,
+	a, err := startAgent(ctx, agentSpec{Nomad: o.NomadBin, Dir: dir, PluginBin: o.PluginBin, NullBin: o.NullBin, Config: cfg,
 		PathFirst: filepath.Join(dir, "bin"), Env: os.Environ()})
 	if err != nil {
 		return nil, err
@@ -280,22 +293,26 @@ func (r *churnRun) run(ctx context.Context) error {
 	r.logf("agent up at %s, node %s (%d MHz), plugin pid %d, RSS %.1f MiB", r.a.Addr, r.a.NodeID, r.res.NodeCPU, pid, mib(r.res.RSSStart))
 
 	for i := range r.o.IdleJobs {
-		b, err := r.batch(ctx, "idle", 1, true)
+		b, err := r.batch(ctx, "idle", 1, kindDevice)
 		if err != nil {
 			return fmt.Errorf("idle device job %d: %w", i+1, err)
 		}
 		r.res.Idle = append(r.res.Idle, b.Allocs...)
 	}
 	for p := range r.o.Pairs {
-		for _, device := range []bool{false, true} {
-			kind := map[bool]string{false: "baseline", true: "device"}[device]
+		for _, kind := range []string{kindBaseline, kindDevice} {
 			r.logf("pair %d: %s batch of %d jobs", p+1, kind, r.o.Jobs)
-			b, err := r.batch(ctx, kind, r.o.Jobs, device)
+			b, err := r.batch(ctx, kind, r.o.Jobs, kind)
 			if err != nil {
 				return fmt.Errorf("%s batch %d: %w", kind, p+1, err)
 			}
-			r.logf("pair %d: %s: %.1f s, %.2f jobs/s, at most %d at once, %d zfs processes, %.2f CPU-s per job", p+1, kind, b.Seconds, b.JobsPerSecond, b.MaxConcurrent, b.ZFSProcesses, b.CPU.Machine/float64(len(b.Allocs)))
+			r.logBatch(p, b)
 			r.res.Batches = append(r.res.Batches, *b)
+		}
+	}
+	if r.o.NullBin != "" {
+		if err := r.control(ctx); err != nil {
+			return err
 		}
 	}
 	if pid2, err := r.a.pluginPID(); err != nil || pid2 != pid {
@@ -309,11 +326,22 @@ func (r *churnRun) run(ctx context.Context) error {
 	return r.figures()
 }
 
-// batch registers n jobs at once and returns once every allocation is
-// terminal and the slots are all fresh and healthy again.
-func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (*BatchResult, error) {
+// logBatch prints one line of figures of batch b (of pair p+1, or of the
+// control).
+func (r *churnRun) logBatch(p int, b *BatchResult) {
+	where := fmt.Sprintf("pair %d", p+1)
+	if b.Kind == kindNull {
+		where = fmt.Sprintf("control %d", p+1)
+	}
+	r.logf("%s: %s: %.1f s, %.2f jobs/s, at most %d at once, %d zfs processes, %.2f CPU-s per job", where, b.Kind, b.Seconds, b.JobsPerSecond, b.MaxConcurrent, b.ZFSProcesses, b.CPU.Machine/float64(len(b.Allocs)))
+}
+
+// batch registers n jobs of kind job (kindBaseline, kindDevice, kindNull)
+// at once, named and recorded as label, and returns once every allocation
+// is terminal and the slots are all fresh and healthy again.
+func (r *churnRun) batch(ctx context.Context, label string, n int, job string) (*BatchResult, error) {
 	r.seq++
-	prefix := fmt.Sprintf("churn-%02d-%s-", r.seq, kind)
+	prefix := fmt.Sprintf("churn-%02d-%s-", r.seq, label)
 	mark, err := r.counter.Mark()
 	if err != nil {
 		return nil, err
@@ -326,9 +354,9 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	if err != nil {
 		return nil, err
 	}
-	b := &BatchResult{Kind: kind, Start: time.Now()}
+	b := &BatchResult{Kind: label, Start: time.Now()}
 	for i := range n {
-		if _, _, err := r.a.API.Jobs().Register(churnJob(jobs[i], device), nil); err != nil {
+		if _, _, err := r.a.API.Jobs().Register(churnJob(jobs[i], job), nil); err != nil {
 			return nil, fmt.Errorf("registering: %w", err)
 		}
 	}
@@ -358,7 +386,7 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	b.JobsPerSecond = float64(n) / b.Seconds
 	b.MaxConcurrent = maxConcurrent(b.Allocs)
 	var released []string
-	if device {
+	if job == kindDevice {
 		released = jobs
 	}
 	settleErr := r.settle(ctx, released)
@@ -374,32 +402,13 @@ func (r *churnRun) batch(ctx context.Context, kind string, n int, device bool) (
 	}
 	b.CPU = cpu1.since(cpu0)
 	if settleErr != nil { // reported after the figures are taken
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", kind, prefix, r.unsettled(prefix, settleErr)))
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %v", label, prefix, r.unsettled(prefix, settleErr)))
 	}
 	if b.Failed > 0 {
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %d of %d allocations did not complete", kind, prefix, b.Failed, n))
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s batch %s: %d of %d allocations did not complete", label, prefix, b.Failed, n))
 	}
 	return b, nil
 }
-
-// churnJob is one short batch job; with device it writes into its slot.
-func churnJob(id string, device bool) *api.Job {
-	script, res := "sleep 1", &api.Resources{CPU: ptr(churnTaskCPU), MemoryMB: ptr(32)}
-	if device {
-		script = "echo x > $ZFS_SCRATCH_PATH/f; sleep 1"
-		res.Devices = []*api.RequestedDevice{{Name: "zfs/dataset/" + churnClass, Count: ptr(uint64(1))}}
-	}
-	task := api.NewTask("t", "exec").SetConfig("command", "/bin/sh").SetConfig("args", []string{"-c", script}).Require(res)
-	task.Env = map[string]string{"PATH": "/bin"} // the chroot holds /bin/sh and /bin/sleep (localagent.ChrootEnv)
-	tg := api.NewTaskGroup("g", 1).AddTask(task)
-	tg.RestartPolicy = &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
-	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
-	job := api.NewBatchJob(id, id, "global", 50).AddTaskGroup(tg)
-	job.Datacenters = []string{"*"}
-	return job
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // waitTerminal polls until n allocations of jobs named prefix* are
 // terminal on the client. Each poll asks the agent only for the batch's
@@ -483,58 +492,6 @@ func (r *churnRun) readLog() (*churnLog, error) {
 	}
 	defer f.Close()
 	return readChurnLog(f, r.parent, churnClass)
-}
-
-// allocRecord summarizes a terminal allocation of one task.
-func allocRecord(a *api.Allocation) AllocRecord {
-	rec := AllocRecord{Job: a.JobID, AllocID: a.ID, Status: a.ClientStatus, Terminal: time.Unix(0, a.ModifyTime)}
-	if a.CreateTime > 0 {
-		rec.Placed = time.Unix(0, a.CreateTime)
-	}
-	if a.AllocatedResources != nil {
-		for _, tr := range a.AllocatedResources.Tasks {
-			for _, d := range tr.Devices {
-				if len(d.DeviceIDs) > 0 {
-					rec.Device = d.DeviceIDs[0]
-				}
-			}
-		}
-	}
-	for _, ts := range a.TaskStates {
-		rec.Started, rec.Finished = ts.StartedAt, ts.FinishedAt
-		for _, ev := range ts.Events {
-			if ev.Type == api.TaskTerminated {
-				rec.Terminated = time.Unix(0, ev.Time)
-			}
-		}
-	}
-	return rec
-}
-
-// maxConcurrent is the most tasks that ran at once.
-func maxConcurrent(allocs []AllocRecord) int {
-	type edge struct {
-		at time.Time
-		d  int
-	}
-	var es []edge
-	for _, a := range allocs {
-		if !a.Started.IsZero() && !a.Finished.IsZero() {
-			es = append(es, edge{a.Started, 1}, edge{a.Finished, -1})
-		}
-	}
-	sort.Slice(es, func(i, j int) bool {
-		if es[i].at.Equal(es[j].at) {
-			return es[i].d < es[j].d
-		}
-		return es[i].at.Before(es[j].at)
-	})
-	cur, top := 0, 0
-	for _, e := range es {
-		cur += e.d
-		top = max(top, cur)
-	}
-	return top
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

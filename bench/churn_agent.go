@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 )
 
@@ -57,6 +58,7 @@ type agentSpec struct {
 	Nomad     string   // the nomad binary
 	Dir       string   // holds agent.hcl, agent.log, data/ and plugins/
 	PluginBin string   // copied into Dir/plugins as nomad-device-zfs
+	NullBin   string   // when set, copied into Dir/plugins as nomad-device-null
 	Config    string   // HCL appended to the agent configuration
 	PathFirst string   // a directory put first on the agent's PATH
 	Env       []string // the environment before NOMAD_* is removed
@@ -86,6 +88,11 @@ func startAgent(ctx context.Context, spec agentSpec) (*agent, error) {
 	a := &agent{LogPath: filepath.Join(spec.Dir, "agent.log"), PluginBin: filepath.Join(pluginDir, "nomad-device-zfs"), exited: make(chan struct{})}
 	if err := copyFile(spec.PluginBin, a.PluginBin, 0o755); err != nil {
 		return nil, err
+	}
+	if spec.NullBin != "" {
+		if err := copyFile(spec.NullBin, filepath.Join(pluginDir, nulldevice.PluginName), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	ports, err := localagent.FreeLoopbackPorts(3)
 	if err != nil {

@@ -127,6 +127,12 @@ func (r *churnRun) figures() error {
 	for i := range res.Batches {
 		fill(res.Batches[i].Allocs)
 	}
+	// The null device's: only the client's hooks are theirs (its device
+	// IDs are none of the plugin's slots, so no plugin line matches).
+	fill(res.IdleNull)
+	for i := range res.Null {
+		fill(res.Null[i].Allocs)
+	}
 
 	for i, rel := range lg.Releases {
 		rec := ReleaseRecord{Device: rel.Device, Job: rel.Job, Start: rel.At, Spare: rel.Spare}

@@ -223,6 +223,7 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	if row, ok := cpuRow(res.Batches); ok {
 		rows = append(rows, row)
 	}
+	rows = append(rows, nullRows(res)...)
 	if res.RSSStart > 0 {
 		q := float64(res.RSSEnd) / float64(res.RSSStart)
 		rows = append(rows, ChurnRow{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),

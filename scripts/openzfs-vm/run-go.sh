@@ -168,6 +168,8 @@ prepare() {
 		if [ "$mode" = bench ]; then # zfsbench builds the plugin with -trimpath
 			nice -n 10 go build -trimpath -o "$tmp/plugin" ./cmd/nomad-device-zfs || exit 1
 			nice -n 10 go build -o "$REPO/bin/zfsbench" ./bench/cmd/zfsbench || exit 1
+			# The churn's control device plugin, for bin/zfsbench -churn.
+			nice -n 10 go build -trimpath -o "$REPO/bin/nomad-device-null" ./bench/cmd/nulldevice || exit 1
 		fi
 	); then
 		rm -rf "$tmp" "$TESTBIN"
@@ -236,7 +238,7 @@ guest_script() {
 			printf 'bin/zfsbench -golden -reps 9 -golden-out %q/golden-results.json || exit\n' "$out"
 		fi
 		if [ "${BENCH_CHURN:-1}" != 0 ]; then
-			printf 'bin/zfsbench -churn -churn-out %q/churn-results.json\n' "$out"
+			printf 'bin/zfsbench -churn -null-plugin bin/nomad-device-null -churn-out %q/churn-results.json\n' "$out"
 		else
 			printf 'echo "openzfs-vm: churn left out (BENCH_CHURN=0)"\n'
 		fi

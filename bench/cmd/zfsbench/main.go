@@ -8,7 +8,7 @@
 // creates is destroyed. Run it as root from the repository root:
 //
 //	go run ./bench/cmd/zfsbench [-sizes 10,100,900] [-reps 15] [-out bench/results.json]
-//	go run ./bench/cmd/zfsbench -churn [-churn-jobs 40] [-churn-out bench/churn-results.json]
+//	go run ./bench/cmd/zfsbench -churn [-churn-jobs 40] [-churn-out bench/churn-results.json] [-null-plugin BIN]
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,7 @@ func run() int {
 	creates := flag.Int("creates", 30, "create+mount floor samples per size")
 	out := flag.String("out", "bench/results.json", "where to write the results as JSON")
 	pluginBin := flag.String("plugin", "", "plugin binary for the memory measure (built from ./cmd/nomad-device-zfs when empty)")
+	nullBin := flag.String("null-plugin", "", "the churn's control device plugin (built from ./bench/cmd/nulldevice when empty)")
 	churn := flag.Bool("churn", false, "run the churn scenario (a real Nomad agent, see bench/README.md) instead of the pool sizes")
 	churnJobs := flag.Int("churn-jobs", 40, "jobs per churn batch")
 	churnOut := flag.String("churn-out", "bench/churn-results.json", "where -churn writes its results as JSON")
@@ -111,7 +113,18 @@ func run() int {
 		// A log per run: a run that stalls is looked at after the next.
 		keep := filepath.Join(os.TempDir(), "zfsbench-churn-"+time.Now().UTC().Format("20060102T150405")+"-agent.log")
 		fmt.Fprintln(os.Stderr, "zfsbench: the agent log is kept as", keep)
-		return runChurn(ctx, bench.ChurnOptions{Jobs: *churnJobs, PluginBin: *pluginBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
+		if *nullBin == "" {
+			*nullBin = filepath.Join(work, "nomad-device-null")
+			fmt.Fprintln(os.Stderr, "zfsbench: building the null device plugin")
+			bctx, bcancel := context.WithTimeout(ctx, buildTimeout)
+			err := buildNull(bctx, *nullBin)
+			bcancel()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "zfsbench:", err)
+				return 1
+			}
+		}
+		return runChurn(ctx, bench.ChurnOptions{Jobs: *churnJobs, PluginBin: *pluginBin, NullBin: *nullBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
 	}
 
 	res, err := bench.Run(ctx, bench.Options{Sizes: ns, Reps: *reps, Creates: *creates, PluginBin: *pluginBin, WorkDir: work, Progress: os.Stderr})
@@ -184,6 +197,15 @@ func finish(scenario string, res any, err error, out string) int {
 		return 1
 	}
 	return 0
+}
+
+// buildNull builds the churn's control device plugin (bench/nulldevice).
+func buildNull(ctx context.Context, out string) error {
+	b, err := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/nomad-device-zfs/nomad-device-zfs/bench/cmd/nulldevice").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("building the null device plugin: %w\n%s", err, b)
+	}
+	return nil
 }
 
 // defaultSizes is 10, 100 and 900 slots, and 2000 where the kernel module

@@ -1,0 +1,190 @@
+package bench
+
+// The null device: the churn's control for the Reserve rows. Issue 10
+// judges a Reserve during the churn against the same Reserve on an idle
+// node. How much of that ratio is any device plugin's, whatever it does,
+// is measured by running the same idle jobs and batches against a device
+// plugin that does nothing (bench/nulldevice), loaded beside the plugin
+// in the same agent: at the same moments of a batch (its first wave,
+// started together, and the tasks after it), the null plugin's Reserve is
+// the least any plugin's can be.
+//
+// The control runs after the plugin's batches, so that those run exactly
+// as they do without it, and after a forced garbage collection, so that
+// the node's allocation list, which the plugin reads at every change,
+// is back to empty: if anything, the control runs on a lighter node than
+// the plugin's batches did, and its figures are a floor.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+)
+
+// gcTimeout bounds the wait for the forced garbage collection before the
+// control.
+const gcTimeout = time.Minute
+
+// control runs the null device's idle jobs and batches, as many as the
+// plugin's, after a forced garbage collection.
+func (r *churnRun) control(ctx context.Context) error {
+	if n, err := r.collect(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("control: the node still listed %d allocations after the forced garbage collection: %v", n, err))
+	}
+	r.logf("control: %d idle jobs and %d batches of %d jobs against the null device", r.o.IdleJobs, r.o.Pairs, r.o.Jobs)
+	for i := range r.o.IdleJobs {
+		b, err := r.batch(ctx, "idle-null", 1, kindNull)
+		if err != nil {
+			return fmt.Errorf("idle null device job %d: %w", i+1, err)
+		}
+		r.res.IdleNull = append(r.res.IdleNull, b.Allocs...)
+	}
+	for p := range r.o.Pairs {
+		b, err := r.batch(ctx, kindNull, r.o.Jobs, kindNull)
+		if err != nil {
+			return fmt.Errorf("null batch %d: %w", p+1, err)
+		}
+		r.logBatch(p, b)
+		r.res.Null = append(r.res.Null, *b)
+	}
+	return nil
+}
+
+// collect asks the servers for a forced garbage collection and returns
+// once the node lists no allocation (nothing runs between batches), or
+// gcTimeout has passed: then with how many it still lists.
+func (r *churnRun) collect(ctx context.Context) (int, error) {
+	if err := r.a.API.System().GarbageCollect(); err != nil {
+		return 0, fmt.Errorf("forced garbage collection: %w", err)
+	}
+	deadline := time.Now().Add(gcTimeout)
+	for {
+		allocs, _, err := r.a.API.Nodes().Allocations(r.a.NodeID, nil)
+		if err == nil && len(allocs) == 0 {
+			return 0, nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return 0, fmt.Errorf("listing the node's allocations: %w", err)
+			}
+			return len(allocs), fmt.Errorf("not empty after %s", gcTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return len(allocs), ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// nullName is the null plugin's device name; nullDevice what its jobs ask.
+const (
+	nullName   = "null"
+	nullDevice = nulldevice.Vendor + "/" + nulldevice.DeviceType + "/" + nullName
+)
+
+// nullConfig is the agent's block for the null plugin: as many devices as
+// slots, bound where a slot of the churn's class is, under the same
+// variable, so that the device jobs run unchanged against it.
+func nullConfig(hostDir string, instances int) string {
+	return fmt.Sprintf("\nplugin %q {\n%s}\n", nulldevice.PluginName, nullConfigBlock(hostDir, instances))
+}
+
+// nullConfigBlock is nullConfig's config block.
+func nullConfigBlock(hostDir string, instances int) string {
+	return fmt.Sprintf(`  config {
+    name       = %q
+    instances  = %d
+    host_dir   = %q
+    mount_path = "/zfs/%s"
+    path_env   = "ZFS_%s_PATH"
+  }
+`, nullName, instances, hostDir, churnClass, device.EnvName(churnClass))
+}
+
+// waveSplit returns the Reserves (the devices hook) of batches, split into
+// each batch's first wave (firstWave, slots tasks) and the rest.
+func waveSplit(batches []BatchResult, slots int, keep func(AllocRecord) bool) (wave, rest []time.Duration) {
+	for _, b := range batches {
+		first := firstWave(b, slots)
+		for _, a := range b.Allocs {
+			if a.ReserveMS <= 0 || !keep(a) {
+				continue
+			}
+			if first[a.AllocID] {
+				wave = append(wave, msDur(a.ReserveMS))
+			} else {
+				rest = append(rest, msDur(a.ReserveMS))
+			}
+		}
+	}
+	return wave, rest
+}
+
+// reserves returns the devices hooks of allocs.
+func reserves(allocs []AllocRecord) []time.Duration {
+	var out []time.Duration
+	for _, a := range allocs {
+		if a.ReserveMS > 0 {
+			out = append(out, msDur(a.ReserveMS))
+		}
+	}
+	return out
+}
+
+// nullRows are the null device's rows: its Reserve in its batches' first
+// waves and after them, each against its own idle Reserve, beside the
+// plugin's at the same moments; and its throughput. None when the run had
+// no null batches.
+func nullRows(res *ChurnResults) []ChurnRow {
+	all := func(AllocRecord) bool { return true }
+	idle := reserves(res.IdleNull)
+	wave, rest := waveSplit(res.Null, res.Slots, all)
+	if len(idle) == 0 || len(wave) == 0 || len(rest) == 0 {
+		return nil
+	}
+	zfsIdle := Median(reserves(res.Idle))
+	zfsWave, zfsRest := waveSplit(res.Batches, res.Slots, all)
+	fresh, _ := waveSplit(res.Batches, res.Slots, func(a AllocRecord) bool { return a.Fresh })
+	_, spare := waveSplit(res.Batches, res.Slots, func(a AllocRecord) bool { return a.How == "spare" })
+	q := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
+	base := Median(idle)
+	var rows []ChurnRow
+	rows = append(rows, ChurnRow{Key: "null-reserve-wave",
+		Figure:   fmt.Sprintf("control: Reserve of a device plugin that does nothing, p50, the first %d tasks of each of its batches (started together)", res.Slots),
+		Measured: fmtMS(Median(wave)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(Median(wave), base)), Value: q(Median(wave), base),
+		Target: "—", Verdict: "info",
+		Note: fmt.Sprintf("bench/nulldevice: the same idle jobs and batches asking for its device, run after the plugin's on the same agent, the node's allocations collected first; its Reserve answers at once (gRPC, the client's device manager and hook, nothing else). The fresh Reserve row's samples are the device batches' first waves: a plugin that took no time at all would read about %.2f× there (%d and %d samples). At the same moment the plugin's Reserves took p50 %s (all of its first waves, %d; its fresh ones %s, %d), %.2f× the null's; idle, the plugin's %s is %.2f× the null's",
+			q(Median(wave), base), len(wave), len(idle), fmtMS(Median(zfsWave)), len(zfsWave), fmtMS(Median(fresh)), len(fresh),
+			q(Median(zfsWave), Median(wave)), fmtMS(zfsIdle), q(zfsIdle, base))})
+	rows = append(rows, ChurnRow{Key: "null-reserve-rest",
+		Figure:   "control: the same, the tasks after the first wave (one at a time as earlier ones end)",
+		Measured: fmtMS(Median(rest)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(Median(rest), base)), Value: q(Median(rest), base),
+		Target: "—", Verdict: "info",
+		Note: fmt.Sprintf("the spare Reserve row's samples are the device batches' later Reserves: a plugin that took no time would read about %.2f× there (%d samples). The plugin's later Reserves took p50 %s (%d; its spare ones %s, %d), %.2f× the null's",
+			q(Median(rest), base), len(rest), fmtMS(Median(zfsRest)), len(zfsRest), fmtMS(Median(spare)), len(spare), q(Median(zfsRest), Median(rest)))})
+	var baseJobs, nullJobs int
+	var baseSecs, nullSecs float64
+	for _, b := range res.Batches {
+		if b.Kind == kindBaseline {
+			baseJobs, baseSecs = baseJobs+len(b.Allocs), baseSecs+b.Seconds
+		}
+	}
+	for _, b := range res.Null {
+		nullJobs, nullSecs = nullJobs+len(b.Allocs), nullSecs+b.Seconds
+	}
+	if baseSecs > 0 && nullSecs > 0 {
+		b, n := float64(baseJobs)/baseSecs, float64(nullJobs)/nullSecs
+		rows = append(rows, ChurnRow{Key: "null-throughput", Figure: "control: throughput, null device jobs / baseline jobs",
+			Measured: fmt.Sprintf("%.2f jobs/s", n), Reference: fmt.Sprintf("%.2f jobs/s", b), Ratio: fmt.Sprintf("%.2f", n/b), Value: n / b,
+			Target: "—", Verdict: "info",
+			Note: "what asking for a device costs a job in Nomad itself (the devices hook, the bind mount into the task) when the plugin does nothing"})
+	}
+	return rows
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+)
+
+// The null plugin takes the churn's block, offers one device per slot
+// under the name the null jobs ask for, and gives them the variable the
+// device jobs' script writes through.
+func TestNullConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := nulldevice.New(hclog.NewNullLogger())
+	spec, err := p.ConfigSchema()
+	must.NoError(t, err)
+	b, err := pluginhost.EncodeConfig(spec, nullConfigBlock(dir, 4))
+	must.NoError(t, err)
+	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: b}))
+	must.StrContains(t, nullConfig(dir, 4), `plugin "nomad-device-null" {`)
+
+	job := churnJob("j", kindNull)
+	task := job.TaskGroups[0].Tasks[0]
+	must.SliceLen(t, 1, task.Resources.Devices)
+	must.Eq(t, "nullbench/dataset/null", task.Resources.Devices[0].Name)
+	script := task.Config["args"].([]string)[1]
+	must.StrContains(t, script, `"$ZFS_SCRATCH_PATH/f" &&`, must.Sprint("the job writes through the slot's variable, and fails when it cannot"))
+	for i := range 4 {
+		id := "null-" + string(rune('0'+i))
+		res, err := p.Reserve([]string{id})
+		must.NoError(t, err)
+		// What a slot of the class "scratch" gives a task: its variable
+		// and its default mount path (docs/configuration.md).
+		must.Eq(t, map[string]string{"ZFS_SCRATCH_PATH": "/zfs/scratch"}, res.Envs)
+		must.SliceLen(t, 1, res.Mounts)
+		must.Eq(t, "/zfs/scratch", res.Mounts[0].TaskPath)
+		must.Eq(t, filepath.Join(dir, id), res.Mounts[0].HostPath)
+	}
+	_, err = p.Reserve([]string{"null-4"})
+	must.Error(t, err)
+	// The device job is the same but for the device it asks for.
+	dev := churnJob("j", kindDevice).TaskGroups[0].Tasks[0]
+	must.Eq(t, script, dev.Config["args"].([]string)[1])
+	must.Eq(t, "zfs/dataset/"+churnClass, dev.Resources.Devices[0].Name)
+	must.SliceEmpty(t, churnJob("j", kindBaseline).TaskGroups[0].Tasks[0].Resources.Devices)
+}
+
+// nullBatch is a batch whose allocation i was placed at t0 + i seconds
+// (so the first slots are the first wave) with a devices hook of
+// reserve[i] ms; how[i] says how the plugin handed it over.
+func nullBatch(kind string, t0 time.Time, reserve []float64, how []string) BatchResult {
+	b := BatchResult{Kind: kind, Seconds: 10}
+	for i := range reserve {
+		a := AllocRecord{Job: kind + string(rune('a'+i)), AllocID: kind + "-" + string(rune('a'+i)), Placed: t0.Add(time.Duration(i) * time.Second), ReserveMS: reserve[i]}
+		if how != nil {
+			a.How, a.Fresh = how[i], how[i] == "fresh"
+		}
+		b.Allocs = append(b.Allocs, a)
+	}
+	return b
+}
+
+func TestNullRows(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC)
+	idle := func(ms ...float64) []AllocRecord {
+		var out []AllocRecord
+		for _, v := range ms {
+			out = append(out, AllocRecord{ReserveMS: v})
+		}
+		return out
+	}
+	res := &ChurnResults{Slots: 2,
+		Idle:     idle(2, 2, 2),
+		IdleNull: idle(0.5, 0.5, 1),
+		Batches: []BatchResult{
+			nullBatch(kindBaseline, t0, []float64{0, 0, 0, 0}, nil),
+			nullBatch(kindDevice, t0, []float64{30, 10, 6, 8}, []string{"fresh", "fresh", "spare", "spare"}),
+		},
+		Null: []BatchResult{nullBatch(kindNull, t0, []float64{4, 2, 1, 0.5}, nil)},
+	}
+	res.Batches[1].Seconds = 12.5
+	res.Null[0].Seconds = 8
+	rows := nullRows(res)
+	must.SliceLen(t, 3, rows)
+
+	wave, rest, thr := rows[0], rows[1], rows[2]
+	must.Eq(t, "null-reserve-wave", wave.Key)
+	must.Eq(t, "3.0 ms", wave.Measured) // p50 of 4 and 2
+	must.Eq(t, "0.5 ms idle", wave.Reference)
+	must.Eq(t, "6.00×", wave.Ratio)
+	must.Eq(t, "info", wave.Verdict)
+	// The plugin's first wave: p50 of 30 and 10 = 20 ms, 6.67× the null's.
+	must.StrContains(t, wave.Note, "would read about 6.00× there (2 and 3 samples)")
+	must.StrContains(t, wave.Note, "took p50 20.0 ms (all of its first waves, 2; its fresh ones 20.0 ms, 2), 6.67× the null's; idle, the plugin's 2.0 ms is 4.00× the null's")
+
+	must.Eq(t, "null-reserve-rest", rest.Key)
+	must.Eq(t, "0.8 ms", rest.Measured) // p50 of 1 and 0.5
+	must.Eq(t, "1.50×", rest.Ratio)
+	must.StrContains(t, rest.Note, "took p50 7.0 ms (2; its spare ones 7.0 ms, 2), 9.33× the null's")
+
+	must.Eq(t, "null-throughput", thr.Key)
+	must.Eq(t, "0.50 jobs/s", thr.Measured)  // 4 jobs in 8 s
+	must.Eq(t, "0.40 jobs/s", thr.Reference) // 4 in 10 s
+	must.Eq(t, "1.25", thr.Ratio)
+
+	// The plugin's own rows read none of the control's figures: the same
+	// with and without them.
+	with := churnRows(res)
+	nullData, idleNull := res.Null, res.IdleNull
+	res.Null, res.IdleNull = nil, nil
+	without := churnRows(res)
+	var own []ChurnRow
+	for _, r := range with {
+		if !strings.HasPrefix(r.Key, "null-") {
+			own = append(own, r)
+		}
+	}
+	must.Eq(t, without, own)
+	must.SliceLen(t, len(without)+3, with)
+
+	// No null batch, or no idle null job: no control rows.
+	must.SliceEmpty(t, nullRows(res))
+	res.Null = nullData
+	must.SliceEmpty(t, nullRows(res))
+	res.Null, res.IdleNull = nil, idleNull
+	must.SliceEmpty(t, nullRows(res))
+}
