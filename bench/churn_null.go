@@ -169,18 +169,9 @@ func nullRows(res *ChurnResults) []ChurnRow {
 		Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("the spare Reserve row's samples are the device batches' later Reserves: a plugin that took no time would read about %.2f× there (%d samples). The plugin's later Reserves took p50 %s (%d; its spare ones %s, %d), %.2f× the null's",
 			q(Median(rest), base), len(rest), fmtMS(Median(zfsRest)), len(zfsRest), fmtMS(Median(spare)), len(spare), q(Median(zfsRest), Median(rest)))})
-	var baseJobs, nullJobs int
-	var baseSecs, nullSecs float64
-	for _, b := range res.Batches {
-		if b.Kind == kindBaseline {
-			baseJobs, baseSecs = baseJobs+len(b.Allocs), baseSecs+b.Seconds
-		}
-	}
-	for _, b := range res.Null {
-		nullJobs, nullSecs = nullJobs+len(b.Allocs), nullSecs+b.Seconds
-	}
-	if baseSecs > 0 && nullSecs > 0 {
-		b, n := float64(baseJobs)/baseSecs, float64(nullJobs)/nullSecs
+	b, okBase := jobsPerSecond(res.Batches, kindBaseline)
+	n, okNull := jobsPerSecond(res.Null, kindNull)
+	if okBase && okNull {
 		rows = append(rows, ChurnRow{Key: "null-throughput", Figure: "control: throughput, null device jobs / baseline jobs",
 			Measured: fmt.Sprintf("%.2f jobs/s", n), Reference: fmt.Sprintf("%.2f jobs/s", b), Ratio: fmt.Sprintf("%.2f", n/b), Value: n / b,
 			Target: "—", Verdict: "info",

@@ -28,20 +28,18 @@ type ChurnRow struct {
 func churnRows(res *ChurnResults) []ChurnRow {
 	var rows []ChurnRow
 	// Throughput, over every batch of each kind.
-	jobs, secs := map[string]int{}, map[string]float64{}
 	var pairs []string
 	var lastBase float64
 	for _, b := range res.Batches {
-		jobs[b.Kind] += len(b.Allocs)
-		secs[b.Kind] += b.Seconds
 		if b.Kind == "baseline" {
 			lastBase = b.JobsPerSecond
 		} else if lastBase > 0 {
 			pairs = append(pairs, fmt.Sprintf("%.2f", b.JobsPerSecond/lastBase))
 		}
 	}
-	if secs["baseline"] > 0 && secs["device"] > 0 {
-		base, dev := float64(jobs["baseline"])/secs["baseline"], float64(jobs["device"])/secs["device"]
+	base, okBase := jobsPerSecond(res.Batches, kindBaseline)
+	dev, okDev := jobsPerSecond(res.Batches, kindDevice)
+	if okBase && okDev {
 		conc := []string{}
 		for _, b := range res.Batches {
 			conc = append(conc, fmt.Sprintf("%s %.1f s, %d at once", b.Kind, b.Seconds, b.MaxConcurrent))
@@ -231,6 +229,21 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Verdict: passIf(q <= 1.25), Note: fmt.Sprintf("VmRSS of the plugin process; peak (VmHWM) at the end %.1f MiB", mib(res.HWMEnd))})
 	}
 	return rows
+}
+
+// jobsPerSecond is the throughput of the batches of kind: their jobs over
+// their seconds; false when they took none.
+func jobsPerSecond(batches []BatchResult, kind string) (float64, bool) {
+	jobs, secs := 0, 0.0
+	for _, b := range batches {
+		if b.Kind == kind {
+			jobs, secs = jobs+len(b.Allocs), secs+b.Seconds
+		}
+	}
+	if secs <= 0 {
+		return 0, false
+	}
+	return float64(jobs) / secs, true
 }
 
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }

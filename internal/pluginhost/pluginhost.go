@@ -25,10 +25,16 @@ const Package = "github.com/nomad-device-zfs/nomad-device-zfs/cmd/nomad-device-z
 // is at out or the build failed (the error holds go's output). ctx bounds
 // the build.
 func Build(ctx context.Context, out string, flags ...string) error {
+	return BuildPackage(ctx, Package, "the plugin", out, flags...)
+}
+
+// BuildPackage is Build for another main package pkg (the benchmark's
+// control plugin, say), named what in its error.
+func BuildPackage(ctx context.Context, pkg, what, out string, flags ...string) error {
 	args := append([]string{"build"}, flags...)
-	args = append(args, "-o", out, Package)
+	args = append(args, "-o", out, pkg)
 	if b, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("building the plugin: %w\n%s", err, b)
+		return fmt.Errorf("building %s: %w\n%s", what, err, b)
 	}
 	return nil
 }

@@ -17,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -117,7 +116,7 @@ func run() int {
 			*nullBin = filepath.Join(work, "nomad-device-null")
 			fmt.Fprintln(os.Stderr, "zfsbench: building the null device plugin")
 			bctx, bcancel := context.WithTimeout(ctx, buildTimeout)
-			err := buildNull(bctx, *nullBin)
+			err := pluginhost.BuildPackage(bctx, "github.com/nomad-device-zfs/nomad-device-zfs/bench/cmd/nulldevice", "the null device plugin", *nullBin, "-trimpath")
 			bcancel()
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "zfsbench:", err)
@@ -197,15 +196,6 @@ func finish(scenario string, res any, err error, out string) int {
 		return 1
 	}
 	return 0
-}
-
-// buildNull builds the churn's control device plugin (bench/nulldevice).
-func buildNull(ctx context.Context, out string) error {
-	b, err := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/nomad-device-zfs/nomad-device-zfs/bench/cmd/nulldevice").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("building the null device plugin: %w\n%s", err, b)
-	}
-	return nil
 }
 
 // defaultSizes is 10, 100 and 900 slots, and 2000 where the kernel module
