@@ -219,7 +219,22 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	// The pause goes first, and the failure is lifted only once a fate
+	// write is seen paused: a write that looked for the pause just before
+	// it was set, and for the failure just after it was lifted, would
+	// otherwise go through and let the Reserve succeed. Such a write,
+	// between the two, is refused like the first, and the next is paused.
 	w.PauseFor("set", s0.Dataset)
+	for {
+		if w.IsPaused(t, "set", s0.Dataset) {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Reserve returned before a fate write was paused: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	w.Unfail("set")
 	var err error
 	select {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -271,6 +272,23 @@ func (w *Wrapper) WaitPaused(t testing.TB, sub string, timeout time.Duration) []
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// IsPaused reports whether a run of sub given argument arg is paused now.
+// Unlike WaitPaused it does not wait, so that a test can watch for
+// something else meanwhile.
+func (w *Wrapper) IsPaused(t testing.TB, sub, arg string) bool {
+	t.Helper()
+	runs, err := w.paused(sub)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	for _, args := range runs {
+		if slices.Contains(args, arg) {
+			return true
+		}
+	}
+	return false
 }
 
 // paused returns the arguments of the runs of sub paused now, oldest PID
