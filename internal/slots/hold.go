@@ -1,11 +1,11 @@
 package slots
 
 // A slot whose tenant ended, held with its spare for the allocation placed
-// on it next (spareHold).
+// on it next (DefaultSpareHold).
 
 import "time"
 
-// spareHold is how long a release pass started by a kick leaves a slot
+// DefaultSpareHold is how long a release pass started by a kick leaves a slot
 // whose owner has ended and whose spare is ready to the slot's next tenant.
 // Nomad hands a freed device to the next allocation at once, and its
 // Reserve, arriving some 100–300 ms after the owner's end, then hands over
@@ -14,7 +14,8 @@ import "time"
 // made at the same time (reserveFresh). Had the pass begun the release,
 // the Reserve would wait for the fate to be written. A held slot
 // is offered no less than before, and its data is kept meanwhile.
-const spareHold = 500 * time.Millisecond
+// NewManager sets it; tests may set another (Manager.spareHold).
+const DefaultSpareHold = 500 * time.Millisecond
 
 // heldSlot is a slot held for its next tenant: whose end was seen when,
 // and whether a kick is set for when the hold is over.
@@ -27,7 +28,7 @@ type heldSlot struct {
 // holdFor reports whether a kicked pass leaves slot s (whose owner has
 // ended, decided from a read that showed no other live holder) alone for
 // now: its spare is ready, and its owner's end was first seen less than
-// spareHold ago. A kick is set for the end of the hold, so that the slot
+// m.spareHold ago. A kick is set for the end of the hold, so that the slot
 // is released then if no Reserve came for it.
 func (m *Manager) holdFor(s Slot) bool {
 	if !m.holdable(s) {
@@ -38,9 +39,9 @@ func (m *Manager) holdFor(s Slot) bool {
 	h, ok := m.held[s.ID]
 	if !ok || h.owner != s.Owner.AllocID {
 		h = heldSlot{owner: s.Owner.AllocID, seen: time.Now()}
-		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", spareHold)
+		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", m.spareHold)
 	}
-	left := spareHold - time.Since(h.seen)
+	left := m.spareHold - time.Since(h.seen)
 	if left <= 0 {
 		delete(m.held, s.ID)
 		return false
@@ -71,7 +72,7 @@ func (m *Manager) holdable(s Slot) bool {
 
 // heldForNext reports whether reserved slot s is held for its next tenant
 // (holdFor) now: a release pass found its owner, still the one s shows,
-// ended less than spareHold ago, from a complete view with no other live
+// ended less than m.spareHold ago, from a complete view with no other live
 // holder, and the slot still qualifies (a spare ready, not surplus, its
 // class not restoring).
 func (m *Manager) heldForNext(s Slot) bool {
@@ -81,5 +82,5 @@ func (m *Manager) heldForNext(s Slot) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.held[s.ID]
-	return ok && h.owner == s.Owner.AllocID && time.Since(h.seen) < spareHold
+	return ok && h.owner == s.Owner.AllocID && time.Since(h.seen) < m.spareHold
 }

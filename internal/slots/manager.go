@@ -176,6 +176,9 @@ type Manager struct {
 	// held are the slots whose owner a kicked release pass found ended and
 	// left to the next tenant's Reserve for spareHold, by ID (holdFor).
 	held map[string]heldSlot
+	// spareHold is how long a slot is held (DefaultSpareHold; tests set
+	// another: export_test.go).
+	spareHold time.Duration
 	// preps are the slots prepared (or being prepared) for the allocation
 	// Nomad placed on them and not claimed by a Reserve yet, by ID;
 	// reserving counts, by ID, the Reserves under way, during which no
@@ -222,7 +225,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
-		starts: startYield{d: DefaultStartYield},
+		starts: startYield{d: DefaultStartYield}, spareHold: DefaultSpareHold,
 	}
 }
 

@@ -69,7 +69,8 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	w, e, a, o2, spare := c.w, c.e, c.a, c.o2, c.spare
 	w.Resume("rename")
 	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, slots.PropState))
-	kickedPass(t, e, a) // Run goes on: its owner loop records what Reserve queues
+	e.mgr.SetSpareHold(time.Minute) // the zfs reads before the Reserve may outlast the default
+	kickedPass(t, e, "scratch-0")   // Run goes on: its owner loop records what Reserve queues
 	must.Eq(t, "reserved", stateOf(t, e, c.s0.Dataset), must.Sprint("held for the next tenant"))
 
 	sv := &slowViews{allocs: a}

@@ -194,7 +194,9 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 	setUp := len(w.Calls())
 	c.refuseFate()
 	t.Cleanup(func() { w.Resume("set") })
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	// Long enough for a refused round and the start of the next on a
+	// loaded machine: the paused round then runs until the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
@@ -274,7 +276,7 @@ func TestSpare_AHungWriteBackIsBounded(t *testing.T) {
 	w.PauseFor("set", slots.PropState+"=free")
 	t.Cleanup(func() { w.Resume("set") })
 	// Long enough for the spare's real mark to land on a loaded machine.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	began := time.Now()
@@ -317,7 +319,9 @@ func TestSpare_ACutMarkThatCannotBeUndone(t *testing.T) {
 	a.hold("scratch-0", o2)
 	w.PauseFor("set", spare) // the mark and its write-back
 	t.Cleanup(func() { w.Resume("set") })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Long enough for the old dataset's real fate to land on a loaded
+	// machine, the mark paused meanwhile.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
 	_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
 	must.Error(t, err)

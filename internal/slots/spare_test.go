@@ -145,21 +145,26 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 }
 
 // kickedPass runs the release loop until the test ends, kicks it, and
-// returns once the pass that the kick started has read the allocations and
-// decided (what it holds, it holds from then on). It returns when it
-// kicked.
-func kickedPass(t *testing.T, e *env, a *allocs) (kicked time.Time) {
+// returns once the pass that the kick started holds the slots ids for their
+// next tenant (what it holds, it holds from then on; a test whose steps
+// before the Reserve take real zfs commands sets a longer hold first:
+// SetSpareHold). It returns when it kicked.
+func kickedPass(t *testing.T, e *env, ids ...string) (kicked time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); e.mgr.Run(ctx, time.Hour) }()
 	t.Cleanup(func() { cancel(); <-ran })
-	views := a.views.Load()
 	kicked = time.Now()
 	e.mgr.Kick()
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return a.views.Load() > views }),
-		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
-	time.Sleep(50 * time.Millisecond)
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		for _, id := range ids {
+			if !e.mgr.Holds(id) {
+				return false
+			}
+		}
+		return true
+	}), wait.Timeout(10*time.Second), wait.Gap(5*time.Millisecond)), must.Sprintf("the kicked pass holds %v for their next tenant", ids))
 	return kicked
 }
 
@@ -176,7 +181,11 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 			c := newSpareCase(t)
 			w, e, a, o2, s0, spare, guid := c.w, c.e, c.a, c.o2, c.s0, c.spare, c.guid
 			w.Resume("rename")
-			kicked := kickedPass(t, e, a)
+			// Longer than the default: the zfs reads before the Reserve
+			// may outlast it on a busy machine.
+			hold := map[bool]time.Duration{true: time.Minute, false: 3 * time.Second}[next]
+			e.mgr.SetSpareHold(hold)
+			kicked := kickedPass(t, e, "scratch-0")
 			must.Eq(t, "reserved", stateOf(t, e, s0.Dataset), must.Sprint("held for the next tenant"))
 			if next {
 				a.hold("scratch-0", o2)
@@ -202,7 +211,7 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 					owner, _ := e.pool.TryProp(s0.Dataset, slots.PropOwner)
 					return err != nil || slots.StateOf(st, owner) != slots.StateReserved
 				}), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
-				must.GreaterEq(t, 400*time.Millisecond, time.Since(kicked), must.Sprint("released before the hold was over"))
+				must.GreaterEq(t, hold-100*time.Millisecond, time.Since(kicked), must.Sprint("released before the hold was over"))
 			}
 			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 				return len(archived(t, e)) == 1
@@ -244,7 +253,8 @@ func TestSpare_HeldPairHandedOverInPart(t *testing.T) {
 	}
 	e.sync(t)
 	a.end(o1)
-	kickedPass(t, e, a)
+	e.mgr.SetSpareHold(time.Minute) // the Reserve must find both held
+	kickedPass(t, e, "scratch-0", "scratch-1")
 
 	a.hold("scratch-0", o2)
 	a.hold("scratch-1", o2)

@@ -326,13 +326,23 @@ func (w *Wrapper) paused(sub string) ([][]string, error) {
 }
 
 // Calls returns every call recorded so far, in order. It panics when the
-// log cannot be read or parsed: the log is the test's own.
+// log cannot be read or parsed: the log is the test's own. A record is one
+// append, but a read may see one half written: a log that does not parse
+// is read again, for up to a second, before it counts as broken.
 func (w *Wrapper) Calls() []Call {
-	b, err := os.ReadFile(filepath.Join(w.ControlDir, "calls"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err == nil {
+	var err error
+	for try := 0; try < 50; try++ {
+		if try > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		var b []byte
+		b, err = os.ReadFile(filepath.Join(w.ControlDir, "calls"))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			break
+		}
 		var calls []Call
 		if calls, err = parseCalls(b); err == nil {
 			return calls

@@ -408,3 +408,26 @@ func TestWrapperArgsExact(t *testing.T) {
 		{Cmd: "zfs", Args: odd},
 	}, w.Calls())
 }
+
+// TestWrapperCallsReadsAHalfWrittenRecordAgain: a read that meets a record
+// half appended (its count written, its arguments not yet) reads the log
+// again, and returns the whole record once it is complete, instead of
+// taking the log for broken.
+func TestWrapperCallsReadsAHalfWrittenRecordAgain(t *testing.T) {
+	w := NewWrapper(t)
+	log := filepath.Join(w.ControlDir, "calls")
+	first := "2\x00zfs\x00get\x00a\x00"
+	must.NoError(t, os.WriteFile(log, []byte(first+"3\x00zfs\x00set\x00"), 0o644))
+	finished := time.AfterFunc(100*time.Millisecond, func() {
+		f, err := os.OpenFile(log, os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, _ = f.WriteString("p=v\x00b\x00")
+			_ = f.Close()
+		}
+	})
+	t.Cleanup(func() { finished.Stop() })
+	must.Eq(t, []Call{
+		{Cmd: "zfs", Args: []string{"get", "a"}},
+		{Cmd: "zfs", Args: []string{"set", "p=v", "b"}},
+	}, w.Calls())
+}
