@@ -5,8 +5,9 @@ package slots
 
 import "time"
 
-// DefaultSpareHold is how long a release pass started by a kick leaves a slot
-// whose owner has ended and whose spare is ready to the slot's next tenant.
+// DefaultSpareHold is the default of Manager.spareHold: how long a release
+// pass started by a kick leaves a slot whose owner has ended and whose spare
+// is ready to the slot's next tenant.
 // Nomad hands a freed device to the next allocation at once, and its
 // Reserve, arriving some 100–300 ms after the owner's end, then hands over
 // the spare as it would a fresh slot: in memory for an armed spare, the

@@ -145,11 +145,11 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 }
 
 // kickedPass runs the release loop until the test ends, kicks it, and
-// returns once the pass that the kick started holds the slots ids for their
-// next tenant (what it holds, it holds from then on; a test whose steps
-// before the Reserve take real zfs commands sets a longer hold first:
-// SetSpareHold). It returns when it kicked.
-func kickedPass(t *testing.T, e *env, ids ...string) (kicked time.Time) {
+// returns once the pass that the kick started holds the slot id (and those
+// named by more) for its next tenant (what it holds, it holds from then on;
+// a test whose steps before the Reserve take real zfs commands sets a
+// longer hold first: SetSpareHold). It returns when it kicked.
+func kickedPass(t *testing.T, e *env, id string, more ...string) (kicked time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
@@ -157,9 +157,10 @@ func kickedPass(t *testing.T, e *env, ids ...string) (kicked time.Time) {
 	t.Cleanup(func() { cancel(); <-ran })
 	kicked = time.Now()
 	e.mgr.Kick()
+	ids := append([]string{id}, more...)
 	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 		for _, id := range ids {
-			if !e.mgr.Holds(id) {
+			if !e.mgr.HeldForNext(id) {
 				return false
 			}
 		}

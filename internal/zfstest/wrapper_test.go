@@ -420,9 +420,15 @@ func TestWrapperCallsReadsAHalfWrittenRecordAgain(t *testing.T) {
 	must.NoError(t, os.WriteFile(log, []byte(first+"3\x00zfs\x00set\x00"), 0o644))
 	finished := time.AfterFunc(100*time.Millisecond, func() {
 		f, err := os.OpenFile(log, os.O_APPEND|os.O_WRONLY, 0)
-		if err == nil {
-			_, _ = f.WriteString("p=v\x00b\x00")
-			_ = f.Close()
+		if err != nil {
+			t.Errorf("completing the record: %v", err)
+			return
+		}
+		if _, err := f.WriteString("p=v\x00b\x00"); err != nil {
+			t.Errorf("completing the record: %v", err)
+		}
+		if err := f.Close(); err != nil {
+			t.Errorf("completing the record: %v", err)
 		}
 	})
 	t.Cleanup(func() { finished.Stop() })
@@ -430,4 +436,21 @@ func TestWrapperCallsReadsAHalfWrittenRecordAgain(t *testing.T) {
 		{Cmd: "zfs", Args: []string{"get", "a"}},
 		{Cmd: "zfs", Args: []string{"set", "p=v", "b"}},
 	}, w.Calls())
+}
+
+// TestWrapperCallsPanicsOnALogThatStaysBroken: a log that still does not
+// parse after the reads again (about a second) is broken, and Calls says so.
+func TestWrapperCallsPanicsOnALogThatStaysBroken(t *testing.T) {
+	w := NewWrapper(t)
+	must.NoError(t, os.WriteFile(filepath.Join(w.ControlDir, "calls"), []byte("x\x00zfs\x00"), 0o644))
+	began := time.Now()
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		w.Calls()
+	}()
+	err, ok := got.(error)
+	must.True(t, ok, must.Sprintf("Calls panicked with %v, not an error", got))
+	must.Error(t, err)
+	must.GreaterEq(t, 900*time.Millisecond, time.Since(began), must.Sprint("read again before it counts as broken"))
 }
