@@ -108,51 +108,20 @@ func nullConfigBlock(hostDir string, instances int) string {
 `, nullName, instances, hostDir, churnClass, device.EnvName(churnClass))
 }
 
-// waveSplit returns the Reserves (the devices hook) of batches, split into
-// each batch's first wave (firstWave, slots tasks) and the rest.
-func waveSplit(batches []BatchResult, slots int, keep func(AllocRecord) bool) (wave, rest []time.Duration) {
-	for _, b := range batches {
-		first := firstWave(b, slots)
-		for _, a := range b.Allocs {
-			if a.ReserveMS <= 0 || !keep(a) {
-				continue
-			}
-			if first[a.AllocID] {
-				wave = append(wave, msDur(a.ReserveMS))
-			} else {
-				rest = append(rest, msDur(a.ReserveMS))
-			}
-		}
-	}
-	return wave, rest
-}
-
-// reserves returns the devices hooks of allocs.
-func reserves(allocs []AllocRecord) []time.Duration {
-	var out []time.Duration
-	for _, a := range allocs {
-		if a.ReserveMS > 0 {
-			out = append(out, msDur(a.ReserveMS))
-		}
-	}
-	return out
-}
-
 // nullRows are the null device's rows: its Reserve in its batches' first
 // waves and after them, each against its own idle Reserve, beside the
 // plugin's at the same moments; and its throughput. None when the run had
 // no null batches.
 func nullRows(res *ChurnResults) []ChurnRow {
-	all := func(AllocRecord) bool { return true }
 	idle := reserves(res.IdleNull)
-	wave, rest := waveSplit(res.Null, res.Slots, all)
+	wave, rest := waveSplit(res.Null, res.Slots, reserveMS)
 	if len(idle) == 0 || len(wave) == 0 || len(rest) == 0 {
 		return nil
 	}
 	zfsIdle := Median(reserves(res.Idle))
-	zfsWave, zfsRest := waveSplit(res.Batches, res.Slots, all)
-	fresh, _ := waveSplit(res.Batches, res.Slots, func(a AllocRecord) bool { return a.Fresh })
-	_, spare := waveSplit(res.Batches, res.Slots, func(a AllocRecord) bool { return a.How == "spare" })
+	zfsWave, zfsRest := waveSplit(res.Batches, res.Slots, reserveMS)
+	fresh, _ := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.Fresh }))
+	_, spare := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.How == "spare" }))
 	q := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
 	base := Median(idle)
 	var rows []ChurnRow

@@ -50,7 +50,8 @@ func churnRows(res *ChurnResults) []ChurnRow {
 			Note: fmt.Sprintf("first registration to last allocation terminal; per pair %s; %s", strings.Join(pairs, ", "), strings.Join(conc, "; "))})
 	}
 	// Reserve on a fresh slot, during churn versus idle.
-	var idle, churn, spare, busy []time.Duration
+	idle := reserves(res.Idle)
+	var churn, spare, busy []time.Duration
 	// The same Reserves split in two: their zfs command, and the rest.
 	var idleCmd, idleRest, churnCmd, churnRest []time.Duration
 	// And in two other parts: the plugin's own time, and the time outside
@@ -66,9 +67,6 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	}
 	for _, a := range res.Idle {
 		split(a, &idleIn, &idleOut)
-		if a.ReserveMS > 0 {
-			idle = append(idle, msDur(a.ReserveMS))
-		}
 		if a.ReserveMS > 0 && a.ReserveZFSMS > 0 {
 			idleCmd, idleRest = append(idleCmd, msDur(a.ReserveZFSMS)), append(idleRest, msDur(max(0, a.ReserveMS-a.ReserveZFSMS)))
 		}
@@ -244,6 +242,18 @@ func jobsPerSecond(batches []BatchResult, kind string) (float64, bool) {
 		return 0, false
 	}
 	return float64(jobs) / secs, true
+}
+
+// reserves returns the Reserves (the devices hooks) of allocs that the log
+// timed.
+func reserves(allocs []AllocRecord) []time.Duration {
+	var out []time.Duration
+	for _, a := range allocs {
+		if a.ReserveMS > 0 {
+			out = append(out, msDur(a.ReserveMS))
+		}
+	}
+	return out
 }
 
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }

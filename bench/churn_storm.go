@@ -36,34 +36,65 @@ func firstWave(b BatchResult, n int) map[string]bool {
 	return out
 }
 
+// waveSplit returns ms of the allocations of batches for which it is
+// positive, split into their batch's first wave (firstWave, slots tasks)
+// and the rest.
+func waveSplit(batches []BatchResult, slots int, ms func(AllocRecord) float64) (wave, rest []time.Duration) {
+	for _, b := range batches {
+		first := firstWave(b, slots)
+		for _, a := range b.Allocs {
+			v := ms(a)
+			if v <= 0 {
+				continue
+			}
+			if first[a.AllocID] {
+				wave = append(wave, msDur(v))
+			} else {
+				rest = append(rest, msDur(v))
+			}
+		}
+	}
+	return wave, rest
+}
+
+// ofKind returns the batches of kind, in order.
+func ofKind(batches []BatchResult, kind string) []BatchResult {
+	var out []BatchResult
+	for _, b := range batches {
+		if b.Kind == kind {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// reserveMS is an allocation's Reserve (the client's devices hook) and
+// logmonMS its log collector's start (the logmon hook), in ms; 0 when the
+// log timed none. reserveIf is reserveMS for the allocations keep takes,
+// 0 for the others.
+func reserveMS(a AllocRecord) float64 { return a.ReserveMS }
+func logmonMS(a AllocRecord) float64  { return a.LogmonMS }
+func reserveIf(keep func(AllocRecord) bool) func(AllocRecord) float64 {
+	return func(a AllocRecord) float64 {
+		if !keep(a) {
+			return 0
+		}
+		return a.ReserveMS
+	}
+}
+
 // stormRow is the launch-storm row: the logmon hook of the batches' first
 // waves against the rest, baseline and device; false when the log timed
 // none.
 func stormRow(res *ChurnResults) (ChurnRow, bool) {
 	type split struct{ first, rest []time.Duration }
-	by := map[string]*split{"baseline": {}, "device": {}}
-	for _, b := range res.Batches {
-		sp := by[b.Kind]
-		if sp == nil {
-			continue
-		}
-		wave := firstWave(b, res.Slots)
-		for _, a := range b.Allocs {
-			if a.LogmonMS <= 0 {
-				continue
-			}
-			if wave[a.AllocID] {
-				sp.first = append(sp.first, msDur(a.LogmonMS))
-			} else {
-				sp.rest = append(sp.rest, msDur(a.LogmonMS))
-			}
-		}
-	}
-	base, dev := by["baseline"], by["device"]
+	var base, dev split
+	base.first, base.rest = waveSplit(ofKind(res.Batches, kindBaseline), res.Slots, logmonMS)
+	dev.first, dev.rest = waveSplit(ofKind(res.Batches, kindDevice), res.Slots, logmonMS)
 	if len(base.first) == 0 || len(dev.first) == 0 || len(base.rest) == 0 || len(dev.rest) == 0 {
 		return ChurnRow{}, false
 	}
-	ratio := func(s *split) float64 { return float64(Median(s.first)) / float64(Median(s.rest)) }
+	ratio := func(s split) float64 { return float64(Median(s.first)) / float64(Median(s.rest)) }
 	return ChurnRow{Key: "launch-storm", Figure: fmt.Sprintf("a task's log collector start (Nomad's logmon hook), p50: the first %d of each batch, started together, against the rest", res.Slots),
 		Measured: fmtMS(Median(dev.first)) + " device", Reference: fmtMS(Median(base.first)) + " baseline",
 		Ratio: fmt.Sprintf("%.2f× and %.2f× the rest", ratio(dev), ratio(base)), Target: "—", Verdict: "info",
@@ -75,21 +106,8 @@ func stormRow(res *ChurnResults) (ChurnRow, bool) {
 // freshWaveNote says how many of the fresh Reserves during churn were
 // their batch's first wave (see stormRow).
 func freshWaveNote(res *ChurnResults) string {
-	n, in := 0, 0
-	for _, b := range res.Batches {
-		if b.Kind != "device" {
-			continue
-		}
-		wave := firstWave(b, res.Slots)
-		for _, a := range b.Allocs {
-			if a.ReserveMS > 0 && a.Fresh {
-				n++
-				if wave[a.AllocID] {
-					in++
-				}
-			}
-		}
-	}
+	wave, rest := waveSplit(ofKind(res.Batches, kindDevice), res.Slots, reserveIf(func(a AllocRecord) bool { return a.Fresh }))
+	in, n := len(wave), len(wave)+len(rest)
 	if n == 0 {
 		return ""
 	}
