@@ -9,11 +9,13 @@ VCS           = $(eval VCS := $$(shell $$(GO) -C dist run ./cmd/version))$(VCS)
 VERSION      ?= $(word 1,$(VCS))
 COMMIT       ?= $(word 2,$(VCS))
 DIST_OUT     ?= $(CURDIR)/dist/out
-LDFLAGS       = -X $(MODULE)/internal/device.Version=$(VERSION) -X $(MODULE)/internal/device.Commit=$(COMMIT)
+# -s -w: no symbol table or DWARF in the binary (a third of its size;
+# panics still print their stacks), as in the release packages.
+LDFLAGS       = -s -w -X $(MODULE)/internal/version.Version=$(VERSION) -X $(MODULE)/internal/version.Commit=$(COMMIT)
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: help build dist test deps bench lint demo nomad clean test-openzfs bench-openzfs
+.PHONY: help build dist test deps bench lint proto demo nomad clean test-openzfs bench-openzfs
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -49,12 +51,16 @@ test-openzfs: ## as root: the tests in a VM with the OpenZFS kernel module; ZFS=
 bench-openzfs: ## as root: make bench's runs (sizes, mobility, golden, churn) in the OpenZFS VM (ZFS=2.3|2.1|all, BENCHFLAGS, default -sizes 10,100); writes bench/out/openzfs-<ZFS>/
 	bash scripts/openzfs-vm/run-go.sh bench $(ZFS)
 
-lint: ## gofmt, go vet, staticcheck
+lint: ## gofmt, go vet, staticcheck, and the generated protocol code up to date with its .proto files
 	@out=$$(gofmt -l cmd internal e2e bench dist); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	bash scripts/gen-proto.sh --check
 	$(GO) vet ./...
 	$(GO) -C dist vet ./...
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
 	$(TOOLS)/staticcheck ./...
+
+proto: ## regenerate internal/nomadproto's Go files from its .proto files (protoc from Debian, generators pinned)
+	bash scripts/gen-proto.sh
 
 demo: ## as root: sandbox pool + Nomad dev agent + the example job; KEEP=1 keeps it running
 	bash scripts/demo.sh

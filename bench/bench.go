@@ -6,14 +6,17 @@
 // process-count test in this package also uses.
 //
 // The package uses only the public API of internal/device, internal/slots and
-// internal/zfs, with internal/sandbox for its pools and internal/pluginhost
-// to launch the plugin binary; it imports no test package.
+// internal/zfs, with internal/sandbox for its pools, internal/pluginhost to
+// launch the plugin binary and internal/nomadplugin to reach a plugin over
+// gRPC, in this process or launched; it imports no test package.
 package bench
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -25,10 +28,10 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
-	nomaddevice "github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -79,63 +82,124 @@ func SlotDataset(parent string, i int) string {
 	return SlotsConfig(parent, 0).SlotDataset(ClassName, i)
 }
 
-// Configure encodes block as a Nomad agent would and passes it to SetConfig.
-func Configure(p nomaddevice.DevicePlugin, block string) error {
-	spec, err := p.ConfigSchema()
-	if err != nil {
-		return err
-	}
-	b, err := pluginhost.EncodeConfig(spec, block)
-	if err != nil {
-		return err
-	}
-	return p.SetConfig(&base.Config{PluginConfig: b, ApiVersion: nomaddevice.ApiVersion010})
+// callTimeout bounds one unary call to a plugin: SetConfig's checks are
+// bounded by a minute each, and a Reserve by reserve_timeout (2 minutes by
+// default), both inside the plugin.
+const callTimeout = 5 * time.Minute
+
+// Plugin is the plugin in the benchmark's process, driven as Nomad's agent
+// drives it: every call Nomad makes (Conn) travels over real gRPC on an
+// in-memory connection (nomadplugin.Connect), through the same generated
+// code as the launched binary's. Settle and Close, which Nomad never
+// calls, go to the plugin value itself.
+type Plugin struct {
+	nomadplugin.Conn
+
+	local *device.Plugin
+	stop  func() // ends the connection and the gRPC server
 }
 
-// NewPlugin returns an in-process plugin that runs zfs through r and logs
-// nothing.
-func NewPlugin(r *zfs.Runner) *device.Plugin { return device.New(hclog.NewNullLogger(), r) }
-
-// FirstFingerprint starts the fingerprint stream of a configured plugin and
-// waits for its first message, which it checks: no error and want healthy
-// devices. stop ends the stream.
-func FirstFingerprint(p nomaddevice.DevicePlugin, want int, within time.Duration) (stop func(), err error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := p.Fingerprint(ctx)
+// NewPlugin returns an unconfigured in-process plugin that runs zfs through
+// r and logs nothing, served until Close.
+func NewPlugin(r *zfs.Runner) (*Plugin, error) {
+	local := device.New(hclog.NewNullLogger(), r)
+	conn, stop, err := nomadplugin.Connect(local)
 	if err != nil {
+		local.Close()
+		return nil, err
+	}
+	return &Plugin{Conn: conn, local: local, stop: stop}, nil
+}
+
+// Settle returns once no slot work runs in the background (releases,
+// spares being made), or with ctx's error (device.Plugin.Settle).
+func (p *Plugin) Settle(ctx context.Context) error { return p.local.Settle(ctx) }
+
+// Close ends the gRPC server, and with it every stream still open (the
+// fingerprint stream's end stops the plugin's background parts), and the
+// plugin's metrics server. Calls after it fail. It is safe to call more
+// than once.
+func (p *Plugin) Close() {
+	p.stop()
+	p.local.Close()
+}
+
+// Configure encodes block as a Nomad agent would, with the schema the
+// plugin returns over the wire (ConfigSchema), and sends it to SetConfig.
+// The error is the encoding's (the block does not fit the schema) or the
+// plugin's answer. Each call is bounded by callTimeout and by ctx.
+func Configure(ctx context.Context, c nomadplugin.Conn, block string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	schema, err := c.Base.ConfigSchema(ctx, &nomadproto.ConfigSchemaRequest{})
+	if err != nil {
+		return fmt.Errorf("ConfigSchema: %w", err)
+	}
+	b, err := pluginhost.EncodeConfig(schema.GetSpec(), block)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{MsgpackConfig: b, PluginApiVersion: nomadplugin.DeviceAPIVersion}); err != nil {
+		return fmt.Errorf("SetConfig: %w", err)
+	}
+	return nil
+}
+
+// Reserve asks the plugin for the instances ids, as the Nomad client does
+// when a task starts, and returns what the task gets. The call is bounded
+// by callTimeout and by ctx (the plugin bounds its own work by
+// reserve_timeout).
+func Reserve(ctx context.Context, c nomadplugin.Conn, ids ...string) (*nomadproto.ContainerReservation, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	res, err := c.Device.Reserve(ctx, &nomadproto.ReserveRequest{DeviceIds: ids})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetContainerRes(), nil
+}
+
+// FirstFingerprint opens the fingerprint stream of a configured plugin and
+// waits up to within for its first message, which it checks: the stream did
+// not fail and reports want healthy devices. On success the stream stays
+// open until stop ends it; on error it is ended.
+func FirstFingerprint(c nomadplugin.Conn, want int, within time.Duration) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := c.Device.Fingerprint(ctx, &nomadproto.FingerprintRequest{})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("opening the fingerprint stream: %w", err)
+	}
+	late := time.AfterFunc(within, cancel)
+	fp, err := st.Recv()
+	if !late.Stop() { // the timer has fired, and ended the stream
+		return nil, fmt.Errorf("no fingerprint within %s", within)
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		cancel()
+		return nil, errors.New("fingerprint stream closed before the first message")
+	case err != nil:
+		cancel()
+		return nil, fmt.Errorf("fingerprint error: %w", err)
+	}
+	if err := checkFingerprint(fp, want); err != nil {
 		cancel()
 		return nil, err
 	}
-	select {
-	case fp, ok := <-ch:
-		if !ok {
-			cancel()
-			return nil, fmt.Errorf("fingerprint stream closed before the first message")
-		}
-		if err := checkFingerprint(fp, want); err != nil {
-			cancel()
-			return nil, err
-		}
-		return cancel, nil
-	case <-time.After(within):
-		cancel()
-		return nil, fmt.Errorf("no fingerprint within %s", within)
-	}
+	return cancel, nil
 }
 
-func checkFingerprint(fp *nomaddevice.FingerprintResponse, want int) error {
-	if fp.Error != nil {
-		return fmt.Errorf("fingerprint error: %w", fp.Error)
-	}
+func checkFingerprint(fp *nomadproto.FingerprintResponse, want int) error {
 	healthy, total := 0, 0
 	var first string
-	for _, g := range fp.Devices {
-		for _, d := range g.Devices {
+	for _, g := range fp.GetDeviceGroup() {
+		for _, d := range g.GetDevices() {
 			total++
-			if d.Healthy {
+			if d.GetHealthy() {
 				healthy++
 			} else if first == "" {
-				first = d.ID + ": " + d.HealthDesc
+				first = d.GetID() + ": " + d.GetHealthDescription()
 			}
 		}
 	}

@@ -1,17 +1,17 @@
 package bench
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 )
 
 // The null plugin takes the churn's block, offers one device per slot
@@ -19,12 +19,12 @@ import (
 // device jobs' script writes through.
 func TestNullConfig(t *testing.T) {
 	dir := t.TempDir()
-	p := nulldevice.New(hclog.NewNullLogger())
-	spec, err := p.ConfigSchema()
+	conn, stop, err := nomadplugin.Connect(nulldevice.New(hclog.NewNullLogger()))
 	must.NoError(t, err)
-	b, err := pluginhost.EncodeConfig(spec, nullConfigBlock(dir, 4))
-	must.NoError(t, err)
-	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: b}))
+	t.Cleanup(stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must.NoError(t, Configure(ctx, conn, nullConfigBlock(dir, 4)))
 	must.StrContains(t, nullConfig(dir, 4), `plugin "nomad-device-null" {`)
 
 	job := churnJob("j", kindNull)
@@ -35,16 +35,16 @@ func TestNullConfig(t *testing.T) {
 	must.StrContains(t, script, `"$ZFS_SCRATCH_PATH/f" &&`, must.Sprint("the job writes through the slot's variable, and fails when it cannot"))
 	for i := range 4 {
 		id := "null-" + string(rune('0'+i))
-		res, err := p.Reserve([]string{id})
+		res, err := Reserve(ctx, conn, id)
 		must.NoError(t, err)
 		// What a slot of the class "scratch" gives a task: its variable
 		// and its default mount path (docs/configuration.md).
-		must.Eq(t, map[string]string{"ZFS_SCRATCH_PATH": "/zfs/scratch"}, res.Envs)
-		must.SliceLen(t, 1, res.Mounts)
-		must.Eq(t, "/zfs/scratch", res.Mounts[0].TaskPath)
-		must.Eq(t, filepath.Join(dir, id), res.Mounts[0].HostPath)
+		must.Eq(t, map[string]string{"ZFS_SCRATCH_PATH": "/zfs/scratch"}, res.GetEnvs())
+		must.SliceLen(t, 1, res.GetMounts())
+		must.Eq(t, "/zfs/scratch", res.GetMounts()[0].GetTaskPath())
+		must.Eq(t, filepath.Join(dir, id), res.GetMounts()[0].GetHostPath())
 	}
-	_, err = p.Reserve([]string{"null-4"})
+	_, err = Reserve(ctx, conn, "null-4")
 	must.Error(t, err)
 	// The device job is the same but for the device it asks for.
 	dev := churnJob("j", kindDevice).TaskGroups[0].Tasks[0]

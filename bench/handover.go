@@ -200,11 +200,15 @@ func waitMounted(dir string) error {
 // create-on-demand plugin must do), all interleaved.
 func (h *sizeRun) reserve(ctx context.Context) error {
 	r := &zfs.Runner{}
-	p := NewPlugin(r)
-	if err := Configure(p, h.config("1h", "1h")); err != nil {
+	p, err := NewPlugin(r)
+	if err != nil {
 		return err
 	}
-	stop, err := FirstFingerprint(p, h.n, 10*time.Minute)
+	defer p.Close()
+	if err := Configure(ctx, p.Conn, h.config("1h", "1h")); err != nil {
+		return err
+	}
+	stop, err := FirstFingerprint(p.Conn, h.n, 10*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -220,14 +224,14 @@ func (h *sizeRun) reserve(ctx context.Context) error {
 		doReserve := func() error {
 			before := r.Runs()
 			start := time.Now()
-			res, err := p.Reserve([]string{DeviceID(i)})
+			res, err := Reserve(ctx, p.Conn, DeviceID(i))
 			d := time.Since(start)
 			if err != nil {
 				return err
 			}
 			maxProcs = max(maxProcs, r.Runs()-before)
-			if len(res.Mounts) != 1 || !Mounted(res.Mounts[0].HostPath) {
-				return fmt.Errorf("Reserve(%s) did not return one mounted host path: %+v", DeviceID(i), res.Mounts)
+			if m := res.GetMounts(); len(m) != 1 || !Mounted(m[0].GetHostPath()) {
+				return fmt.Errorf("Reserve(%s) did not return one mounted host path: %v", DeviceID(i), m)
 			}
 			reserves = append(reserves, d)
 			// The spare is made behind the Reserve: not timed, and not

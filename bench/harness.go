@@ -13,7 +13,9 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -196,18 +198,25 @@ func (h *sizeRun) run(ctx context.Context) (out SizeResult) {
 
 	h.logf("provisioning on pool %s", h.pool.Name)
 	start := time.Now()
-	p := NewPlugin(&zfs.Runner{})
-	if err := Configure(p, h.config("1h", "1h")); err != nil {
+	p, err := NewPlugin(&zfs.Runner{})
+	if err != nil {
 		out.Error = err.Error()
 		return out
 	}
-	stop, err := FirstFingerprint(p, h.n, 30*time.Minute)
+	if err := Configure(ctx, p.Conn, h.config("1h", "1h")); err != nil {
+		p.Close()
+		out.Error = err.Error()
+		return out
+	}
+	stop, err := FirstFingerprint(p.Conn, h.n, 30*time.Minute)
 	if err != nil {
+		p.Close()
 		out.Error = "provisioning: " + err.Error()
 		return out
 	}
 	stop()
 	out.ProvisionSeconds = time.Since(start).Seconds()
+	p.Close()
 	h.logf("provisioned in %.1f s", out.ProvisionSeconds)
 
 	steps := []struct {
@@ -279,12 +288,16 @@ func (h *sizeRun) startup(ctx context.Context) error {
 		return err
 	}
 	ps, fs, err := interleave(h.o.Reps, func() (time.Duration, error) {
-		p := NewPlugin(&zfs.Runner{})
-		start := time.Now()
-		if err := Configure(p, h.config("1h", "1h")); err != nil {
+		p, err := NewPlugin(&zfs.Runner{})
+		if err != nil {
 			return 0, err
 		}
-		stop, err := FirstFingerprint(p, h.n, 10*time.Minute)
+		defer p.Close()
+		start := time.Now()
+		if err := Configure(ctx, p.Conn, h.config("1h", "1h")); err != nil {
+			return 0, err
+		}
+		stop, err := FirstFingerprint(p.Conn, h.n, 10*time.Minute)
 		d := time.Since(start)
 		if err != nil {
 			return 0, err
@@ -390,12 +403,16 @@ func (h *sizeRun) counts(ctx context.Context) error {
 	h.addCountRow("procs-fingerprint", "zfs processes per fingerprint refresh", syncs, Counts{"zpool list": 1, "zfs get -r": 1},
 		"exactly 2 (zpool list + zfs get -r), every refresh", exactly(Counts{"zpool list": 1, "zfs get -r": 1}))
 
-	p := NewPlugin(c.Runner())
+	p, err := NewPlugin(c.Runner())
+	if err != nil {
+		return err
+	}
+	defer p.Close()
 	startup, err := c.Count(func() error {
-		if err := Configure(p, h.config("1h", "1h")); err != nil {
+		if err := Configure(ctx, p.Conn, h.config("1h", "1h")); err != nil {
 			return err
 		}
-		stop, err := FirstFingerprint(p, h.n, 10*time.Minute)
+		stop, err := FirstFingerprint(p.Conn, h.n, 10*time.Minute)
 		if err == nil {
 			stop()
 		}
@@ -409,7 +426,7 @@ func (h *sizeRun) counts(ctx context.Context) error {
 	var reserves []Counts
 	for _, i := range h.countIndexes() {
 		got, err := c.Count(func() error {
-			if _, err := p.Reserve([]string{DeviceID(i)}); err != nil {
+			if _, err := Reserve(ctx, p.Conn, DeviceID(i)); err != nil {
 				return err
 			}
 			return p.Settle(ctx)
@@ -464,45 +481,47 @@ func (h *sizeRun) memory(ctx context.Context) error {
 		return err
 	}
 	defer plug.Kill() // the plugin process, by the PID go-plugin started
-	dp, pid := plug.Device, plug.PID
-	if err := Configure(dp, h.config("1s", "500ms")); err != nil {
+	if err := Configure(ctx, plug.Conn, h.config("1s", "500ms")); err != nil {
 		return err
 	}
-	stop, err := FirstFingerprint(dp, h.n, 10*time.Minute)
+	stop, err := FirstFingerprint(plug.Conn, h.n, 10*time.Minute)
 	if err != nil {
 		return err
 	}
 	defer stop()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	statsCh, err := dp.Stats(sctx, 100*time.Millisecond)
+	stats, err := plug.Device.Stats(sctx, &nomadproto.StatsRequest{CollectionInterval: durationpb.New(100 * time.Millisecond)})
 	if err != nil {
+		return fmt.Errorf("opening the stats stream: %w", err)
+	}
+	if _, err := Reserve(ctx, plug.Conn, DeviceID(h.memoryIndex())); err != nil {
 		return err
 	}
-	if _, err := dp.Reserve([]string{DeviceID(h.memoryIndex())}); err != nil {
-		return err
-	}
-	// Several fingerprint and stats refreshes, whatever one costs here.
+	// Several fingerprint and stats refreshes, whatever one costs here:
+	// the stream is read until run has passed, when the timer ends it.
 	run := 6*time.Second + 4*floor
-	deadline := time.After(run)
+	over := time.AfterFunc(run, cancel)
+	defer over.Stop()
 	messages := 0
-	for done := false; !done; {
-		select {
-		case st, ok := <-statsCh:
-			if !ok {
-				return errors.New("stats stream closed")
-			}
-			if st.Error != nil {
-				return st.Error
-			}
+	for {
+		_, err := stats.Recv()
+		if err == nil {
 			messages++
-		case <-deadline:
-			done = true
-		case <-ctx.Done():
+			continue
+		}
+		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if sctx.Err() != nil {
+			break // run has passed
+		}
+		if errors.Is(err, io.EOF) {
+			return errors.New("stats stream closed")
+		}
+		return fmt.Errorf("stats stream: %w", err)
 	}
-	peak, err := PeakRSS(pid)
+	peak, err := PeakRSS(plug.PID)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
@@ -168,7 +167,7 @@ func same(f func(context.Context) error) func(*testing.T) func(context.Context) 
 type env struct {
 	counter  *bench.Counter
 	runner   *zfs.Runner
-	plugin   *device.Plugin
+	plugin   *bench.Plugin
 	mgr      *slots.Manager
 	tenants  *bench.Tenants
 	reserved int
@@ -210,9 +209,11 @@ func newEnv(t *testing.T, n int) *env {
 	e.runner.Observer = e.busy
 
 	// The plugin provisions the slots and takes its first fingerprint.
-	e.plugin = bench.NewPlugin(e.runner)
-	must.NoError(t, bench.Configure(e.plugin, bench.PluginConfig(parent, n, "1h", "1h")))
-	stop, err := bench.FirstFingerprint(e.plugin, n, 5*time.Minute)
+	e.plugin, err = bench.NewPlugin(e.runner)
+	must.NoError(t, err)
+	t.Cleanup(e.plugin.Close)
+	must.NoError(t, bench.Configure(context.Background(), e.plugin.Conn, bench.PluginConfig(parent, n, "1h", "1h")))
+	stop, err := bench.FirstFingerprint(e.plugin.Conn, n, 5*time.Minute)
 	must.NoError(t, err)
 	stop() // no background refresh may run while processes are counted
 

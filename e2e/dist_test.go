@@ -86,9 +86,11 @@ func TestDist(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, len(want)-1, strings.Count(string(sums), "\n"))
 
-	// The zip holds the binary (executable) and the README.
+	// The zip holds the binary (executable), the README and the LICENSE.
 	zipBin := zipFile(t, filepath.Join(out, "nomad-device-zfs_"+version+"_linux_amd64.zip"), "nomad-device-zfs", 0o755)
 	zipFile(t, filepath.Join(out, "nomad-device-zfs_"+version+"_linux_amd64.zip"), "README.md", 0o644)
+	license := zipFile(t, filepath.Join(out, "nomad-device-zfs_"+version+"_linux_amd64.zip"), "LICENSE", 0o644)
+	must.StrHasPrefix(t, "Mozilla Public License Version 2.0", string(license))
 
 	// The .deb installs where Nomad looks for plugins, and its binary is the
 	// zip's and prints what make build's prints.
@@ -110,6 +112,9 @@ func TestDist(t *testing.T) {
 	must.EqOp(t, built, runIn(ctx, t, out, installedPlugin, "version"))
 	debVersion := strings.Replace(version, "-", "~", 1) // SemVer's pre-release, Debian's way
 	must.EqOp(t, debVersion, runIn(ctx, t, out, "dpkg-query", "--show", "--showformat=${Version}", "nomad-device-zfs"))
+	installedLicense, err := os.ReadFile("/usr/share/doc/nomad-device-zfs/LICENSE")
+	must.NoError(t, err)
+	must.Eq(t, license, installedLicense)
 
 	// The .rpm: its lead's magic, and what rpm reads in it when rpm is here.
 	for _, arch := range []string{"x86_64", "aarch64"} {

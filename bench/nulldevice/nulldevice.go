@@ -6,8 +6,10 @@
 // any device plugin's Reserve costs at that moment: gRPC, the client's
 // device manager and its hook (bench/README.md, the churn's control rows).
 //
-// It is never shipped: bench/cmd/nulldevice serves it, and the churn
-// scenario puts it beside nomad-device-zfs in the agent it starts.
+// It speaks the device plugin protocol from the project's own protocol
+// files (internal/nomadproto), as nomad-device-zfs does. It is never
+// shipped: bench/cmd/nulldevice serves it (internal/nomadplugin), and the
+// churn scenario puts it beside nomad-device-zfs in the agent it starts.
 package nulldevice
 
 import (
@@ -21,9 +23,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 )
 
 // The plugin's name (its file in the plugin directory, and its block in
@@ -38,78 +42,93 @@ const (
 // Config is the plugin's block in the agent's configuration.
 type Config struct {
 	// Name is the device name: the job asks for "nullbench/dataset/<name>".
-	Name string `codec:"name"`
+	Name string `cty:"name"`
 	// Instances is how many devices it offers, all healthy.
-	Instances int `codec:"instances"`
+	Instances int `cty:"instances"`
 	// HostDir holds one directory per device (made at SetConfig), bound
 	// into the task at MountPath.
-	HostDir   string `codec:"host_dir"`
-	MountPath string `codec:"mount_path"`
+	HostDir   string `cty:"host_dir"`
+	MountPath string `cty:"mount_path"`
 	// PathEnv is the environment variable set to MountPath in the task.
-	PathEnv string `codec:"path_env"`
+	PathEnv string `cty:"path_env"`
 }
 
-var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
-	"name":       hclspec.NewAttr("name", "string", true),
-	"instances":  hclspec.NewAttr("instances", "number", true),
-	"host_dir":   hclspec.NewAttr("host_dir", "string", true),
-	"mount_path": hclspec.NewAttr("mount_path", "string", true),
-	"path_env":   hclspec.NewAttr("path_env", "string", true),
+var configSpec = configspec.Object(map[string]configspec.Spec{
+	"name":       configspec.Attr("name", "string", true),
+	"instances":  configspec.Attr("instances", "number", true),
+	"host_dir":   configspec.Attr("host_dir", "string", true),
+	"mount_path": configspec.Attr("mount_path", "string", true),
+	"path_env":   configspec.Attr("path_env", "string", true),
 })
 
-// Plugin is the null device plugin.
+// Plugin is the null device plugin: it serves Nomad's base and device
+// services (nomadplugin.DevicePlugin).
 type Plugin struct {
+	nomadproto.UnimplementedBasePluginServer
+	nomadproto.UnimplementedDevicePluginServer
+
 	log hclog.Logger
 
-	// mu guards cfg, set by SetConfig and read by every other call.
-	mu  sync.Mutex
-	cfg *Config
+	// mu guards cfg, set by SetConfig and read by every other call, and
+	// changed, closed (and replaced) when a SetConfig changes the devices.
+	mu      sync.Mutex
+	cfg     *Config
+	changed chan struct{}
 }
 
+var _ nomadplugin.DevicePlugin = (*Plugin)(nil)
+
 // New returns the plugin; Nomad configures it with SetConfig.
-func New(log hclog.Logger) *Plugin { return &Plugin{log: log} }
+func New(log hclog.Logger) *Plugin { return &Plugin{log: log, changed: make(chan struct{})} }
 
 // PluginInfo is called by Nomad when it loads the plugin.
-func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
-	return &base.PluginInfoResponse{
-		Type:              base.PluginTypeDevice,
-		PluginApiVersions: []string{device.ApiVersion010},
+func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {
+	return &nomadproto.PluginInfoResponse{
+		Type:              nomadproto.PluginType_DEVICE,
+		PluginApiVersions: []string{nomadplugin.DeviceAPIVersion},
 		PluginVersion:     "0.0.1",
 		Name:              PluginName,
 	}, nil
 }
 
 // ConfigSchema is called by Nomad to decode the plugin's block.
-func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+func (p *Plugin) ConfigSchema(context.Context, *nomadproto.ConfigSchemaRequest) (*nomadproto.ConfigSchemaResponse, error) {
+	return &nomadproto.ConfigSchemaResponse{Spec: configSpec.Proto()}, nil
+}
 
 // SetConfig is called by Nomad after loading the plugin (and again when
 // it validates the agent's configuration): it checks the block and makes
 // the devices' directories, writable by every user as a slot's root is
-// by the task's (the exec driver runs tasks as nobody).
-func (p *Plugin) SetConfig(c *base.Config) error {
+// by the task's (the exec driver runs tasks as nobody). A block that
+// changes the devices wakes the fingerprint streams.
+func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) (*nomadproto.SetConfigResponse, error) {
 	var cfg Config
-	if len(c.PluginConfig) > 0 {
-		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
-			return fmt.Errorf("decoding the %s block: %w", PluginName, err)
+	if b := req.GetMsgpackConfig(); len(b) > 0 {
+		if err := configspec.Decode(configSpec, b, &cfg); err != nil {
+			return nil, fmt.Errorf("decoding the %s block: %w", PluginName, err)
 		}
 	}
 	if err := cfg.check(); err != nil {
-		return err
+		return nil, err
 	}
 	for _, id := range cfg.ids() {
 		dir := filepath.Join(cfg.HostDir, id)
 		if err := os.MkdirAll(dir, 0o777); err != nil {
-			return fmt.Errorf("%s: host_dir: %w", PluginName, err)
+			return nil, fmt.Errorf("%s: host_dir: %w", PluginName, err)
 		}
 		if err := os.Chmod(dir, 0o777); err != nil { // past the umask
-			return fmt.Errorf("%s: host_dir: %w", PluginName, err)
+			return nil, fmt.Errorf("%s: host_dir: %w", PluginName, err)
 		}
 	}
 	p.mu.Lock()
+	if p.cfg == nil || !proto.Equal(p.cfg.group(), cfg.group()) {
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}
 	p.cfg = &cfg
 	p.mu.Unlock()
 	p.log.Debug("configured", "name", cfg.Name, "instances", cfg.Instances, "host_dir", cfg.HostDir)
-	return nil
+	return &nomadproto.SetConfigResponse{}, nil
 }
 
 // check names the first field of c that cannot be used.
@@ -138,79 +157,110 @@ func (c Config) ids() []string {
 	return out
 }
 
+// group is the device group c offers: its devices, all healthy.
+func (c Config) group() *nomadproto.DeviceGroup {
+	g := &nomadproto.DeviceGroup{Vendor: Vendor, DeviceType: DeviceType, DeviceName: c.Name}
+	for _, id := range c.ids() {
+		g.Devices = append(g.Devices, &nomadproto.DetectedDevice{ID: id, Healthy: true})
+	}
+	return g
+}
+
+// errNotConfigured is the answer to a device call before SetConfig.
+var errNotConfigured = errors.New(PluginName + " is not configured")
+
 func (p *Plugin) config() (*Config, error) {
+	cfg, _, err := p.watch()
+	return cfg, err
+}
+
+// watch returns the configuration and a channel closed when a SetConfig
+// changes the devices.
+func (p *Plugin) watch() (*Config, <-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cfg == nil {
-		return nil, errors.New(PluginName + " is not configured")
+		return nil, nil, errNotConfigured
 	}
-	return p.cfg, nil
+	return p.cfg, p.changed, nil
 }
 
 // Fingerprint is called by Nomad once the plugin is configured: it sends
-// the devices, all healthy, once, and closes the channel when ctx ends.
-func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
-	cfg, err := p.config()
-	if err != nil {
-		return nil, err
-	}
-	g := &device.DeviceGroup{Vendor: Vendor, Type: DeviceType, Name: cfg.Name}
-	for _, id := range cfg.ids() {
-		g.Devices = append(g.Devices, &device.Device{ID: id, Healthy: true})
-	}
-	ch := make(chan *device.FingerprintResponse)
-	go func() {
-		defer close(ch)
-		select {
-		case ch <- &device.FingerprintResponse{Devices: []*device.DeviceGroup{g}}:
-		case <-ctx.Done():
-			return
+// the devices, all healthy, at once and again only when a SetConfig
+// changes them, until the stream ends. Called before SetConfig, it fails
+// at once.
+func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto.DevicePlugin_FingerprintServer) error {
+	ctx := stream.Context()
+	var last *nomadproto.DeviceGroup
+	for {
+		cfg, changed, err := p.watch()
+		if err != nil {
+			return err
 		}
-		<-ctx.Done()
-	}()
-	return ch, nil
+		if g := cfg.group(); last == nil || !proto.Equal(g, last) {
+			// Send blocks while Nomad does not read, and fails once the
+			// stream has ended (ctx done): then the loop ends.
+			if err := stream.Send(&nomadproto.FingerprintResponse{DeviceGroup: []*nomadproto.DeviceGroup{g}}); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%s: sending the fingerprint: %w", PluginName, err)
+			}
+			last = g
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
 }
 
 // Stats is called by Nomad once the first fingerprint is in, to stream
-// the devices' statistics: there are none, so it sends an empty answer
-// every interval until ctx ends.
-func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.StatsResponse, error) {
+// the devices' statistics: there are none, so it sends an empty answer at
+// once and then every collection interval (one second when Nomad gives
+// none) until the stream ends. Called before SetConfig, it fails at once.
+func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlugin_StatsServer) error {
 	if _, err := p.config(); err != nil {
-		return nil, err
+		return err
 	}
-	if interval <= 0 {
-		interval = time.Second
-	}
-	ch := make(chan *device.StatsResponse)
-	go func() {
-		defer close(ch)
-		timer := time.NewTimer(0)
-		defer timer.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			}
-			select {
-			case ch <- &device.StatsResponse{}:
-			case <-ctx.Done():
-				return
-			}
-			timer.Reset(interval)
+	interval := time.Second
+	if d := req.GetCollectionInterval(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return fmt.Errorf("%s: collection_interval: %w", PluginName, err)
 		}
-	}()
-	return ch, nil
+		if d.AsDuration() > 0 {
+			interval = d.AsDuration()
+		}
+	}
+	ctx := stream.Context()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		if err := stream.Send(&nomadproto.StatsResponse{}); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: sending stats: %w", PluginName, err)
+		}
+		timer.Reset(interval)
+	}
 }
 
 // Reserve is called by the Nomad client in a task's "devices" prestart
 // hook: it answers with the device's directory bound at mount_path and
 // path_env set to it, doing nothing else.
-func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
+func (p *Plugin) Reserve(_ context.Context, req *nomadproto.ReserveRequest) (*nomadproto.ReserveResponse, error) {
 	cfg, err := p.config()
 	if err != nil {
 		return nil, err
 	}
+	ids := req.GetDeviceIds()
 	if len(ids) != 1 {
 		return nil, fmt.Errorf("%s: reserve one device at a time, not %d", PluginName, len(ids))
 	}
@@ -221,8 +271,8 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	if !known {
 		return nil, fmt.Errorf("%s: unknown device ID %q", PluginName, ids[0])
 	}
-	return &device.ContainerReservation{
+	return &nomadproto.ReserveResponse{ContainerRes: &nomadproto.ContainerReservation{
 		Envs:   map[string]string{cfg.PathEnv: cfg.MountPath},
-		Mounts: []*device.Mount{{TaskPath: cfg.MountPath, HostPath: filepath.Join(cfg.HostDir, ids[0])}},
-	}, nil
+		Mounts: []*nomadproto.Mount{{TaskPath: cfg.MountPath, HostPath: filepath.Join(cfg.HostDir, ids[0])}},
+	}}, nil
 }

@@ -33,7 +33,7 @@ const (
 	// Name is the plugin's name: its binary's, its packages' and the prefix
 	// of every release file.
 	Name = "nomad-device-zfs"
-	// Module is the product's Go module, whose internal/device package holds
+	// Module is the product's Go module, whose internal/version package holds
 	// the Version and Commit that -ldflags -X sets.
 	Module = "github.com/nomad-device-zfs/nomad-device-zfs"
 	// PluginDir is where the packages put the binary: Nomad's plugin_dir
@@ -42,8 +42,11 @@ const (
 	PluginDir = "/opt/nomad/data/plugins"
 	// BinaryPath is the installed binary.
 	BinaryPath = PluginDir + "/" + Name
-	// DocDir holds the README in the packages.
+	// DocDir holds the README and the LICENSE in the packages.
 	DocDir = "/usr/share/doc/" + Name
+	// License is the product's licence, as an SPDX identifier: the
+	// packages' License field (the LICENSE file holds its text).
+	License = "MPL-2.0"
 
 	homepage   = "https://github.com/nomad-device-zfs/nomad-device-zfs"
 	maintainer = "nomad-device-zfs maintainers <https://github.com/nomad-device-zfs/nomad-device-zfs/issues>"
@@ -140,11 +143,14 @@ func Run(ctx context.Context, c Config) ([]string, error) {
 		return nil, fmt.Errorf("work directory: %w", err)
 	}
 	defer os.RemoveAll(work)
-	// A copy, so that every file holds the same README even if it is
-	// being edited.
-	readme := filepath.Join(work, "README.md")
-	if err := copyFile(filepath.Join(c.Repo, "README.md"), readme); err != nil {
+	// Copies, so that every file holds the same README and LICENSE even
+	// if they are being edited.
+	docs := Docs{Readme: filepath.Join(work, "README.md"), License: filepath.Join(work, "LICENSE")}
+	if err := copyFile(filepath.Join(c.Repo, "README.md"), docs.Readme); err != nil {
 		return nil, fmt.Errorf("the README to package: %w", err)
+	}
+	if err := copyFile(filepath.Join(c.Repo, "LICENSE"), docs.License); err != nil {
+		return nil, fmt.Errorf("the LICENSE to package: %w", err)
 	}
 
 	var made []string
@@ -156,13 +162,13 @@ func Run(ctx context.Context, c Config) ([]string, error) {
 		}
 		n := FileNames(c.Info.Version, a)
 		fmt.Fprintf(c.Log, "packaging %s, %s, %s\n", n.Zip, n.Deb, n.RPM)
-		if err := WriteZip(filepath.Join(c.Out, n.Zip), c.Info.Time, bin, readme); err != nil {
+		if err := WriteZip(filepath.Join(c.Out, n.Zip), c.Info.Time, bin, docs); err != nil {
 			return nil, err
 		}
 		for _, p := range []struct {
 			format, name string
 		}{{"deb", n.Deb}, {"rpm", n.RPM}} {
-			if err := WritePackage(filepath.Join(c.Out, p.name), p.format, c.Info, a, bin, readme); err != nil {
+			if err := WritePackage(filepath.Join(c.Out, p.name), p.format, c.Info, a, bin, docs); err != nil {
 				return nil, err
 			}
 		}
@@ -192,10 +198,11 @@ func removeOld(dir string) error {
 	return nil
 }
 
-// LDFlags are the linker flags that stamp the version and commit into the
-// binary, as the Makefile's build target sets them.
+// LDFlags are the linker flags of a release binary, as the Makefile's build
+// target sets them: the version and commit stamped in, and no symbol table
+// or DWARF (-s -w: a third of the size; panics still print their stacks).
 func LDFlags(info version.Info) string {
-	return fmt.Sprintf("-X %s/internal/device.Version=%s -X %s/internal/device.Commit=%s",
+	return fmt.Sprintf("-s -w -X %s/internal/version.Version=%s -X %s/internal/version.Commit=%s",
 		Module, info.Version, Module, info.Commit)
 }
 
@@ -215,18 +222,24 @@ func Build(ctx context.Context, c Config, a Arch, bin string) error {
 	return nil
 }
 
-// WriteZip writes the zip at path: the binary (mode 0755) and the README at
-// its top, with the times mtime.
-func WriteZip(path string, mtime time.Time, bin, readme string) error {
-	return writeFile(path, func(f io.Writer) error { return writeZip(f, mtime, bin, readme) })
+// Docs are the files that go with the binary in every release file.
+type Docs struct {
+	// Readme and License are the paths of README.md and LICENSE.
+	Readme, License string
 }
 
-func writeZip(f io.Writer, mtime time.Time, bin, readme string) error {
+// WriteZip writes the zip at path: the binary (mode 0755), the README and
+// the LICENSE at its top, with the times mtime.
+func WriteZip(path string, mtime time.Time, bin string, docs Docs) error {
+	return writeFile(path, func(f io.Writer) error { return writeZip(f, mtime, bin, docs) })
+}
+
+func writeZip(f io.Writer, mtime time.Time, bin string, docs Docs) error {
 	z := zip.NewWriter(f)
 	for _, e := range []struct {
 		src, name string
 		mode      os.FileMode
-	}{{bin, Name, 0o755}, {readme, "README.md", 0o644}} {
+	}{{bin, Name, 0o755}, {docs.Readme, "README.md", 0o644}, {docs.License, "LICENSE", 0o644}} {
 		if err := addToZip(z, e.src, e.name, e.mode, mtime); err != nil {
 			return fmt.Errorf("zip: %w", err)
 		}
@@ -291,8 +304,9 @@ func addToZip(z *zip.Writer, src, name string, mode os.FileMode, mtime time.Time
 }
 
 // PackageInfo is the nfpm description of the package of arch a: the binary
-// at BinaryPath (0755, root) and the README in DocDir.
-func PackageInfo(info version.Info, a Arch, bin, readme string) *nfpm.Info {
+// at BinaryPath (0755, root), the README and the LICENSE in DocDir, and
+// the License field.
+func PackageInfo(info version.Info, a Arch, bin string, docs Docs) *nfpm.Info {
 	core, pre, meta := version.Split(info.Version)
 	return &nfpm.Info{
 		Name:     Name,
@@ -309,6 +323,7 @@ func PackageInfo(info version.Info, a Arch, bin, readme string) *nfpm.Info {
 		Maintainer:      maintainer,
 		Description:     description,
 		Homepage:        homepage,
+		License:         License,
 		MTime:           info.Time,
 		Overridables: nfpm.Overridables{
 			Contents: files.Contents{
@@ -317,7 +332,11 @@ func PackageInfo(info version.Info, a Arch, bin, readme string) *nfpm.Info {
 					FileInfo: &files.ContentFileInfo{Mode: 0o755, Owner: "root", Group: "root", MTime: info.Time},
 				},
 				{
-					Source: readme, Destination: DocDir + "/README.md",
+					Source: docs.Readme, Destination: DocDir + "/README.md",
+					FileInfo: &files.ContentFileInfo{Mode: 0o644, Owner: "root", Group: "root", MTime: info.Time},
+				},
+				{
+					Source: docs.License, Destination: DocDir + "/LICENSE",
 					FileInfo: &files.ContentFileInfo{Mode: 0o644, Owner: "root", Group: "root", MTime: info.Time},
 				},
 			},
@@ -331,7 +350,7 @@ func PackageInfo(info version.Info, a Arch, bin, readme string) *nfpm.Info {
 }
 
 // WritePackage writes the package of format ("deb" or "rpm") to path.
-func WritePackage(path, format string, info version.Info, a Arch, bin, readme string) error {
+func WritePackage(path, format string, info version.Info, a Arch, bin string, docs Docs) error {
 	var p nfpm.Packager
 	switch format {
 	case "deb":
@@ -341,7 +360,7 @@ func WritePackage(path, format string, info version.Info, a Arch, bin, readme st
 	default:
 		return fmt.Errorf("package format %q: want deb or rpm", format)
 	}
-	if err := writeFile(path, func(w io.Writer) error { return p.Package(PackageInfo(info, a, bin, readme), w) }); err != nil {
+	if err := writeFile(path, func(w io.Writer) error { return p.Package(PackageInfo(info, a, bin, docs), w) }); err != nil {
 		return fmt.Errorf("%s package: %w", format, err)
 	}
 	return nil

@@ -45,32 +45,38 @@ func TestFileNames(t *testing.T) {
 	}, FileNames("0.0.0-dev+g1a2b3c4", Arches[1]))
 }
 
-// fixture writes a stand-in binary and README and returns their paths and
-// contents.
-func fixture(t *testing.T) (bin, readme string, binData, readmeData []byte) {
+// fixture writes a stand-in binary, README and LICENSE and returns their
+// paths and the binary's and README's contents (the LICENSE holds
+// licenseData).
+func fixture(t *testing.T) (bin string, docs Docs, binData, readmeData []byte) {
 	t.Helper()
 	dir := t.TempDir()
-	bin, readme = filepath.Join(dir, Name), filepath.Join(dir, "README.md")
+	bin = filepath.Join(dir, Name)
+	docs = Docs{Readme: filepath.Join(dir, "README.md"), License: filepath.Join(dir, "LICENSE")}
 	binData, readmeData = []byte("#!/bin/sh\necho stand-in\n"), []byte("# nomad-device-zfs\n")
 	must.NoError(t, os.WriteFile(bin, binData, 0o755))
-	must.NoError(t, os.WriteFile(readme, readmeData, 0o644))
-	return bin, readme, binData, readmeData
+	must.NoError(t, os.WriteFile(docs.Readme, readmeData, 0o644))
+	must.NoError(t, os.WriteFile(docs.License, licenseData, 0o644))
+	return bin, docs, binData, readmeData
 }
 
+// licenseData is the stand-in LICENSE's text.
+var licenseData = []byte("Mozilla Public License Version 2.0\n")
+
 func TestWriteZip(t *testing.T) {
-	bin, readme, binData, readmeData := fixture(t)
+	bin, docs, binData, readmeData := fixture(t)
 	path := filepath.Join(t.TempDir(), "a.zip")
-	must.NoError(t, WriteZip(path, testInfo.Time, bin, readme))
+	must.NoError(t, WriteZip(path, testInfo.Time, bin, docs))
 
 	z, err := zip.OpenReader(path)
 	must.NoError(t, err)
 	t.Cleanup(func() { _ = z.Close() })
-	must.SliceLen(t, 2, z.File)
+	must.SliceLen(t, 3, z.File)
 	want := []struct {
 		name string
 		mode os.FileMode
 		data []byte
-	}{{Name, 0o755, binData}, {"README.md", 0o644, readmeData}}
+	}{{Name, 0o755, binData}, {"README.md", 0o644, readmeData}, {"LICENSE", 0o644, licenseData}}
 	for i, w := range want {
 		f := z.File[i]
 		must.EqOp(t, w.name, f.Name)
@@ -85,11 +91,11 @@ func TestWriteZip(t *testing.T) {
 }
 
 func TestWriteDeb(t *testing.T) {
-	bin, readme, binData, readmeData := fixture(t)
+	bin, docs, binData, readmeData := fixture(t)
 	for _, a := range Arches {
 		t.Run(a.Deb, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "p.deb")
-			must.NoError(t, WritePackage(path, "deb", testInfo, a, bin, readme))
+			must.NoError(t, WritePackage(path, "deb", testInfo, a, bin, docs))
 
 			members := readAr(t, path)
 			must.EqOp(t, "2.0\n", string(members["debian-binary"]))
@@ -110,16 +116,17 @@ func TestWriteDeb(t *testing.T) {
 			must.EqOp(t, int64(0o755), b.mode)
 			must.Eq(t, binData, b.data)
 			must.Eq(t, readmeData, data["."+DocDir+"/README.md"].data)
+			must.Eq(t, licenseData, data["."+DocDir+"/LICENSE"].data)
 		})
 	}
 }
 
 func TestWriteRPM(t *testing.T) {
-	bin, readme, binData, _ := fixture(t)
+	bin, docs, binData, _ := fixture(t)
 	for _, a := range Arches {
 		t.Run(a.RPM, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "p.rpm")
-			must.NoError(t, WritePackage(path, "rpm", testInfo, a, bin, readme))
+			must.NoError(t, WritePackage(path, "rpm", testInfo, a, bin, docs))
 
 			raw, err := os.ReadFile(path)
 			must.NoError(t, err)
@@ -136,6 +143,9 @@ func TestWriteRPM(t *testing.T) {
 			must.EqOp(t, "0.4.0~rc.1+3.g1a2b3c4", nevra.Version)
 			must.EqOp(t, "1", nevra.Release)
 			must.EqOp(t, a.RPM, nevra.Arch)
+			license, err := r.Header.GetString(rpmutils.LICENSE)
+			must.NoError(t, err)
+			must.EqOp(t, License, license)
 
 			files, err := r.Header.GetFiles()
 			must.NoError(t, err)
@@ -154,8 +164,8 @@ func TestWriteRPM(t *testing.T) {
 }
 
 func TestWritePackageRefusesUnknownFormat(t *testing.T) {
-	bin, readme, _, _ := fixture(t)
-	err := WritePackage(filepath.Join(t.TempDir(), "p"), "apk", testInfo, Arches[0], bin, readme)
+	bin, docs, _, _ := fixture(t)
+	err := WritePackage(filepath.Join(t.TempDir(), "p"), "apk", testInfo, Arches[0], bin, docs)
 	must.ErrorContains(t, err, `package format "apk"`)
 }
 
@@ -180,7 +190,7 @@ func TestWriteSums(t *testing.T) {
 }
 
 // TestRun builds a small stand-in of the repository (the same module path,
-// a cmd/nomad-device-zfs that prints internal/device's Version and Commit)
+// a cmd/nomad-device-zfs that prints internal/version's Version and Commit)
 // for both architectures, so that the cross-compilation and -ldflags are
 // those of a real run without the plugin's build time.
 func TestRun(t *testing.T) {
@@ -193,16 +203,17 @@ func TestRun(t *testing.T) {
 	}
 	writeFile("go.mod", "module "+Module+"\n\ngo 1.22\n")
 	writeFile("README.md", "# stand-in\n")
-	writeFile("internal/device/v.go", "package device\n\nvar Version, Commit = \"unset\", \"\"\n")
+	writeFile("LICENSE", "Mozilla Public License Version 2.0\n")
+	writeFile("internal/version/v.go", "package version\n\nvar Version, Commit = \"unset\", \"\"\n")
 	writeFile("cmd/nomad-device-zfs/main.go", `package main
 
 import (
 	"fmt"
 
-	"`+Module+`/internal/device"
+	"`+Module+`/internal/version"
 )
 
-func main() { fmt.Println(device.Version, device.Commit) }
+func main() { fmt.Println(version.Version, version.Commit) }
 `)
 	out := filepath.Join(t.TempDir(), "out")
 	must.NoError(t, os.MkdirAll(out, 0o755))

@@ -171,3 +171,20 @@ func (a *Agent) EffectivePluginDir() string {
 	}
 	return ""
 }
+
+// ParseConfig decodes the HCL of one `config { … }` block, as the agent's
+// parser reads it inside a plugin block, into the form Plugin.Config has.
+// The tests and the benchmarks write plugin configurations so. A text
+// without a config block is an empty block, as for the agent.
+func ParseConfig(text string) (map[string]interface{}, error) {
+	var block struct {
+		Config map[string]interface{} `hcl:"config"`
+	}
+	if err := hcl.Decode(&block, text); err != nil {
+		return nil, fmt.Errorf("parsing the config block: %w", err)
+	}
+	if block.Config == nil {
+		return map[string]interface{}{}, nil
+	}
+	return block.Config, nil
+}

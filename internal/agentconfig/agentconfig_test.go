@@ -7,7 +7,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 )
 
 func TestLoad(t *testing.T) {
@@ -54,13 +54,13 @@ func TestLoad(t *testing.T) {
 			must.NoError(t, err)
 			must.Len(t, tc.files, a.Files)
 			must.Eq(t, tc.pluginDir, a.EffectivePluginDir())
-			must.Len(t, tc.blocks, a.Blocks(device.PluginName))
-			p, ok := a.Plugin(device.PluginName)
+			must.Len(t, tc.blocks, a.Blocks(config.PluginName))
+			p, ok := a.Plugin(config.PluginName)
 			must.Eq(t, tc.blocks > 0, ok)
 			if !ok {
 				return
 			}
-			s, err := device.SettingsFromAgentConfig(p.Config)
+			s, err := config.FromAgent(p.Config)
 			must.NoError(t, err)
 			must.Eq(t, tc.parent, s.Slots.Parent)
 			var names []string
@@ -77,8 +77,8 @@ func TestLoad(t *testing.T) {
 func TestSettingsFromAgentConfig(t *testing.T) {
 	a, err := agentconfig.Load([]string{"../../examples/agent.hcl"})
 	must.NoError(t, err)
-	p, _ := a.Plugin(device.PluginName)
-	s, err := device.SettingsFromAgentConfig(p.Config)
+	p, _ := a.Plugin(config.PluginName)
+	s, err := config.FromAgent(p.Config)
 	must.NoError(t, err)
 	must.Eq(t, "2m0s", s.ReserveTimeout.String())
 	c := s.Slots.Classes[0]
@@ -89,11 +89,11 @@ func TestSettingsFromAgentConfig(t *testing.T) {
 
 	bad, err := agentconfig.Load([]string{"testdata/badclass.hcl"})
 	must.NoError(t, err)
-	p, _ = bad.Plugin(device.PluginName)
-	_, err = device.SettingsFromAgentConfig(p.Config)
+	p, _ = bad.Plugin(config.PluginName)
+	_, err = config.FromAgent(p.Config)
 	must.ErrorContains(t, err, `class "scratch": quota = "10Q"`)
 
-	_, err = device.SettingsFromAgentConfig(nil)
+	_, err = config.FromAgent(nil)
 	must.Error(t, err)
 	must.True(t, strings.Contains(err.Error(), "parent_dataset"), must.Sprint(err))
 }

@@ -1,7 +1,7 @@
-// Package cli is the command line of nomad-device-zfs: it serves the plugin
-// when Nomad launches it (go-plugin's handshake cookie is in the
-// environment) and is the operator's tool when a person runs it: status,
-// doctor, archives, prune, backups verify, version.
+// Package cli is the operator's command line of nomad-device-zfs, what
+// the binary does when a person runs it: status, doctor, archives, prune,
+// backups verify, version. (When Nomad's agent starts the binary, it
+// serves the plugin instead: see cmd/nomad-device-zfs.)
 package cli
 
 import (
@@ -10,19 +10,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/version"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
-
-// magicCookieKey is set by Nomad (go-plugin's handshake) in the environment
-// of every plugin it launches.
-const magicCookieKey = "NOMAD_PLUGIN_MAGIC_COOKIE"
 
 // Exit statuses, for scripts.
 const (
@@ -54,12 +49,6 @@ Run "nomad-device-zfs <command> -help" for a command's options.
 
 // Main runs the command and returns its exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 && os.Getenv(magicCookieKey) != "" {
-		plugins.Serve(func(log hclog.Logger) interface{} {
-			return device.New(log, &zfs.Runner{})
-		})
-		return exitOK
-	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
@@ -74,7 +63,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "version: unexpected argument %q\n\n%s", args[1], versionHelp)
 			return exitUsage
 		}
-		fmt.Fprintln(stdout, device.VersionString())
+		fmt.Fprintln(stdout, version.String())
 		return exitOK
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
@@ -245,7 +234,7 @@ func runCommand(name, help string, args []string, stdout, stderr io.Writer,
 	c.deadline = timeout
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	log := hclog.New(&hclog.LoggerOptions{Name: device.PluginName, Output: stderr, Level: hclog.Error})
+	log := hclog.New(&hclog.LoggerOptions{Name: config.PluginName, Output: stderr, Level: hclog.Error})
 	z := zfs.NewClient(&zfs.Runner{Timeout: timeout, BusyRetries: 1})
 	return fn(ctx, c, z, log)
 }

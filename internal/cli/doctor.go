@@ -15,8 +15,10 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/version"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -118,19 +120,19 @@ func (d *doctor) checkConfig() {
 		}
 		return
 	}
-	blocks := c.agent.Blocks(device.PluginName)
+	blocks := c.agent.Blocks(config.PluginName)
 	files := strings.Join(c.agent.Files, ", ")
 	switch {
 	case len(blocks) == 0:
-		d.add(name, checkFail, fmt.Sprintf("no plugin %q block in %s", device.PluginName, files),
-			fmt.Sprintf("add a plugin %q { config { … } } block to the client's agent configuration (see examples/agent.hcl) and restart the agent", device.PluginName))
+		d.add(name, checkFail, fmt.Sprintf("no plugin %q block in %s", config.PluginName, files),
+			fmt.Sprintf("add a plugin %q { config { … } } block to the client's agent configuration (see examples/agent.hcl) and restart the agent", config.PluginName))
 		return
 	case len(blocks) > 1:
 		var where []string
 		for _, b := range blocks {
 			where = append(where, b.File)
 		}
-		d.add(name, checkFail, fmt.Sprintf("%d plugin %q blocks (in %s): Nomad keeps only the last one's config", len(blocks), device.PluginName, strings.Join(where, ", ")),
+		d.add(name, checkFail, fmt.Sprintf("%d plugin %q blocks (in %s): Nomad keeps only the last one's config", len(blocks), config.PluginName, strings.Join(where, ", ")),
 			"keep exactly one plugin block for nomad-device-zfs")
 		return
 	case errors.Is(d.loadErr, errFlag), errors.Is(d.loadErr, errParentFlag):
@@ -161,7 +163,7 @@ func (d *doctor) checkPluginDir(ctx context.Context) {
 			"set plugin_dir (or check the agent's -plugin-dir / -data-dir flags) and put nomad-device-zfs there")
 		return
 	}
-	bin := filepath.Join(dir, device.PluginName)
+	bin := filepath.Join(dir, config.PluginName)
 	fi, err := os.Stat(bin)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -186,8 +188,8 @@ func (d *doctor) checkPluginDir(ctx context.Context) {
 		return
 	}
 	got := strings.TrimSpace(out.String())
-	if got != device.VersionString() {
-		d.add(name, checkWarn, fmt.Sprintf("%s is %q; this command is %q", bin, got, device.VersionString()),
+	if got != version.String() {
+		d.add(name, checkWarn, fmt.Sprintf("%s is %q; this command is %q", bin, got, version.String()),
 			"install the same build on the agent, or run the doctor of the installed binary")
 		return
 	}
@@ -198,7 +200,7 @@ func (d *doctor) checkPluginDir(ctx context.Context) {
 func withoutPluginCookie(env []string) []string {
 	out := env[:0:0]
 	for _, e := range env {
-		if !strings.HasPrefix(e, magicCookieKey+"=") {
+		if !strings.HasPrefix(e, nomadplugin.MagicCookieKey+"=") {
 			out = append(out, e)
 		}
 	}

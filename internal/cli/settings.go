@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -41,7 +41,7 @@ type common struct {
 	jsonOut  bool
 	timeout  string
 	deadline time.Duration // -timeout, parsed
-	settings device.Settings
+	settings config.Settings
 	agent    *agentconfig.Agent // nil without -config
 	fromZFS  bool               // the classes were read from ZFS (-parent without -config)
 }
@@ -90,7 +90,7 @@ func (c *common) register(fs *flag.FlagSet) {
 // ZFS holds under it. Flags override the nomad block.
 func (c *common) load(ctx context.Context, z *zfs.Client) error {
 	if c.address != "" {
-		if err := device.ValidateNomadAddress(c.address); err != nil {
+		if err := config.ValidateNomadAddress(c.address); err != nil {
 			return fmt.Errorf("%w: -address=%s: %w", errFlag, c.address, err)
 		}
 	}
@@ -104,11 +104,11 @@ func (c *common) load(ctx context.Context, z *zfs.Client) error {
 			return err
 		}
 		c.agent = a
-		p, ok := a.Plugin(device.PluginName)
+		p, ok := a.Plugin(config.PluginName)
 		if !ok {
-			return fmt.Errorf("no plugin %q block in %s", device.PluginName, strings.Join(a.Files, ", "))
+			return fmt.Errorf("no plugin %q block in %s", config.PluginName, strings.Join(a.Files, ", "))
 		}
-		if c.settings, err = device.SettingsFromAgentConfig(p.Config); err != nil {
+		if c.settings, err = config.FromAgent(p.Config); err != nil {
 			return fmt.Errorf("%s: %w", p.File, err)
 		}
 		if c.parent != "" && c.parent != c.settings.Slots.Parent {
@@ -163,7 +163,7 @@ func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Co
 			}
 		case nested && managed == slots.ManagedSlot && !strings.HasPrefix(first, "."):
 			idx, _ := slots.SlotIndex(rest)
-			if idx < 0 || idx >= device.MaxSlots {
+			if idx < 0 || idx >= config.MaxSlots {
 				continue
 			}
 			c := classes[first]

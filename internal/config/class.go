@@ -1,4 +1,4 @@
-package device
+package config
 
 // The validation of one class of the configuration: a per-slot class
 // (slots.Class), a shared one (shared.Class), and what both share.

@@ -1,4 +1,10 @@
-package device
+// Package config is the plugin block an operator writes in the Nomad
+// agent's configuration: its schema (what ConfigSchema sends), the Go
+// shape of what SetConfig receives, and the validation that turns it into
+// Settings, with errors that name the field and the value. The plugin
+// (internal/device) and the operator CLI (internal/cli) both read the
+// block through it, so both accept and refuse exactly the same blocks.
+package config
 
 import (
 	"errors"
@@ -13,16 +19,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
-
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
+
+// PluginName is the name operators use in the agent's plugin block, and
+// the plugin binary's.
+const PluginName = "nomad-device-zfs"
 
 // MaxSlots bounds a class's slots, so that every dataset name fits ZFS.
 const MaxSlots = 9999
@@ -39,93 +47,77 @@ const (
 	DefaultKeyDir            = "/var/lib/nomad-device-zfs/keys"
 )
 
-// configSpec is the agent-side schema of the plugin block. Nomad parses agent
+// Spec is the agent-side schema of the plugin block. Nomad parses agent
 // configuration as HCL1, which turns `properties = { ... }` into a list of
 // objects: properties is therefore a block of attributes (BlockAttrs), which
 // accepts both `properties { ... }` and `properties = { ... }`, and class is
 // a labelled block map.
-var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
-	"parent_dataset": hclspec.NewAttr("parent_dataset", "string", true),
-	"fingerprint_period": hclspec.NewDefault(
-		hclspec.NewAttr("fingerprint_period", "string", false),
-		hclspec.NewLiteral(strconv.Quote(DefaultFingerprintPeriod)),
-	),
-	"stats_period": hclspec.NewDefault(
-		hclspec.NewAttr("stats_period", "string", false),
-		hclspec.NewLiteral(strconv.Quote(DefaultStatsPeriod)),
-	),
-	"archive_quota": hclspec.NewAttr("archive_quota", "string", false),
-	"key_dir":       hclspec.NewAttr("key_dir", "string", false),
-	"backup_dir":    hclspec.NewAttr("backup_dir", "string", false),
-	"reserve_timeout": hclspec.NewDefault(
-		hclspec.NewAttr("reserve_timeout", "string", false),
-		hclspec.NewLiteral(strconv.Quote(DefaultReserveTimeout)),
-	),
-	"nomad": hclspec.NewBlock("nomad", false, hclspec.NewObject(map[string]*hclspec.Spec{
-		"address":         hclspec.NewAttr("address", "string", false),
-		"token_file":      hclspec.NewAttr("token_file", "string", false),
-		"ca_file":         hclspec.NewAttr("ca_file", "string", false),
-		"cert_file":       hclspec.NewAttr("cert_file", "string", false),
-		"key_file":        hclspec.NewAttr("key_file", "string", false),
-		"tls_server_name": hclspec.NewAttr("tls_server_name", "string", false),
-		"node_id":         hclspec.NewAttr("node_id", "string", false),
+var Spec = configspec.Object(map[string]configspec.Spec{
+	"parent_dataset":     configspec.Attr("parent_dataset", "string", true),
+	"fingerprint_period": withDefault("fingerprint_period", DefaultFingerprintPeriod),
+	"stats_period":       withDefault("stats_period", DefaultStatsPeriod),
+	"archive_quota":      configspec.Attr("archive_quota", "string", false),
+	"key_dir":            configspec.Attr("key_dir", "string", false),
+	"backup_dir":         configspec.Attr("backup_dir", "string", false),
+	"reserve_timeout":    withDefault("reserve_timeout", DefaultReserveTimeout),
+	"nomad": configspec.Block("nomad", false, configspec.Object(map[string]configspec.Spec{
+		"address":         configspec.Attr("address", "string", false),
+		"token_file":      configspec.Attr("token_file", "string", false),
+		"ca_file":         configspec.Attr("ca_file", "string", false),
+		"cert_file":       configspec.Attr("cert_file", "string", false),
+		"key_file":        configspec.Attr("key_file", "string", false),
+		"tls_server_name": configspec.Attr("tls_server_name", "string", false),
+		"node_id":         configspec.Attr("node_id", "string", false),
 	})),
-	"telemetry": hclspec.NewBlock("telemetry", false, hclspec.NewObject(map[string]*hclspec.Spec{
-		"prometheus_address": hclspec.NewAttr("prometheus_address", "string", false),
+	"telemetry": configspec.Block("telemetry", false, configspec.Object(map[string]configspec.Spec{
+		"prometheus_address": configspec.Attr("prometheus_address", "string", false),
 	})),
-	"class": hclspec.NewBlockMap("class", []string{"name"}, hclspec.NewObject(map[string]*hclspec.Spec{
-		"slots":      hclspec.NewAttr("slots", "number", true),
-		"quota":      hclspec.NewAttr("quota", "string", false),
-		"mount_path": hclspec.NewAttr("mount_path", "string", false),
+	"class": configspec.BlockMap("class", []string{"name"}, configspec.Object(map[string]configspec.Spec{
+		"slots":      configspec.Attr("slots", "number", true),
+		"quota":      configspec.Attr("quota", "string", false),
+		"mount_path": configspec.Attr("mount_path", "string", false),
 		// read_only has no default here: a shared class defaults to true,
 		// an exclusive one to false (see validateClass).
-		"read_only":           hclspec.NewAttr("read_only", "bool", false),
-		"shared":              hclspec.NewAttr("shared", "bool", false),
-		"dataset":             hclspec.NewAttr("dataset", "string", false),
-		"allow_shared_writes": hclspec.NewAttr("allow_shared_writes", "bool", false),
-		"source":              hclspec.NewAttr("source", "string", false),
-		"encryption":          hclspec.NewAttr("encryption", "bool", false),
-		"owner": hclspec.NewDefault(
-			hclspec.NewAttr("owner", "string", false),
-			hclspec.NewLiteral(strconv.Quote(DefaultOwner)),
-		),
-		"mode": hclspec.NewDefault(
-			hclspec.NewAttr("mode", "string", false),
-			hclspec.NewLiteral(strconv.Quote(DefaultMode)),
-		),
-		"properties": hclspec.NewBlockAttrs("properties", "string", false),
+		"read_only":           configspec.Attr("read_only", "bool", false),
+		"shared":              configspec.Attr("shared", "bool", false),
+		"dataset":             configspec.Attr("dataset", "string", false),
+		"allow_shared_writes": configspec.Attr("allow_shared_writes", "bool", false),
+		"source":              configspec.Attr("source", "string", false),
+		"encryption":          configspec.Attr("encryption", "bool", false),
+		"owner":               withDefault("owner", DefaultOwner),
+		"mode":                withDefault("mode", DefaultMode),
+		"properties":          configspec.BlockAttrs("properties", "string", false),
 		// on_release has no default here: it is "archive", or "destroy"
 		// for a class with a source (see validateClass).
-		"on_release": hclspec.NewAttr("on_release", "string", false),
-		"restore": hclspec.NewDefault(
-			hclspec.NewAttr("restore", "string", false),
-			hclspec.NewLiteral(strconv.Quote(DefaultRestore)),
-		),
-		"keep":    hclspec.NewAttr("keep", "number", false),
-		"max_age": hclspec.NewAttr("max_age", "string", false),
+		"on_release": configspec.Attr("on_release", "string", false),
+		"restore":    withDefault("restore", DefaultRestore),
+		"keep":       configspec.Attr("keep", "number", false),
+		"max_age":    configspec.Attr("max_age", "string", false),
 	})),
 })
 
-// Config is the plugin block as Nomad sends it (msgpack-encoded).
+// withDefault is an optional string attribute with a default.
+func withDefault(name, def string) configspec.Spec {
+	return configspec.Default(configspec.Attr(name, "string", false), configspec.String(def))
+}
+
+// Config is the plugin block as SetConfig receives it (see Decode).
 type Config struct {
-	ParentDataset     string `codec:"parent_dataset"`
-	FingerprintPeriod string `codec:"fingerprint_period"`
-	StatsPeriod       string `codec:"stats_period"`
-	ReserveTimeout    string `codec:"reserve_timeout"`
+	ParentDataset     string `cty:"parent_dataset"`
+	FingerprintPeriod string `cty:"fingerprint_period"`
+	StatsPeriod       string `cty:"stats_period"`
+	ReserveTimeout    string `cty:"reserve_timeout"`
 	// ArchiveQuota is the quota of <parent>/.archive ("" for none).
-	ArchiveQuota string `codec:"archive_quota"`
+	ArchiveQuota string `cty:"archive_quota"`
 	// BackupDir is a directory every client can reach, for zfs send
 	// streams of the archives of classes with restore on ("" for none).
-	BackupDir string `codec:"backup_dir"`
+	BackupDir string `cty:"backup_dir"`
 	// KeyDir holds the keys of encrypted classes' datasets ("" for
 	// DefaultKeyDir).
-	KeyDir    string           `codec:"key_dir"`
-	Nomad     *NomadConfig     `codec:"nomad"`
-	Telemetry *TelemetryConfig `codec:"telemetry"`
-	// Classes holds pointers: the msgpack decoder reuses one value for
-	// every entry of a map of structs, which made classes share one
-	// Properties map.
-	Classes map[string]*ClassConfig `codec:"class"`
+	KeyDir    string                  `cty:"key_dir"`
+	Nomad     *NomadConfig            `cty:"nomad"`
+	Telemetry *TelemetryConfig        `cty:"telemetry"`
+	Classes   map[string]*ClassConfig `cty:"class"`
 }
 
 // NomadConfig is the `nomad { ... }` block: how the plugin reads the node's
@@ -133,13 +125,13 @@ type Config struct {
 // NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY and NOMAD_TLS_SERVER_NAME,
 // then to the local agent.
 type NomadConfig struct {
-	Address       string `codec:"address"`
-	TokenFile     string `codec:"token_file"`
-	CAFile        string `codec:"ca_file"`
-	CertFile      string `codec:"cert_file"`
-	KeyFile       string `codec:"key_file"`
-	TLSServerName string `codec:"tls_server_name"`
-	NodeID        string `codec:"node_id"`
+	Address       string `cty:"address"`
+	TokenFile     string `cty:"token_file"`
+	CAFile        string `cty:"ca_file"`
+	CertFile      string `cty:"cert_file"`
+	KeyFile       string `cty:"key_file"`
+	TLSServerName string `cty:"tls_server_name"`
+	NodeID        string `cty:"node_id"`
 }
 
 // TelemetryConfig is the `telemetry { ... }` block. Without it, or with an
@@ -147,59 +139,60 @@ type NomadConfig struct {
 type TelemetryConfig struct {
 	// PrometheusAddress is the host:port where Prometheus metrics are
 	// served, at /metrics.
-	PrometheusAddress string `codec:"prometheus_address"`
+	PrometheusAddress string `cty:"prometheus_address"`
 }
 
 // ClassConfig is one `class "name" { ... }` block.
 type ClassConfig struct {
-	Slots     int    `codec:"slots"`
-	Quota     string `codec:"quota"`
-	MountPath string `codec:"mount_path"`
+	Slots     int    `cty:"slots"`
+	Quota     string `cty:"quota"`
+	MountPath string `cty:"mount_path"`
 	// ReadOnly is nil when not given: true for a shared class, false for
 	// an exclusive one.
-	ReadOnly *bool `codec:"read_only"`
+	ReadOnly *bool `cty:"read_only"`
 	// Shared makes the class one operator dataset (Dataset) that Slots
 	// tasks may hold at once; AllowSharedWrites lets read_only be false.
-	Shared            bool   `codec:"shared"`
-	Dataset           string `codec:"dataset"`
-	AllowSharedWrites bool   `codec:"allow_shared_writes"`
+	Shared            bool   `cty:"shared"`
+	Dataset           string `cty:"dataset"`
+	AllowSharedWrites bool   `cty:"allow_shared_writes"`
 	// Source is a snapshot that fresh slots are cloned from ("" for
 	// empty datasets).
-	Source string `codec:"source"`
+	Source string `cty:"source"`
 	// Encryption gives each slot its own key (OpenZFS only).
-	Encryption bool              `codec:"encryption"`
-	Owner      string            `codec:"owner"`
-	Mode       string            `codec:"mode"`
-	Properties map[string]string `codec:"properties"`
-	OnRelease  string            `codec:"on_release"`
+	Encryption bool              `cty:"encryption"`
+	Owner      string            `cty:"owner"`
+	Mode       string            `cty:"mode"`
+	Properties map[string]string `cty:"properties"`
+	OnRelease  string            `cty:"on_release"`
 	// Restore is "off", "best-effort" or "required".
-	Restore string `codec:"restore"`
+	Restore string `cty:"restore"`
 	// Keep is how many archives each identity keeps (nil: DefaultKeep).
-	Keep *int `codec:"keep"`
+	Keep *int `cty:"keep"`
 	// MaxAge prunes archives older than this ("" for no limit).
-	MaxAge string `codec:"max_age"`
+	MaxAge string `cty:"max_age"`
 }
 
-// settings is a validated configuration.
-type settings struct {
-	slots             slots.Config
-	fingerprintPeriod time.Duration
-	statsPeriod       time.Duration
-	reserveTimeout    time.Duration
-	nomad             allocwatch.Config
-	// metricsAddress is where Prometheus metrics are served; "" for not.
-	metricsAddress string
-	// retention is what the archive keeps.
-	retention retention.Rules
-	// backupDir is backup_dir ("" for none); backupClasses the classes
+// Settings is a validated configuration.
+type Settings struct {
+	Slots             slots.Config
+	FingerprintPeriod time.Duration
+	StatsPeriod       time.Duration
+	ReserveTimeout    time.Duration
+	Nomad             allocwatch.Config
+	// MetricsAddress is where Prometheus metrics are served; "" for not.
+	MetricsAddress string
+	// Retention is what the archive keeps (keep, max_age, archive_quota).
+	Retention retention.Rules
+	// BackupDir is backup_dir ("" for none); BackupClasses the classes
 	// whose archives go there (restore on).
-	backupDir     string
-	backupClasses map[string]bool
-	// shared are the shared classes (sorted by name); slots.Classes
-	// holds the others.
-	shared []shared.Class // encrypted: a class has encryption = true (key_dir is then made
-	// and checked at SetConfig).
-	encrypted bool
+	BackupDir     string
+	BackupClasses map[string]bool
+	// Shared are the shared classes (shared = true), sorted by name;
+	// Slots.Classes holds the others.
+	Shared []shared.Class
+	// Encrypted: a class has encryption = true (key_dir is then made and
+	// checked at SetConfig).
+	Encrypted bool
 }
 
 // MaxKeep bounds a class's keep.
@@ -220,21 +213,39 @@ var forbiddenProps = map[string]string{
 	"refquota":   "use the class quota",
 }
 
-// decodeConfig decodes the msgpack bytes Nomad sends to SetConfig.
-func decodeConfig(b []byte, c *Config) error {
+// Decode reads the bytes Nomad's agent sends to SetConfig: the plugin
+// block decoded with Spec, msgpack-encoded.
+func Decode(b []byte) (Config, error) {
+	var c Config
 	if len(b) == 0 {
-		return fmt.Errorf("nomad-device-zfs config: the plugin block has no config: parent_dataset and a class are required")
+		return c, fmt.Errorf("the plugin block has no config: parent_dataset and a class are required")
 	}
-	if err := base.MsgPackDecode(b, c); err != nil {
-		return fmt.Errorf("nomad-device-zfs config: decoding: %w", err)
+	if err := configspec.Decode(Spec, b, &c); err != nil {
+		return c, err
 	}
-	return nil
+	return c, nil
 }
 
-// validate checks every field and returns the first problem, naming the
-// field and the value. It reads the host only to look up owner names.
-func (c *Config) validate() (settings, error) {
-	var s settings
+// Read is what SetConfig does with the agent's bytes before it looks at
+// the host's ZFS: Decode, then Validate. Errors start with the plugin's
+// name and name the field.
+func Read(b []byte) (Settings, error) {
+	c, err := Decode(b)
+	if err != nil {
+		return Settings{}, fmt.Errorf("%s config: %w", PluginName, err)
+	}
+	s, err := c.Validate()
+	if err != nil {
+		return Settings{}, fmt.Errorf("%s config: %w", PluginName, err)
+	}
+	return s, nil
+}
+
+// Validate checks every field and returns the first problem, naming the
+// field and the value. It reads the host only to look up owner names and
+// to check that the files the nomad block names exist.
+func (c *Config) Validate() (Settings, error) {
+	var s Settings
 	if c.ParentDataset == "" {
 		return s, fmt.Errorf("parent_dataset is required")
 	}
@@ -248,26 +259,26 @@ func (c *Config) validate() (settings, error) {
 			c.ParentDataset, len(c.ParentDataset), max, slots.MaxNameLen)
 	}
 	var err error
-	if s.fingerprintPeriod, err = positiveDuration("fingerprint_period", c.FingerprintPeriod, DefaultFingerprintPeriod); err != nil {
+	if s.FingerprintPeriod, err = positiveDuration("fingerprint_period", c.FingerprintPeriod, DefaultFingerprintPeriod); err != nil {
 		return s, err
 	}
-	if s.statsPeriod, err = positiveDuration("stats_period", c.StatsPeriod, DefaultStatsPeriod); err != nil {
+	if s.StatsPeriod, err = positiveDuration("stats_period", c.StatsPeriod, DefaultStatsPeriod); err != nil {
 		return s, err
 	}
-	if s.reserveTimeout, err = positiveDuration("reserve_timeout", c.ReserveTimeout, DefaultReserveTimeout); err != nil {
+	if s.ReserveTimeout, err = positiveDuration("reserve_timeout", c.ReserveTimeout, DefaultReserveTimeout); err != nil {
 		return s, err
 	}
-	if s.nomad, err = c.Nomad.validate(); err != nil {
+	if s.Nomad, err = c.Nomad.validate(); err != nil {
 		return s, err
 	}
-	if s.metricsAddress, err = c.Telemetry.validate(); err != nil {
+	if s.MetricsAddress, err = c.Telemetry.validate(); err != nil {
 		return s, err
 	}
 	if len(c.Classes) == 0 {
 		return s, fmt.Errorf("at least one class block is required")
 	}
-	s.slots.Parent = c.ParentDataset
-	s.retention = retention.Rules{Classes: map[string]retention.Policy{}, Default: retention.Policy{Keep: retention.DefaultKeep}}
+	s.Slots.Parent = c.ParentDataset
+	s.Retention = retention.Rules{Classes: map[string]retention.Policy{}, Default: retention.Policy{Keep: retention.DefaultKeep}}
 	names := make([]string, 0, len(c.Classes))
 	for name := range c.Classes {
 		names = append(names, name)
@@ -283,7 +294,7 @@ func (c *Config) validate() (settings, error) {
 			if err != nil {
 				return s, err
 			}
-			s.shared = append(s.shared, sc)
+			s.Shared = append(s.Shared, sc)
 			continue
 		}
 		cl, err := validateClass(name, *cc, c.ParentDataset)
@@ -294,41 +305,41 @@ func (c *Config) validate() (settings, error) {
 		if err != nil {
 			return s, err
 		}
-		s.slots.Classes = append(s.slots.Classes, cl)
-		s.retention.Classes[name] = pol
-		if cl.OnRelease == slots.OnReleaseArchive && cl.Quota > s.retention.Headroom {
-			s.retention.Headroom = cl.Quota
+		s.Slots.Classes = append(s.Slots.Classes, cl)
+		s.Retention.Classes[name] = pol
+		if cl.OnRelease == slots.OnReleaseArchive && cl.Quota > s.Retention.Headroom {
+			s.Retention.Headroom = cl.Quota
 		}
 	}
-	s.backupClasses = map[string]bool{}
-	for _, cl := range s.slots.Classes {
+	s.BackupClasses = map[string]bool{}
+	for _, cl := range s.Slots.Classes {
 		if cl.Restore == slots.RestoreBestEffort || cl.Restore == slots.RestoreRequired {
-			s.backupClasses[cl.Name] = true
+			s.BackupClasses[cl.Name] = true
 		}
 	}
 	encrypted := false
-	for _, cl := range s.slots.Classes {
+	for _, cl := range s.Slots.Classes {
 		encrypted = encrypted || cl.Encrypted
 	}
 	// key_dir is kept without an encrypted class too: datasets made while
 	// a class was encrypted still have their keys there, removed when
 	// they are destroyed.
-	s.slots.KeyDir = DefaultKeyDir
+	s.Slots.KeyDir = DefaultKeyDir
 	if c.KeyDir != "" {
-		s.slots.KeyDir = c.KeyDir
+		s.Slots.KeyDir = c.KeyDir
 	}
-	if kd := s.slots.KeyDir; !path.IsAbs(kd) || path.Clean(kd) != kd || kd == "/" {
+	if kd := s.Slots.KeyDir; !path.IsAbs(kd) || path.Clean(kd) != kd || kd == "/" {
 		return s, fmt.Errorf("key_dir = %q: must be an absolute, clean path other than /, such as %s", c.KeyDir, DefaultKeyDir)
 	}
-	s.encrypted = encrypted
+	s.Encrypted = encrypted
 	if c.BackupDir != "" {
 		if !path.IsAbs(c.BackupDir) || path.Clean(c.BackupDir) != c.BackupDir || c.BackupDir == "/" {
 			return s, fmt.Errorf("backup_dir = %q: must be an absolute, clean path other than /, such as /mnt/zfs-backups", c.BackupDir)
 		}
-		if len(s.backupClasses) == 0 {
+		if len(s.BackupClasses) == 0 {
 			return s, fmt.Errorf("backup_dir = %q: no class has restore on, so nothing would be backed up or restored from it", c.BackupDir)
 		}
-		s.backupDir = c.BackupDir
+		s.BackupDir = c.BackupDir
 	}
 	if c.ArchiveQuota != "" {
 		q, err := zfs.ParseSize(c.ArchiveQuota)
@@ -338,11 +349,11 @@ func (c *Config) validate() (settings, error) {
 		if q == 0 {
 			return s, fmt.Errorf("archive_quota = %q: must be greater than zero (leave it out for no quota)", c.ArchiveQuota)
 		}
-		if q < s.retention.Headroom {
+		if q < s.Retention.Headroom {
 			return s, fmt.Errorf("archive_quota = %q is less than the quota of a class that archives (%d bytes): no archive of that class could ever be kept; raise archive_quota or use on_release = \"destroy\"",
-				c.ArchiveQuota, s.retention.Headroom)
+				c.ArchiveQuota, s.Retention.Headroom)
 		}
-		s.retention.Quota = q
+		s.Retention.Quota = q
 	}
 	return s, nil
 }

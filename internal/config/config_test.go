@@ -1,4 +1,4 @@
-package device
+package config
 
 import (
 	"os"
@@ -8,19 +8,27 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
 
 // decode runs an agent-style config block through the schema and validation.
-func decode(t *testing.T, block string) (settings, error) {
+func decode(t *testing.T, block string) (Settings, error) {
 	t.Helper()
-	b, err := devicetest.EncodeConfig(configSpec, block)
+	b, err := encode(t, block)
 	must.NoError(t, err)
-	var c Config
-	must.NoError(t, decodeConfig(b, &c))
-	return c.validate()
+	c, err := Decode(b)
+	must.NoError(t, err)
+	return c.Validate()
+}
+
+// encode is what the agent sends for an HCL config block.
+func encode(t *testing.T, block string) ([]byte, error) {
+	t.Helper()
+	m, err := agentconfig.ParseConfig(block)
+	must.NoError(t, err)
+	return Encode(m)
 }
 
 func TestConfig_Defaults(t *testing.T) {
@@ -32,11 +40,11 @@ func TestConfig_Defaults(t *testing.T) {
   }
 }`)
 	must.NoError(t, err)
-	must.Eq(t, 30*time.Second, s.fingerprintPeriod)
-	must.Eq(t, 10*time.Second, s.statsPeriod)
-	must.Eq(t, "tank/nomad", s.slots.Parent)
-	must.SliceLen(t, 1, s.slots.Classes)
-	c := s.slots.Classes[0]
+	must.Eq(t, 30*time.Second, s.FingerprintPeriod)
+	must.Eq(t, 10*time.Second, s.StatsPeriod)
+	must.Eq(t, "tank/nomad", s.Slots.Parent)
+	must.SliceLen(t, 1, s.Slots.Classes)
+	c := s.Slots.Classes[0]
 	must.Eq(t, "scratch", c.Name)
 	must.Eq(t, 4, c.Slots)
 	must.Eq(t, uint64(10<<30), c.Quota)
@@ -48,10 +56,10 @@ func TestConfig_Defaults(t *testing.T) {
 	must.MapEmpty(t, c.Properties)
 	must.Eq(t, "archive", c.OnRelease)
 	must.Eq(t, "off", c.Restore)
-	must.Eq(t, 2*time.Minute, s.reserveTimeout)
-	must.Eq(t, allocwatch.Config{}, s.nomad)
+	must.Eq(t, 2*time.Minute, s.ReserveTimeout)
+	must.Eq(t, allocwatch.Config{}, s.Nomad)
 	must.Eq(t, retention.Rules{Classes: map[string]retention.Policy{"scratch": {Keep: retention.DefaultKeep}},
-		Default: retention.Policy{Keep: retention.DefaultKeep}, Headroom: 10 << 30}, s.retention)
+		Default: retention.Policy{Keep: retention.DefaultKeep}, Headroom: 10 << 30}, s.Retention)
 }
 
 func TestConfig_Retention(t *testing.T) {
@@ -85,12 +93,12 @@ func TestConfig_Retention(t *testing.T) {
 		Default:  retention.Policy{Keep: retention.DefaultKeep},
 		Quota:    200 << 30,
 		Headroom: 50 << 30, // the largest class that archives; "tmp" destroys
-	}, s.retention)
-	must.Eq(t, []string{"big", "state", "tmp"}, []string{s.slots.Classes[0].Name, s.slots.Classes[1].Name, s.slots.Classes[2].Name})
-	must.Eq(t, "off", s.slots.Classes[0].Restore)
-	must.Eq(t, "required", s.slots.Classes[1].Restore)
-	must.Eq(t, "", s.backupDir)
-	must.Eq(t, map[string]bool{"state": true}, s.backupClasses)
+	}, s.Retention)
+	must.Eq(t, []string{"big", "state", "tmp"}, []string{s.Slots.Classes[0].Name, s.Slots.Classes[1].Name, s.Slots.Classes[2].Name})
+	must.Eq(t, "off", s.Slots.Classes[0].Restore)
+	must.Eq(t, "required", s.Slots.Classes[1].Restore)
+	must.Eq(t, "", s.BackupDir)
+	must.Eq(t, map[string]bool{"state": true}, s.BackupClasses)
 }
 
 func TestConfig_NomadBlockAndRelease(t *testing.T) {
@@ -112,9 +120,9 @@ func TestConfig_NomadBlockAndRelease(t *testing.T) {
   }
 }`)
 	must.NoError(t, err)
-	must.Eq(t, 45*time.Second, s.reserveTimeout)
-	must.Eq(t, allocwatch.Config{Address: "https://nomad.example:4646", TokenFile: token, TLSServerName: "client.global.nomad", NodeID: "abc"}, s.nomad)
-	must.Eq(t, "destroy", s.slots.Classes[0].OnRelease)
+	must.Eq(t, 45*time.Second, s.ReserveTimeout)
+	must.Eq(t, allocwatch.Config{Address: "https://nomad.example:4646", TokenFile: token, TLSServerName: "client.global.nomad", NodeID: "abc"}, s.Nomad)
+	must.Eq(t, "destroy", s.Slots.Classes[0].OnRelease)
 }
 
 func TestConfig_FullAndBothPropertySyntaxes(t *testing.T) {
@@ -141,18 +149,18 @@ func TestConfig_FullAndBothPropertySyntaxes(t *testing.T) {
   }
 }`)
 		must.NoError(t, err)
-		must.Eq(t, 5*time.Second, s.fingerprintPeriod)
-		must.Eq(t, time.Minute, s.statsPeriod)
-		must.SliceLen(t, 2, s.slots.Classes)
-		c := s.slots.Classes[0]
+		must.Eq(t, 5*time.Second, s.FingerprintPeriod)
+		must.Eq(t, time.Minute, s.StatsPeriod)
+		must.SliceLen(t, 2, s.Slots.Classes)
+		c := s.Slots.Classes[0]
 		must.Eq(t, "fast-1", c.Name)
 		must.Eq(t, "/data/fast", c.MountPath)
 		must.True(t, c.ReadOnly)
 		must.Eq(t, 0, c.UID)
 		must.Eq(t, os.FileMode(0o700), c.Mode)
 		must.Eq(t, map[string]string{"compression": "lz4", "recordsize": "1M"}, c.Properties)
-		must.Eq(t, uint64(1<<30), s.slots.Classes[1].Quota)
-		must.Eq(t, 0, s.slots.Classes[1].Slots)
+		must.Eq(t, uint64(1<<30), s.Slots.Classes[1].Quota)
+		must.Eq(t, 0, s.Slots.Classes[1].Slots)
 	}
 }
 
@@ -377,14 +385,14 @@ func TestConfig_Invalid(t *testing.T) {
 }
 
 func TestConfig_SchemaRejectsMissingRequired(t *testing.T) {
-	_, err := devicetest.EncodeConfig(configSpec, `config {
+	_, err := encode(t, `config {
   class "a" {
     slots = 1
     quota = "1G"
   }
 }`)
 	must.ErrorContains(t, err, "parent_dataset")
-	_, err = devicetest.EncodeConfig(configSpec, `config {
+	_, err = encode(t, `config {
   parent_dataset = "tank/nomad"
   class "a" {
     quota = "1G"
@@ -419,11 +427,11 @@ func TestConfig_ClassesKeepTheirOwnProperties(t *testing.T) {
   }
 }`)
 	must.NoError(t, err)
-	must.SliceLen(t, 4, s.slots.Classes)
-	must.Eq(t, map[string]string{"compression": "on"}, s.slots.Classes[0].Properties)
-	must.MapEmpty(t, s.slots.Classes[1].Properties)
-	must.Eq(t, map[string]string{"atime": "off"}, s.slots.Classes[2].Properties)
-	must.Eq(t, map[string]string{"recordsize": "64K"}, s.slots.Classes[3].Properties)
+	must.SliceLen(t, 4, s.Slots.Classes)
+	must.Eq(t, map[string]string{"compression": "on"}, s.Slots.Classes[0].Properties)
+	must.MapEmpty(t, s.Slots.Classes[1].Properties)
+	must.Eq(t, map[string]string{"atime": "off"}, s.Slots.Classes[2].Properties)
+	must.Eq(t, map[string]string{"recordsize": "64K"}, s.Slots.Classes[3].Properties)
 }
 
 func TestConfig_Telemetry(t *testing.T) {
@@ -465,7 +473,7 @@ func TestConfig_Telemetry(t *testing.T) {
 				return
 			}
 			must.NoError(t, err)
-			must.Eq(t, tc.want, s.metricsAddress)
+			must.Eq(t, tc.want, s.MetricsAddress)
 		})
 	}
 }

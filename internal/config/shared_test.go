@@ -1,4 +1,4 @@
-package device
+package config
 
 import (
 	"testing"
@@ -33,11 +33,11 @@ func TestConfig_SharedClass(t *testing.T) {
 	must.Eq(t, []shared.Class{
 		{Name: "models", Dataset: "tank/models", Slots: 16, MountPath: "/models", ReadOnly: true},
 		{Name: "rw", Dataset: "other/cache", Slots: 2, MountPath: "/zfs/rw", ReadOnly: false},
-	}, s.shared)
+	}, s.Shared)
 	// Shared classes are not the slot manager's, and keep no archives.
-	must.SliceLen(t, 1, s.slots.Classes)
-	must.Eq(t, "scratch", s.slots.Classes[0].Name)
-	must.MapNotContainsKey(t, s.retention.Classes, "models")
+	must.SliceLen(t, 1, s.Slots.Classes)
+	must.Eq(t, "scratch", s.Slots.Classes[0].Name)
+	must.MapNotContainsKey(t, s.Retention.Classes, "models")
 }
 
 func TestConfig_SharedClassInvalid(t *testing.T) {
@@ -97,7 +97,7 @@ func TestConfig_Source(t *testing.T) {
   }
 }`)
 	must.NoError(t, err)
-	c := s.slots.Classes[0]
+	c := s.Slots.Classes[0]
 	must.Eq(t, "tank/golden/ci@v42", c.Source)
 	must.Eq(t, "destroy", c.OnRelease, must.Sprint("a class with a source does not archive"))
 
@@ -141,10 +141,10 @@ func TestConfig_Encryption(t *testing.T) {
   }
 }`)
 	must.NoError(t, err)
-	must.Eq(t, DefaultKeyDir, s.slots.KeyDir)
-	must.True(t, s.slots.Classes[1].Encrypted)
-	must.False(t, s.slots.Classes[0].Encrypted)
-	must.True(t, s.encrypted)
+	must.Eq(t, DefaultKeyDir, s.Slots.KeyDir)
+	must.True(t, s.Slots.Classes[1].Encrypted)
+	must.False(t, s.Slots.Classes[0].Encrypted)
+	must.True(t, s.Encrypted)
 
 	// key_dir stays known without an encrypted class: keys of datasets
 	// made while one was encrypted are removed with them.
@@ -157,8 +157,8 @@ func TestConfig_Encryption(t *testing.T) {
   }
 }`)
 	must.NoError(t, err)
-	must.Eq(t, "/srv/keys", s.slots.KeyDir)
-	must.False(t, s.encrypted)
+	must.Eq(t, "/srv/keys", s.Slots.KeyDir)
+	must.False(t, s.Encrypted)
 
 	for _, tc := range []struct{ name, block, wantErr string }{
 		{"relative key_dir", `config {

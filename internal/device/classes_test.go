@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -46,56 +45,49 @@ func TestPlugin_SharedAndGoldenClasses(t *testing.T) {
   }
 }`, parent, models, source)
 	}
-	p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-	err := p.SetConfig(encode(t, p, block(gold+"@nope")))
+	p := serve(t, &zfs.Runner{})
+	err := p.SetConfig(block(gold + "@nope"))
 	must.ErrorContains(t, err, fmt.Sprintf(`class "ci": source = "%s@nope": no such snapshot`, gold))
-	must.NoError(t, p.SetConfig(encode(t, p, block(gold+"@v1"))))
+	must.NoError(t, p.SetConfig(block(gold+"@v1")))
+
+	groups := next(t, fingerprint(t, p), 60*time.Second)
+	g := group(t, groups, "models")
+	must.True(t, g.GetAttributes()["shared"].GetBoolVal())
+	must.True(t, g.GetAttributes()["read_only"].GetBoolVal())
+	must.SliceLen(t, 2, g.GetDevices())
+	for _, d := range g.GetDevices() {
+		must.True(t, d.GetHealthy(), must.Sprint(d.GetHealthDescription()))
+	}
+	mustProtoEq(t, boolAttr(false), group(t, groups, "ci").GetAttributes()["shared"])
+
+	res, err := p.Reserve("models-1")
+	must.NoError(t, err)
+	must.SliceLen(t, 1, res.GetMounts())
+	must.Eq(t, "/zfs/models", res.GetMounts()[0].GetTaskPath())
+	must.Eq(t, pool.Prop(t, models, "mountpoint"), res.GetMounts()[0].GetHostPath())
+	must.True(t, res.GetMounts()[0].GetReadOnly())
+	must.Eq(t, models, res.GetEnvs()["ZFS_MODELS_DATASET"])
+
+	res, err = p.Reserve("ci-0")
+	must.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(res.GetMounts()[0].GetHostPath(), "seed.txt"))
+	must.NoError(t, err)
+	must.Eq(t, "golden", string(b))
+	must.Eq(t, gold+"@v1", pool.Prop(t, res.GetEnvs()["ZFS_CI_DATASET"], "origin"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := p.Fingerprint(ctx)
-	must.NoError(t, err)
-	fp := recvFingerprint(t, ch, 60*time.Second)
-	g := group(t, fp.Devices, "models")
-	must.True(t, *g.Attributes["shared"].Bool)
-	must.True(t, *g.Attributes["read_only"].Bool)
-	must.SliceLen(t, 2, g.Devices)
-	for _, d := range g.Devices {
-		must.True(t, d.Healthy, must.Sprint(d.HealthDesc))
-	}
-	must.False(t, *group(t, fp.Devices, "ci").Attributes["shared"].Bool)
-
-	res, err := p.Reserve([]string{"models-1"})
-	must.NoError(t, err)
-	must.SliceLen(t, 1, res.Mounts)
-	must.Eq(t, "/zfs/models", res.Mounts[0].TaskPath)
-	must.Eq(t, pool.Prop(t, models, "mountpoint"), res.Mounts[0].HostPath)
-	must.True(t, res.Mounts[0].ReadOnly)
-	must.Eq(t, models, res.Envs["ZFS_MODELS_DATASET"])
-
-	res, err = p.Reserve([]string{"ci-0"})
-	must.NoError(t, err)
-	b, err := os.ReadFile(filepath.Join(res.Mounts[0].HostPath, "seed.txt"))
-	must.NoError(t, err)
-	must.Eq(t, "golden", string(b))
-	must.Eq(t, gold+"@v1", pool.Prop(t, res.Envs["ZFS_CI_DATASET"], "origin"))
-
 	stats, err := p.Stats(ctx, 100*time.Millisecond)
 	must.NoError(t, err)
-	select {
-	case st := <-stats:
-		var found bool
-		for _, sg := range st.Groups {
-			if sg.Name == "models" {
-				found = true
-				must.MapLen(t, 2, sg.InstanceStats)
-				must.Positive(t, *sg.InstanceStats["models-0"].Summary.IntNumeratorVal)
-			}
+	var found bool
+	for _, sg := range devicetest.Next(t, stats, 30*time.Second).GetGroups() {
+		if sg.GetName() == "models" {
+			found = true
+			must.MapLen(t, 2, sg.GetInstanceStats())
+			must.Positive(t, sg.GetInstanceStats()["models-0"].GetSummary().GetIntNumeratorVal().GetValue())
 		}
-		must.True(t, found, must.Sprint("stats of the shared class"))
-	case <-time.After(30 * time.Second):
-		t.Fatal("no stats")
 	}
+	must.True(t, found, must.Sprint("stats of the shared class"))
 }
 
 // An encrypted class: on zfs-fuse SetConfig refuses it, naming the class
@@ -117,8 +109,8 @@ func TestPlugin_EncryptedClass(t *testing.T) {
     encryption = true
   }
 }`, parent, keys)
-	p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-	err := p.SetConfig(encode(t, p, block))
+	p := serve(t, &zfs.Runner{})
+	err := p.SetConfig(block)
 	if _, kernel := os.Stat("/dev/zfs"); kernel != nil {
 		must.ErrorContains(t, err, `class "secret": encryption = true: this ZFS (zfs-fuse) has no native encryption`)
 		must.Eq(t, "", pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent)[len(parent)+1:], must.Sprint("a refused config changes nothing"))
@@ -129,20 +121,16 @@ func TestPlugin_EncryptedClass(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, os.FileMode(0o700), fi.Mode().Perm())
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := p.Fingerprint(ctx)
+	secret := group(t, next(t, fingerprint(t, p), 60*time.Second), "secret")
+	must.True(t, secret.GetDevices()[0].GetHealthy(), must.Sprint(secret.GetDevices()[0].GetHealthDescription()))
+	must.True(t, secret.GetAttributes()["encrypted"].GetBoolVal())
+	res, err := p.Reserve("secret-0")
 	must.NoError(t, err)
-	fp := recvFingerprint(t, ch, 60*time.Second)
-	must.True(t, group(t, fp.Devices, "secret").Devices[0].Healthy, must.Sprint(group(t, fp.Devices, "secret").Devices[0].HealthDesc))
-	must.True(t, *group(t, fp.Devices, "secret").Attributes["encrypted"].Bool)
-	res, err := p.Reserve([]string{"secret-0"})
-	must.NoError(t, err)
-	ds := res.Envs["ZFS_SECRET_DATASET"]
+	ds := res.GetEnvs()["ZFS_SECRET_DATASET"]
 	must.NotEq(t, "off", pool.Prop(t, ds, "encryption"))
 	must.FileExists(t, filepath.Join(keys, pool.Prop(t, ds, "nomad-device-zfs:key-id")+".key"))
 
 	must.NoError(t, os.Chmod(keys, 0o755))
-	p2 := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-	must.ErrorContains(t, p2.SetConfig(encode(t, p2, block)), fmt.Sprintf(`key_dir = %q: %s has mode 0755`, keys, keys))
+	p2 := serve(t, &zfs.Runner{})
+	must.ErrorContains(t, p2.SetConfig(block), fmt.Sprintf(`key_dir = %q: %s has mode 0755`, keys, keys))
 }

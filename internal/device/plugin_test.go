@@ -8,13 +8,14 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
-	nomaddevice "github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
 	"github.com/shoenig/test/must"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -41,98 +42,159 @@ func configBlock(parent, extra string) string {
 }`, parent, extra)
 }
 
-func encode(t *testing.T, p nomaddevice.DevicePlugin, block string) *base.Config {
+// serve is a new plugin on the real zfs, served in the test's process
+// over real gRPC.
+func serve(t *testing.T, runner *zfs.Runner) *devicetest.Client {
 	t.Helper()
-	spec, err := p.ConfigSchema()
+	return serveLogged(t, hclog.NewNullLogger(), runner)
+}
+
+// serveLogged is serve with the plugin's log going to log.
+func serveLogged(t *testing.T, log hclog.Logger, runner *zfs.Runner) *devicetest.Client {
+	t.Helper()
+	p := device.New(log, runner)
+	t.Cleanup(p.Close)
+	return devicetest.Serve(t, p)
+}
+
+// fingerprint opens the fingerprint stream for the rest of the test.
+func fingerprint(t *testing.T, c *devicetest.Client) *devicetest.Stream[*nomadproto.FingerprintResponse] {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := c.Fingerprint(ctx)
 	must.NoError(t, err)
-	b, err := devicetest.EncodeConfig(spec, block)
-	must.NoError(t, err)
-	return &base.Config{PluginConfig: b, ApiVersion: nomaddevice.ApiVersion010}
+	return st
 }
 
-func recvFingerprint(t *testing.T, ch <-chan *nomaddevice.FingerprintResponse, within time.Duration) *nomaddevice.FingerprintResponse {
+// fingerprintErr is why a fingerprint stream opened now ends at once; it
+// fails the test when the stream sends a fingerprint.
+func fingerprintErr(t *testing.T, c *devicetest.Client) error {
 	t.Helper()
-	select {
-	case fp, ok := <-ch:
-		must.True(t, ok, must.Sprint("fingerprint stream closed"))
-		must.NoError(t, fp.Error)
-		return fp
-	case <-time.After(within):
-		t.Fatalf("no fingerprint within %s", within)
+	st := fingerprint(t, c)
+	for fp := range st.C {
+		t.Fatalf("a fingerprint: %v", fp)
 	}
-	return nil
+	return st.Err()
 }
 
-func group(t *testing.T, groups []*nomaddevice.DeviceGroup, name string) *nomaddevice.DeviceGroup {
+func next(t *testing.T, st *devicetest.Stream[*nomadproto.FingerprintResponse], within time.Duration) []*nomadproto.DeviceGroup {
 	t.Helper()
-	for _, g := range groups {
-		if g.Name == name {
-			return g
-		}
-	}
-	t.Fatalf("no device group %q", name)
-	return nil
+	return devicetest.Next(t, st, within).GetDeviceGroup()
 }
 
-// TestPlugin_OverGRPC launches the built binary as Nomad does and drives the
-// whole device API over real gRPC against a real pool.
+func group(t *testing.T, groups []*nomadproto.DeviceGroup, name string) *nomadproto.DeviceGroup {
+	t.Helper()
+	return devicetest.Group(t, groups, name)
+}
+
+func intAttr(v int64, unit string) *nomadproto.Attribute {
+	return &nomadproto.Attribute{Value: &nomadproto.Attribute_IntVal{IntVal: v}, Unit: unit}
+}
+
+func strAttr(v string) *nomadproto.Attribute {
+	return &nomadproto.Attribute{Value: &nomadproto.Attribute_StringVal{StringVal: v}}
+}
+
+func boolAttr(v bool) *nomadproto.Attribute {
+	return &nomadproto.Attribute{Value: &nomadproto.Attribute_BoolVal{BoolVal: v}}
+}
+
+// mustProtoEq fails unless want and got are the same message.
+func mustProtoEq(t *testing.T, want, got proto.Message) {
+	t.Helper()
+	must.True(t, proto.Equal(want, got), must.Sprintf("want %v\ngot  %v", want, got))
+}
+
+// TestPlugin_OverGRPC is the protocol test: it launches the built binary as
+// Nomad's agent does (go-plugin, Nomad's handshake) and drives every call of
+// the base and device services over real gRPC, with a client built from the
+// project's own protocol files, against a real pool: the calls that need a
+// configuration refuse before one, the schema makes the round trip (what
+// ConfigSchema sends is what the plugin decodes with), bad configs are
+// refused with the field named and change nothing, then Fingerprint,
+// Reserve and Stats.
 func TestPlugin_OverGRPC(t *testing.T) {
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)
 	p := devicetest.Launch(t, devicetest.BuildPlugin(t))
-
-	info, err := p.PluginInfo()
-	must.NoError(t, err)
-	must.Eq(t, "nomad-device-zfs", info.Name)
-	must.Eq(t, base.PluginTypeDevice, info.Type)
-
-	// Bad configs are rejected with the field named, and change nothing.
-	err = p.SetConfig(encode(t, p, configBlock(pool.Dataset("missing"), "")))
-	must.ErrorContains(t, err, fmt.Sprintf("parent_dataset %q does not exist", pool.Dataset("missing")))
-	err = p.SetConfig(encode(t, p, configBlock(parent, `stats_period = "never"`)))
-	must.ErrorContains(t, err, `stats_period = "never"`)
-	must.Eq(t, "", pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent)[len(parent)+1:])
-
-	must.NoError(t, p.SetConfig(encode(t, p, configBlock(parent, ""))))
-
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fpCh, err := p.Fingerprint(ctx)
+
+	info, err := p.Info()
 	must.NoError(t, err)
-	fp := recvFingerprint(t, fpCh, 60*time.Second)
-	must.SliceLen(t, 2, fp.Devices)
-	g := group(t, fp.Devices, "scratch")
-	must.Eq(t, "zfs", g.Vendor)
-	must.Eq(t, "dataset", g.Type)
-	must.SliceLen(t, 2, g.Devices)
-	for i, d := range g.Devices {
-		must.Eq(t, fmt.Sprintf("scratch-%d", i), d.ID)
-		must.True(t, d.Healthy, must.Sprintf("%s: %s", d.ID, d.HealthDesc))
+	must.Eq(t, "nomad-device-zfs", info.GetName())
+	must.Eq(t, nomadproto.PluginType_DEVICE, info.GetType())
+	must.Eq(t, []string{"v0.1.0"}, info.GetPluginApiVersions())
+	must.NotEq(t, "", info.GetPluginVersion())
+
+	// Before SetConfig: the device calls fail, saying why.
+	early, err := p.Fingerprint(ctx)
+	must.NoError(t, err)
+	for range early.C {
+		t.Fatal("a fingerprint before SetConfig")
 	}
-	must.Eq(t, structs.NewIntAttribute(64, structs.UnitMiB), g.Attributes["quota"])
-	must.Eq(t, structs.NewStringAttribute(pool.Name), g.Attributes["pool"])
-	must.Eq(t, structs.NewStringAttribute("/zfs/scratch"), g.Attributes["mount_path"])
-	must.Eq(t, structs.NewBoolAttribute(false), g.Attributes["read_only"])
-	must.Eq(t, structs.NewStringAttribute("off"), g.Attributes["restore"])
+	must.ErrorContains(t, early.Err(), "not configured")
+	_, err = p.Reserve("scratch-0")
+	must.ErrorContains(t, err, "not configured")
+	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{})
+	must.ErrorContains(t, err, "parent_dataset and a class are required")
+
+	// The schema's round trip: what the agent receives decodes to the
+	// schema the plugin reads SetConfig with.
+	schema, err := p.Base.ConfigSchema(ctx, &nomadproto.ConfigSchemaRequest{})
+	must.NoError(t, err)
+	mustProtoEq(t, config.Spec.Proto(), schema.GetSpec())
+	received, err := configspec.FromProto(schema.GetSpec())
+	must.NoError(t, err)
+	must.True(t, received.Type().Equals(config.Spec.Type()), must.Sprint(received.Type().GoString()))
+
+	// Bad configs are rejected with the field named, and change nothing.
+	err = p.SetConfig(configBlock(pool.Dataset("missing"), ""))
+	must.ErrorContains(t, err, fmt.Sprintf("parent_dataset %q does not exist", pool.Dataset("missing")))
+	err = p.SetConfig(configBlock(parent, `stats_period = "never"`))
+	must.ErrorContains(t, err, `stats_period = "never"`)
+	err = p.SetConfig(strings.Replace(configBlock(parent, ""), "slots      = 2", "slots      = 2.5", 1))
+	must.ErrorContains(t, err, `class["scratch"].slots = 2.5: want a whole number`)
+	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{MsgpackConfig: []byte{0x81, 0xa1, 'x', 0x01}})
+	must.ErrorContains(t, err, "nomad-device-zfs config: decoding the config")
+	must.Eq(t, "", pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent)[len(parent)+1:])
+
+	must.NoError(t, p.SetConfig(configBlock(parent, "")))
+
+	fps, err := p.Fingerprint(ctx)
+	must.NoError(t, err)
+	groups := next(t, fps, 60*time.Second)
+	must.SliceLen(t, 2, groups)
+	g := group(t, groups, "scratch")
+	must.Eq(t, "zfs", g.GetVendor())
+	must.Eq(t, "dataset", g.GetDeviceType())
+	must.SliceLen(t, 2, g.GetDevices())
+	for i, d := range g.GetDevices() {
+		must.Eq(t, fmt.Sprintf("scratch-%d", i), d.GetID())
+		must.True(t, d.GetHealthy(), must.Sprintf("%s: %s", d.GetID(), d.GetHealthDescription()))
+	}
 	// The unit lets `${device.attr.quota} >= 5 MiB` style constraints compare.
-	cmp, ok := g.Attributes["quota"].Compare(structs.NewIntAttribute(65536, structs.UnitKiB))
-	must.True(t, ok)
-	must.Eq(t, 0, cmp)
-	fast := group(t, fp.Devices, "fast-io")
-	must.Eq(t, structs.NewFloatAttribute(1000000.0/1024, structs.UnitKiB), fast.Attributes["quota"])
+	mustProtoEq(t, intAttr(64, "MiB"), g.GetAttributes()["quota"])
+	mustProtoEq(t, strAttr(pool.Name), g.GetAttributes()["pool"])
+	mustProtoEq(t, strAttr("/zfs/scratch"), g.GetAttributes()["mount_path"])
+	mustProtoEq(t, boolAttr(false), g.GetAttributes()["read_only"])
+	mustProtoEq(t, strAttr("off"), g.GetAttributes()["restore"])
+	fast := group(t, groups, "fast-io")
+	mustProtoEq(t, &nomadproto.Attribute{Value: &nomadproto.Attribute_FloatVal{FloatVal: 1000000.0 / 1024}, Unit: "KiB"}, fast.GetAttributes()["quota"])
 
 	// One ID: the class mount path.
-	res, err := p.Reserve([]string{"fast-io-0"})
+	res, err := p.Reserve("fast-io-0")
 	must.NoError(t, err)
-	must.SliceLen(t, 1, res.Mounts)
+	must.SliceLen(t, 1, res.GetMounts())
 	mp := pool.Prop(t, pool.Dataset("nomad/fast-io/0"), "mountpoint")
-	must.Eq(t, &nomaddevice.Mount{TaskPath: "/data/fast", HostPath: mp, ReadOnly: true}, res.Mounts[0])
+	mustProtoEq(t, &nomadproto.Mount{TaskPath: "/data/fast", HostPath: mp, ReadOnly: true}, res.GetMounts()[0])
 	must.Eq(t, map[string]string{
 		"ZFS_FAST_IO_DATASET":   pool.Dataset("nomad/fast-io/0"),
 		"ZFS_FAST_IO_PATH":      "/data/fast",
 		"ZFS_FAST_IO_HOST_PATH": mp,
-	}, res.Envs)
+	}, res.GetEnvs())
 	// Handed over with no zfs command: the dataset stays armed by this run
 	// (slots/armed.go) until the handover is recorded behind the Reserve
 	// (here with no owner: no Nomad API answers), state reserved.
@@ -141,44 +203,44 @@ func TestPlugin_OverGRPC(t *testing.T) {
 
 	// Several IDs: mount_path/0, mount_path/1 in the order of the slots'
 	// indexes, whatever order Nomad gives (it comes from a map).
-	res, err = p.Reserve([]string{"scratch-1", "scratch-0"})
+	res, err = p.Reserve("scratch-1", "scratch-0")
 	must.NoError(t, err)
-	must.SliceLen(t, 2, res.Mounts)
+	must.SliceLen(t, 2, res.GetMounts())
 	mp0 := pool.Prop(t, pool.Dataset("nomad/scratch/0"), "mountpoint")
 	mp1 := pool.Prop(t, pool.Dataset("nomad/scratch/1"), "mountpoint")
-	must.Eq(t, &nomaddevice.Mount{TaskPath: "/zfs/scratch/0", HostPath: mp0}, res.Mounts[0])
-	must.Eq(t, &nomaddevice.Mount{TaskPath: "/zfs/scratch/1", HostPath: mp1}, res.Mounts[1])
-	must.Eq(t, pool.Dataset("nomad/scratch/0"), res.Envs["ZFS_SCRATCH_DATASET"])
-	must.Eq(t, "/zfs/scratch/0", res.Envs["ZFS_SCRATCH_PATH"])
-	must.Eq(t, pool.Dataset("nomad/scratch/1"), res.Envs["ZFS_SCRATCH_1_DATASET"])
-	must.Eq(t, "/zfs/scratch/1", res.Envs["ZFS_SCRATCH_1_PATH"])
-	must.Eq(t, mp1, res.Envs["ZFS_SCRATCH_1_HOST_PATH"])
-	must.MapLen(t, 9, res.Envs)
+	mustProtoEq(t, &nomadproto.Mount{TaskPath: "/zfs/scratch/0", HostPath: mp0}, res.GetMounts()[0])
+	mustProtoEq(t, &nomadproto.Mount{TaskPath: "/zfs/scratch/1", HostPath: mp1}, res.GetMounts()[1])
+	envs := res.GetEnvs()
+	must.Eq(t, pool.Dataset("nomad/scratch/0"), envs["ZFS_SCRATCH_DATASET"])
+	must.Eq(t, "/zfs/scratch/0", envs["ZFS_SCRATCH_PATH"])
+	must.Eq(t, pool.Dataset("nomad/scratch/1"), envs["ZFS_SCRATCH_1_DATASET"])
+	must.Eq(t, "/zfs/scratch/1", envs["ZFS_SCRATCH_1_PATH"])
+	must.Eq(t, mp1, envs["ZFS_SCRATCH_1_HOST_PATH"])
+	must.MapLen(t, 9, envs)
 
-	_, err = p.Reserve([]string{"scratch-7"})
+	_, err = p.Reserve("scratch-7")
 	must.ErrorContains(t, err, `unknown device ID "scratch-7"`)
-	_, err = p.Reserve([]string{"scratch-0", "fast-io-0"})
+	_, err = p.Reserve("scratch-0", "fast-io-0")
 	must.ErrorContains(t, err, "different classes")
 
-	statsCh, err := p.Stats(ctx, 100*time.Millisecond)
+	stats, err := p.Stats(ctx, 100*time.Millisecond)
 	must.NoError(t, err)
-	select {
-	case st := <-statsCh:
-		must.NoError(t, st.Error)
-		must.SliceLen(t, 2, st.Groups)
-		for _, g := range st.Groups {
-			if g.Name != "scratch" {
-				continue
-			}
-			must.MapLen(t, 2, g.InstanceStats)
-			s := g.InstanceStats["scratch-0"]
-			must.Eq(t, int64(64<<20), *s.Summary.IntDenominatorVal)
-			must.Positive(t, *s.Summary.IntNumeratorVal)
-			must.MapContainsKeys(t, s.Stats.Attributes, []string{"used", "available", "referenced", "compressratio"})
+	sr := devicetest.Next(t, stats, 30*time.Second)
+	must.SliceLen(t, 2, sr.GetGroups())
+	var seen bool
+	for _, g := range sr.GetGroups() {
+		if g.GetName() != "scratch" {
+			continue
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no stats within 30s")
+		seen = true
+		must.MapLen(t, 2, g.GetInstanceStats())
+		s := g.GetInstanceStats()["scratch-0"]
+		must.Eq(t, int64(64<<20), s.GetSummary().GetIntDenominatorVal().GetValue())
+		must.Positive(t, s.GetSummary().GetIntNumeratorVal().GetValue())
+		must.MapContainsKeys(t, s.GetStats().GetAttributes(), []string{"used", "available", "referenced", "compressratio"})
+		must.False(t, s.GetTimestamp().AsTime().IsZero())
 	}
+	must.True(t, seen, must.Sprint("stats of the scratch class"))
 }
 
 // TestPlugin_FingerprintOnlyOnChange: after the first fingerprint nothing is
@@ -188,23 +250,20 @@ func TestPlugin_FingerprintOnlyOnChange(t *testing.T) {
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)
-	p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-	must.NoError(t, p.SetConfig(encode(t, p, configBlock(parent, ""))))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := p.Fingerprint(ctx)
-	must.NoError(t, err)
-	fp := recvFingerprint(t, ch, 60*time.Second)
+	p := serve(t, &zfs.Runner{})
+	must.NoError(t, p.SetConfig(configBlock(parent, "")))
+	fps := fingerprint(t, p)
+	groups := next(t, fps, 60*time.Second)
 	// No Nomad agent answers here: the first release pass finds that it
 	// cannot tell whether a token sees every namespace, and every device
 	// says so. That change is sent once.
-	for !strings.Contains(group(t, fp.Devices, "scratch").Devices[0].HealthDesc, "warning: cannot tell whether the Nomad token sees every namespace") {
-		fp = recvFingerprint(t, ch, 30*time.Second)
+	for !strings.Contains(group(t, groups, "scratch").GetDevices()[0].GetHealthDescription(), "warning: cannot tell whether the Nomad token sees every namespace") {
+		groups = next(t, fps, 30*time.Second)
 	}
 
 	select {
-	case fp := <-ch:
-		t.Fatalf("unexpected fingerprint with nothing changed: %+v", fp.Devices[0])
+	case fp := <-fps.C:
+		t.Fatalf("unexpected fingerprint with nothing changed: %v", fp)
 	case <-time.After(1500 * time.Millisecond): // five fingerprint periods
 	}
 
@@ -212,16 +271,14 @@ func TestPlugin_FingerprintOnlyOnChange(t *testing.T) {
 	// not do: the plugin mounts it again before the next fingerprint).
 	slot := pool.Dataset("nomad/scratch/1")
 	pool.ZFS(t, "set", "nomad-device-zfs:state=bogus", slot)
-	fp = recvFingerprint(t, ch, 30*time.Second)
-	d := group(t, fp.Devices, "scratch").Devices[1]
-	must.False(t, d.Healthy)
-	must.StrContains(t, d.HealthDesc, `unknown state "bogus"`)
-	_, err = p.Reserve([]string{"scratch-1"})
+	d := group(t, next(t, fps, 30*time.Second), "scratch").GetDevices()[1]
+	must.False(t, d.GetHealthy())
+	must.StrContains(t, d.GetHealthDescription(), `unknown state "bogus"`)
+	_, err := p.Reserve("scratch-1")
 	must.ErrorContains(t, err, "cannot be reserved")
 
 	pool.ZFS(t, "set", "nomad-device-zfs:state=free", slot)
-	fp = recvFingerprint(t, ch, 30*time.Second)
-	must.True(t, group(t, fp.Devices, "scratch").Devices[1].Healthy)
+	must.True(t, group(t, next(t, fps, 30*time.Second), "scratch").GetDevices()[1].GetHealthy())
 }
 
 // TestPlugin_StatsServedFromCache: Nomad asks every interval; ZFS is read at
@@ -232,35 +289,54 @@ func TestPlugin_StatsServedFromCache(t *testing.T) {
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)
 	runner := &zfs.Runner{}
-	p := device.New(hclog.NewNullLogger(), runner)
-	must.NoError(t, p.SetConfig(encode(t, p, configBlock(parent, `fingerprint_period = "1h"`))))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	fpCh, err := p.Fingerprint(ctx)
-	must.NoError(t, err)
-	recvFingerprint(t, fpCh, 60*time.Second)
+	p := serve(t, runner)
+	must.NoError(t, p.SetConfig(configBlock(parent, `fingerprint_period = "1h"`)))
+	next(t, fingerprint(t, p), 60*time.Second)
 	runs := runner.Runs()
 
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	st, err := p.Stats(ctx, 20*time.Millisecond)
 	must.NoError(t, err)
 	for i := 0; i < 20; i++ {
-		select {
-		case r := <-st:
-			must.NoError(t, r.Error)
-			must.SliceLen(t, 2, r.Groups)
-		case <-time.After(10 * time.Second):
-			t.Fatal("stats stream stalled")
-		}
+		must.SliceLen(t, 2, devicetest.Next(t, st, 10*time.Second).GetGroups())
 	}
 	must.Eq(t, runs, runner.Runs(), must.Sprint("stats within stats_period must not run zfs"))
 }
 
+// TestPlugin_NotConfigured: the device calls before SetConfig fail, saying
+// why, and so does a SetConfig with nothing in it. Nomad ends a plugin
+// whose fingerprint stream fails; it never calls one before SetConfig.
 func TestPlugin_NotConfigured(t *testing.T) {
-	p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-	_, err := p.Fingerprint(context.Background())
+	p := serve(t, &zfs.Runner{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, open := range []func() (error, error){
+		func() (error, error) {
+			st, err := p.Fingerprint(ctx)
+			if err != nil {
+				return err, nil
+			}
+			for range st.C {
+			}
+			return nil, st.Err()
+		},
+		func() (error, error) {
+			st, err := p.Stats(ctx, time.Second)
+			if err != nil {
+				return err, nil
+			}
+			for range st.C {
+			}
+			return nil, st.Err()
+		},
+	} {
+		openErr, streamErr := open()
+		must.NoError(t, openErr)
+		must.ErrorContains(t, streamErr, "not configured")
+	}
+	_, err := p.Reserve("scratch-0")
 	must.ErrorContains(t, err, "not configured")
-	_, err = p.Reserve([]string{"scratch-0"})
-	must.ErrorContains(t, err, "not configured")
-	err = p.SetConfig(&base.Config{})
+	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{})
 	must.ErrorContains(t, err, "parent_dataset and a class are required")
 }

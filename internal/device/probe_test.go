@@ -2,7 +2,6 @@ package device_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -79,23 +77,22 @@ func TestSetConfig_ProbeRefusedProperties(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := pool.Dataset(fmt.Sprintf("nomad%d", i))
 			pool.ZFS(t, "create", parent)
-			p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-			err := p.SetConfig(encode(t, p, tunedOnly(parent, `compression = "on", `+tc.props)))
+			p := serve(t, &zfs.Runner{})
+			err := p.SetConfig(tunedOnly(parent, `compression = "on", `+tc.props))
 			for _, w := range tc.want {
 				must.ErrorContains(t, err, w)
 			}
 			must.ErrorContains(t, err, fmt.Sprintf("cannot create '%s/.probe-", parent)) // ZFS's message
 			must.Eq(t, []string{parent}, under(t, pool, parent))
-			_, err = p.Fingerprint(context.Background())
-			must.ErrorContains(t, err, "not configured")
+			must.ErrorContains(t, fingerprintErr(t, p), "not configured")
 		})
 	}
 
 	t.Run("accepted properties", func(t *testing.T) {
 		parent := pool.Dataset("valid")
 		pool.ZFS(t, "create", parent)
-		p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
-		must.NoError(t, p.SetConfig(encode(t, p, configBlock(parent, tunedClass(`compression = "on", atime = "off"`)))))
+		p := serve(t, &zfs.Runner{})
+		must.NoError(t, p.SetConfig(configBlock(parent, tunedClass(`compression = "on", atime = "off"`))))
 		must.Eq(t, []string{parent}, under(t, pool, parent))
 	})
 }
@@ -170,15 +167,14 @@ func TestSetConfig_ProbeFaults(t *testing.T) {
 			pool.ZFS(t, "create", parent)
 			var logs syncBuffer
 			log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error})
-			p := device.New(log, &zfs.Runner{ZFS: faultyZFS(t, tc.verb, tc.message)})
-			err := p.SetConfig(encode(t, p, configBlock(parent, "")))
+			p := serveLogged(t, log, &zfs.Runner{ZFS: faultyZFS(t, tc.verb, tc.message)})
+			err := p.SetConfig(configBlock(parent, ""))
 			must.Error(t, err)
 			for _, w := range tc.want {
 				must.ErrorContains(t, err, w)
 			}
 			must.StrNotContains(t, err.Error(), "refused it")
-			_, ferr := p.Fingerprint(context.Background())
-			must.ErrorContains(t, ferr, "not configured")
+			must.ErrorContains(t, fingerprintErr(t, p), "not configured")
 
 			left := under(t, pool, parent)
 			if !tc.leftProbe {

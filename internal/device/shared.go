@@ -4,9 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
-
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -25,26 +23,26 @@ func (p *Plugin) refreshShared(ctx context.Context) {
 
 // sharedGroups builds one device group per shared class with slots. All
 // of a class's instances share its dataset's health.
-func sharedGroups(states []shared.State) []*device.DeviceGroup {
-	var groups []*device.DeviceGroup
+func sharedGroups(states []shared.State) []*nomadproto.DeviceGroup {
+	var groups []*nomadproto.DeviceGroup
 	for _, st := range states {
 		c := st.Class
 		if c.Slots == 0 {
 			continue
 		}
-		g := &device.DeviceGroup{
-			Vendor: Vendor,
-			Type:   DeviceType,
-			Name:   c.Name,
-			Attributes: map[string]*structs.Attribute{
-				"shared":     structs.NewBoolAttribute(true),
-				"pool":       structs.NewStringAttribute(zfs.PoolOf(c.Dataset)),
-				"mount_path": structs.NewStringAttribute(c.MountPath),
-				"read_only":  structs.NewBoolAttribute(c.ReadOnly),
+		g := &nomadproto.DeviceGroup{
+			Vendor:     Vendor,
+			DeviceType: DeviceType,
+			DeviceName: c.Name,
+			Attributes: map[string]*nomadproto.Attribute{
+				"shared":     boolAttribute(true),
+				"pool":       stringAttribute(zfs.PoolOf(c.Dataset)),
+				"mount_path": stringAttribute(c.MountPath),
+				"read_only":  boolAttribute(c.ReadOnly),
 			},
 		}
 		for _, id := range shared.IDs(c) {
-			g.Devices = append(g.Devices, &device.Device{ID: id, Healthy: st.Healthy, HealthDesc: st.Why})
+			g.Devices = append(g.Devices, &nomadproto.DetectedDevice{ID: id, Healthy: st.Healthy, HealthDescription: st.Why})
 		}
 		groups = append(groups, g)
 	}
@@ -53,14 +51,14 @@ func sharedGroups(states []shared.State) []*device.DeviceGroup {
 
 // sharedStats reports the one dataset of each shared class for every
 // instance: used over used plus available.
-func sharedStats(states []shared.State, now time.Time) []*device.DeviceGroupStats {
-	var groups []*device.DeviceGroupStats
+func sharedStats(states []shared.State, now time.Time) []*nomadproto.DeviceGroupStats {
+	var groups []*nomadproto.DeviceGroupStats
 	for _, st := range states {
 		c, u := st.Class, st.Usage
 		if c.Slots == 0 {
 			continue
 		}
-		g := &device.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*device.DeviceStats{}}
+		g := &nomadproto.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*nomadproto.DeviceStats{}}
 		for _, id := range shared.IDs(c) {
 			g.InstanceStats[id] = datasetStats(u.Used, u.Available, u.Referenced, u.CompressRatio, u.Used+u.Available,
 				"used by the shared dataset over used plus available", "the shared dataset", now)

@@ -1,60 +1,68 @@
 package device
 
-// The device statistics Nomad streams: usage per slot, read from ZFS at
-// most once per stats_period.
+// Stats: usage per slot, read from ZFS at most once per stats_period and
+// streamed at the interval Nomad asks for.
 
 import (
-	"context"
+	"fmt"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
-// Stats is called by Nomad once; the stream lives until ctx is done and
-// Nomad expects a message every interval (one second by default). ZFS is
-// read at most once per stats_period; cached figures are served in between.
-func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.StatsResponse, error) {
+// Stats is called by Nomad once; the stream lives until Nomad ends it, and
+// Nomad expects a message every collection interval (one second when it
+// gives none). ZFS is read at most once per stats_period; cached figures
+// are served in between. Called before SetConfig, it fails at once.
+func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlugin_StatsServer) error {
 	if _, err := p.current(); err != nil {
-		return nil, err
+		return err
 	}
-	if interval <= 0 {
-		interval = time.Second
+	interval := time.Second
+	if d := req.GetCollectionInterval(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return fmt.Errorf("collection_interval: %w", err)
+		}
+		if d.AsDuration() > 0 {
+			interval = d.AsDuration()
+		}
 	}
-	ch := make(chan *device.StatsResponse)
-	go p.statsLoop(ctx, interval, ch)
-	return ch, nil
-}
-
-func (p *Plugin) statsLoop(ctx context.Context, interval time.Duration, ch chan<- *device.StatsResponse) {
-	defer close(ch)
+	ctx := stream.Context()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-timer.C:
 		}
 		s, _ := p.current()
-		if err := p.slots.RefreshIfOlder(ctx, s.statsPeriod); err != nil {
+		if err := p.slots.RefreshIfOlder(ctx, s.StatsPeriod); err != nil {
 			p.log.Warn("stats refresh failed; serving the last figures", "error", err)
 		}
 		now := time.Now()
-		select {
-		case ch <- &device.StatsResponse{Groups: append(statsGroups(s, p.slots.Slots(), now), sharedStats(p.shared.States(), now)...)}:
-		case <-ctx.Done():
-			return
+		groups := append(statsGroups(s, p.slots.Slots(), now), sharedStats(p.shared.States(), now)...)
+		// Send blocks while the agent does not read, and fails once the
+		// stream has ended (ctx done): then the loop ends.
+		if err := stream.Send(&nomadproto.StatsResponse{Groups: groups}); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		}
 		timer.Reset(interval)
 	}
 }
 
-func statsGroups(s settings, all []slots.Slot, now time.Time) []*device.DeviceGroupStats {
-	var groups []*device.DeviceGroupStats
-	for _, c := range s.slots.Classes {
-		g := &device.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*device.DeviceStats{}}
+func statsGroups(s config.Settings, all []slots.Slot, now time.Time) []*nomadproto.DeviceGroupStats {
+	var groups []*nomadproto.DeviceGroupStats
+	for _, c := range s.Slots.Classes {
+		g := &nomadproto.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*nomadproto.DeviceStats{}}
 		for _, sl := range all {
 			if sl.Class != c.Name {
 				continue
@@ -72,20 +80,18 @@ func statsGroups(s settings, all []slots.Slot, now time.Time) []*device.DeviceGr
 // datasetStats is one instance's stats: a dataset's space figures, with
 // used over denom as the summary; what names the dataset in the
 // descriptions.
-func datasetStats(used, available, referenced uint64, ratio float64, denom uint64, summary, what string, now time.Time) *device.DeviceStats {
-	return &device.DeviceStats{
-		Summary: &structs.StatValue{IntNumeratorVal: intPtr(used), IntDenominatorVal: intPtr(denom), Unit: "bytes", Desc: summary},
-		Stats: &structs.StatObject{Attributes: map[string]*structs.StatValue{
-			"used":          {IntNumeratorVal: intPtr(used), Unit: "bytes", Desc: "space used by " + what + " and its snapshots"},
-			"available":     {IntNumeratorVal: intPtr(available), Unit: "bytes", Desc: "space left to " + what},
-			"referenced":    {IntNumeratorVal: intPtr(referenced), Unit: "bytes", Desc: "space referenced by " + what},
-			"compressratio": {FloatNumeratorVal: &ratio, Unit: "x", Desc: "compression ratio"},
-		}},
-		Timestamp: now,
+func datasetStats(used, available, referenced uint64, ratio float64, denom uint64, summary, what string, now time.Time) *nomadproto.DeviceStats {
+	bytes := func(v uint64, desc string) *nomadproto.StatValue {
+		return &nomadproto.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(v)), Unit: "bytes", Desc: desc}
 	}
-}
-
-func intPtr(v uint64) *int64 {
-	i := int64(v)
-	return &i
+	return &nomadproto.DeviceStats{
+		Summary: &nomadproto.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(used)), IntDenominatorVal: wrapperspb.Int64(int64(denom)), Unit: "bytes", Desc: summary},
+		Stats: &nomadproto.StatObject{Attributes: map[string]*nomadproto.StatValue{
+			"used":          bytes(used, "space used by "+what+" and its snapshots"),
+			"available":     bytes(available, "space left to "+what),
+			"referenced":    bytes(referenced, "space referenced by "+what),
+			"compressratio": {FloatNumeratorVal: wrapperspb.Double(ratio), Unit: "x", Desc: "compression ratio"},
+		}},
+		Timestamp: timestamppb.New(now),
+	}
 }

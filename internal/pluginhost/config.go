@@ -3,46 +3,29 @@ package pluginhost
 import (
 	"fmt"
 
-	"github.com/hashicorp/hcl"
-	"github.com/hashicorp/hcl/hcl/ast"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
-	"github.com/zclconf/go-cty/cty/msgpack"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 )
 
 // EncodeConfig turns the HCL of a `config { ... }` block, as an operator
 // writes it in the agent's plugin block, into the msgpack bytes that Nomad
-// passes to SetConfig. Like the agent, it parses HCL1 into a generic map,
-// decodes that with the plugin's schema, and msgpack-encodes the result.
-func EncodeConfig(spec *hclspec.Spec, configBlock string) ([]byte, error) {
-	root, err := hcl.Parse(configBlock)
+// passes to SetConfig, given the schema as the plugin's ConfigSchema
+// returned it. Like the agent, it parses HCL1 into a generic map, decodes
+// that with the plugin's schema (defaults filled in), and msgpack-encodes
+// the result.
+func EncodeConfig(schema *nomadproto.Spec, configBlock string) ([]byte, error) {
+	spec, err := configspec.FromProto(schema)
 	if err != nil {
-		return nil, fmt.Errorf("parsing HCL: %w", err)
+		return nil, err
 	}
-	list, ok := root.Node.(*ast.ObjectList)
-	if !ok || len(list.Items) != 1 {
-		return nil, fmt.Errorf("want exactly one config block")
+	block, err := agentconfig.ParseConfig(configBlock)
+	if err != nil {
+		return nil, err
 	}
-	var m map[string]interface{}
-	if err := hcl.DecodeObject(&m, list.Items[0]); err != nil {
-		return nil, fmt.Errorf("decoding HCL: %w", err)
+	val, err := configspec.FromAgent(spec, block)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the config with the plugin's schema: %w", err)
 	}
-	raw := m["config"]
-	// HCL1 yields a list of one object per block.
-	if l, ok := raw.([]map[string]interface{}); ok && len(l) == 1 {
-		raw = l[0]
-	}
-	if raw == nil {
-		raw = map[string]interface{}{}
-	}
-	decSpec, diags := hclspecutils.Convert(spec)
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("converting schema: %s", diags.Error())
-	}
-	val, diags, errs := hclutils.ParseHclInterface(raw, decSpec, nil)
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("decoding config with the plugin schema: %v", errs)
-	}
-	return msgpack.Marshal(val, val.Type())
+	return configspec.Encode(val)
 }

@@ -1,8 +1,8 @@
 // Package pluginhost drives the plugin binary the way a Nomad client does,
 // without an agent: it builds the binary, launches it over go-plugin with
-// Nomad's handshake (gRPC only), and encodes configuration as the agent
-// does. The benchmarks use it directly; tests use it through
-// internal/device/devicetest. It has no dependency on package testing.
+// Nomad's handshake (gRPC only, internal/nomadplugin), and encodes
+// configuration as the agent does. The benchmarks use it directly; tests
+// use it through internal/device/devicetest. It imports no test library.
 package pluginhost
 
 import (
@@ -13,9 +13,8 @@ import (
 	"sync"
 
 	hclog "github.com/hashicorp/go-hclog"
-	plugin "github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/device"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 )
 
 // Package is the import path of the plugin's main package.
@@ -39,51 +38,12 @@ func BuildPackage(ctx context.Context, pkg, what, out string, flags ...string) e
 	return nil
 }
 
-// Plugin is a plugin process launched by Launch.
-type Plugin struct {
-	// Device is the device plugin, over gRPC.
-	Device device.DevicePlugin
-	// PID is the plugin process's.
-	PID int
-
-	client *plugin.Client
-}
-
-// Kill stops the plugin process (by the PID go-plugin started) and returns
-// once it has exited. It is safe to call more than once.
-func (p *Plugin) Kill() { p.client.Kill() }
-
-// Launch starts the plugin binary bin as a Nomad client does and returns
-// once the device plugin answers over gRPC. The plugin's log goes to
-// logger. On error no process is left running; on success the caller
-// stops it with Kill.
-func Launch(bin string, logger hclog.Logger) (*Plugin, error) {
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig: base.Handshake,
-		Plugins: map[string]plugin.Plugin{
-			base.PluginTypeBase:   &base.PluginBase{},
-			base.PluginTypeDevice: &device.PluginDevice{},
-		},
-		Cmd:              exec.Command(bin),
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           logger,
-	})
-	rpc, err := client.Client()
-	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("launching %s: %w", bin, err)
-	}
-	raw, err := rpc.Dispense(base.PluginTypeDevice)
-	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("dispensing the device plugin: %w", err)
-	}
-	dp, ok := raw.(device.DevicePlugin)
-	if !ok {
-		client.Kill()
-		return nil, fmt.Errorf("dispensed %T, not a device plugin", raw)
-	}
-	return &Plugin{Device: dp, PID: client.ReattachConfig().Pid, client: client}, nil
+// Launch starts the plugin binary bin as a Nomad client does (see
+// nomadplugin.Launch) and returns once its services answer. The plugin's
+// log goes to logger. On error no process is left running; on success the
+// caller stops it with Kill.
+func Launch(bin string, logger hclog.Logger) (*nomadplugin.Process, error) {
+	return nomadplugin.Launch(bin, logger)
 }
 
 // LogBuffer collects a plugin's log for a logger's Output; go-plugin's

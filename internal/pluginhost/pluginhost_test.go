@@ -11,9 +11,9 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 )
 
@@ -35,10 +35,10 @@ func TestBuildLaunchKill(t *testing.T) {
 	must.Positive(t, p.PID)
 	must.NoError(t, syscall.Kill(p.PID, 0), must.Sprint("the plugin process runs"))
 
-	info, err := p.Device.PluginInfo()
+	info, err := p.Base.PluginInfo(ctx, &nomadproto.PluginInfoRequest{})
 	must.NoError(t, err)
-	must.EqOp(t, base.PluginTypeDevice, info.Type)
-	must.EqOp(t, "nomad-device-zfs", info.Name)
+	must.EqOp(t, nomadproto.PluginType_DEVICE, info.GetType())
+	must.EqOp(t, "nomad-device-zfs", info.GetName())
 
 	p.Kill()
 	p.Kill() // twice is fine

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
 )
@@ -121,10 +120,10 @@ func linkOrCopy(src, dst string) error {
 }
 
 // Launch starts the plugin binary the way a Nomad client does (go-plugin,
-// Nomad's handshake, gRPC only) and returns the device plugin client. The
-// plugin process is stopped at cleanup, and its log is shown when the test
+// Nomad's handshake, gRPC only) and returns a client of it. The plugin
+// process is stopped at cleanup, and its log is shown when the test
 // failed.
-func Launch(t testing.TB, bin string) device.DevicePlugin {
+func Launch(t testing.TB, bin string) *Client {
 	t.Helper()
 	logs := &pluginhost.LogBuffer{}
 	p, err := pluginhost.Launch(bin, hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Debug, Output: logs}))
@@ -137,5 +136,5 @@ func Launch(t testing.TB, bin string) device.DevicePlugin {
 			t.Logf("plugin log:\n%s", logs.String())
 		}
 	})
-	return p.Device
+	return &Client{Conn: p.Conn, t: t}
 }

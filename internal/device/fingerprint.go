@@ -1,0 +1,162 @@
+package device
+
+// Fingerprint: the device groups Nomad schedules on, one per class, sent at
+// once and then whenever they change.
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+)
+
+// Fingerprint is called by Nomad once after SetConfig; the stream lives
+// until Nomad ends it (or the plugin). The loop syncs the slots with ZFS at
+// start and then every fingerprint_period, and sends the device groups at
+// start and afterwards only when they changed. Transient faults (pool not
+// ONLINE, parent missing, zfs failing) are reported as unhealthy devices,
+// never as an error ending the stream, which would make Nomad kill the
+// plugin. Called before SetConfig, it fails at once.
+func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto.DevicePlugin_FingerprintServer) error {
+	if _, err := p.current(); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	p.startWatching(ctx)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last []*nomadproto.DeviceGroup
+	sent := false
+	for {
+		changed, sharedChanged := p.slots.Changed(), p.shared.Changed()
+		doSync := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			doSync = true
+		case <-changed:
+			// A release or a reservation changed a slot: send its health
+			// now rather than at the next period.
+		case <-sharedChanged:
+			// A Reserve found a shared dataset changed.
+		}
+		s, _ := p.current()
+		if doSync {
+			if err := p.slots.Sync(ctx); err != nil {
+				p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
+			}
+			if !p.shared.EverRead() {
+				p.refreshShared(ctx) // the first time; then shared.Run does
+			}
+			timer.Reset(s.FingerprintPeriod)
+		}
+		groups := append(deviceGroups(s, p.slots.Slots()), sharedGroups(p.shared.States())...)
+		if sent && sameGroups(groups, last) {
+			continue
+		}
+		// Send blocks while the agent does not read, and fails once the
+		// stream has ended (ctx done): then the loop ends.
+		if err := stream.Send(&nomadproto.FingerprintResponse{DeviceGroup: groups}); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		last, sent = groups, true
+		p.log.Debug("fingerprint sent", "groups", len(groups), "unhealthy", unhealthyIDs(groups))
+	}
+}
+
+// sameGroups reports whether two fingerprints say the same.
+func sameGroups(a, b []*nomadproto.DeviceGroup) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// unhealthyIDs lists, in order, the device IDs of groups that are not
+// healthy, for the log ("" when all are).
+func unhealthyIDs(groups []*nomadproto.DeviceGroup) string {
+	var ids []string
+	for _, g := range groups {
+		for _, d := range g.Devices {
+			if !d.Healthy {
+				ids = append(ids, d.ID)
+			}
+		}
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ",")
+}
+
+// deviceGroups builds one group per class with at least one slot. The result
+// depends only on configuration and health, not on usage, so that an
+// unchanged node sends no new fingerprint.
+func deviceGroups(s config.Settings, all []slots.Slot) []*nomadproto.DeviceGroup {
+	var groups []*nomadproto.DeviceGroup
+	for _, c := range s.Slots.Classes {
+		g := &nomadproto.DeviceGroup{
+			Vendor:     Vendor,
+			DeviceType: DeviceType,
+			DeviceName: c.Name,
+			Attributes: map[string]*nomadproto.Attribute{
+				"quota":      quotaAttribute(c.Quota),
+				"pool":       stringAttribute(s.Slots.Pool()),
+				"mount_path": stringAttribute(c.MountPath),
+				"read_only":  boolAttribute(c.ReadOnly),
+				"restore":    stringAttribute(orOff(c.Restore)),
+				"shared":     boolAttribute(false),
+				"encrypted":  boolAttribute(c.Encrypted),
+			},
+		}
+		for _, sl := range all {
+			if sl.Class == c.Name {
+				g.Devices = append(g.Devices, &nomadproto.DetectedDevice{ID: sl.ID, Healthy: sl.Healthy, HealthDescription: sl.HealthDesc})
+			}
+		}
+		if len(g.Devices) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	return groups
+}
+
+// The units Nomad's constraints know for bytes, by the power of two each is.
+var byteUnits = []struct {
+	name  string
+	shift uint
+}{{"PiB", 50}, {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}}
+
+// quotaAttribute expresses a byte count in the largest binary unit that
+// divides it exactly, so that constraints such as
+// `${device.attr.quota} >= 5 GiB` compare correctly. Nomad knows no plain
+// byte unit; a count that is not a multiple of 1 KiB is given in KiB as a
+// float.
+func quotaAttribute(b uint64) *nomadproto.Attribute {
+	for _, u := range byteUnits {
+		if b%(1<<u.shift) == 0 {
+			return &nomadproto.Attribute{Value: &nomadproto.Attribute_IntVal{IntVal: int64(b >> u.shift)}, Unit: u.name}
+		}
+	}
+	return &nomadproto.Attribute{Value: &nomadproto.Attribute_FloatVal{FloatVal: float64(b) / 1024}, Unit: "KiB"}
+}
+
+func stringAttribute(s string) *nomadproto.Attribute {
+	return &nomadproto.Attribute{Value: &nomadproto.Attribute_StringVal{StringVal: s}}
+}
+
+func boolAttribute(b bool) *nomadproto.Attribute {
+	return &nomadproto.Attribute{Value: &nomadproto.Attribute_BoolVal{BoolVal: b}}
+}

@@ -1,0 +1,16 @@
+// Package nomadproto is Nomad's device-plugin protocol as this project
+// reads it off the wire: the base service (PluginInfo, ConfigSchema,
+// SetConfig), the device service (Fingerprint and Stats streams, Reserve)
+// and the messages they carry (the config schema, attributes, statistics).
+//
+// The .proto files beside this file are the project's own text, written
+// from the wire format of Nomad's device API v0.1.0 (go-plugin protocol
+// version 2): what must match Nomad is the service and method names, the
+// proto package names (they are part of each method's path) and every
+// field's number and type. Message names are kept as Nomad spells them so
+// that a reader can set the two side by side; nothing else of Nomad's is
+// used. The Go files named *.pb.go are generated from them with protoc and
+// the standard Go generators: run `make proto` after an edit
+// (scripts/gen-proto.sh pins the tools); `make lint` fails when they are
+// out of date.
+package nomadproto
