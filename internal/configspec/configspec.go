@@ -155,19 +155,28 @@ func (b *block) keys() []string { return []string{b.name} }
 
 func (b *block) decode(body map[string]interface{}, at string) (cty.Value, error) {
 	where := join(at, b.name)
-	bodies, err := blocks(body[b.name], where)
-	if err != nil {
-		return cty.NilVal, err
+	content, err := single(body, b.name, where, b.required)
+	if err != nil || content == nil {
+		return cty.NullVal(b.Type()), err
 	}
+	return b.nested.decode(content, where)
+}
+
+// single is the content of the one block name in body: nil when there is
+// none (an error when required), an error when there are several.
+func single(body map[string]interface{}, name, where string, required bool) (map[string]interface{}, error) {
+	bodies, err := blocks(body[name], where)
 	switch {
-	case len(bodies) == 0 && b.required:
-		return cty.NilVal, fmt.Errorf("a %s block is required", where)
-	case len(bodies) == 0:
-		return cty.NullVal(b.Type()), nil
+	case err != nil:
+		return nil, err
+	case len(bodies) == 0 && required:
+		return nil, fmt.Errorf("a %s block is required", where)
 	case len(bodies) > 1:
-		return cty.NilVal, fmt.Errorf("%s: only one such block is allowed, found %d", where, len(bodies))
+		return nil, fmt.Errorf("%s: only one such block is allowed, found %d", where, len(bodies))
+	case len(bodies) == 0:
+		return nil, nil
 	}
-	return b.nested.decode(bodies[0], where)
+	return bodies[0], nil
 }
 
 // BlockMap reads any number of blocks name labelled `name "label" { ... }`
@@ -269,24 +278,16 @@ func (b *blockAttrs) keys() []string { return []string{b.name} }
 
 func (b *blockAttrs) decode(body map[string]interface{}, at string) (cty.Value, error) {
 	where := join(at, b.name)
-	bodies, err := blocks(body[b.name], where)
-	if err != nil {
-		return cty.NilVal, err
+	content, err := single(body, b.name, where, b.required)
+	if err != nil || content == nil {
+		return cty.NullVal(b.Type()), err
 	}
-	switch {
-	case len(bodies) == 0 && b.required:
-		return cty.NilVal, fmt.Errorf("a %s block is required", where)
-	case len(bodies) == 0:
-		return cty.NullVal(b.Type()), nil
-	case len(bodies) > 1:
-		return cty.NilVal, fmt.Errorf("%s: only one such block is allowed, found %d", where, len(bodies))
-	}
-	if len(bodies[0]) == 0 {
+	if len(content) == 0 {
 		return cty.MapValEmpty(b.elem), nil
 	}
-	vals := make(map[string]cty.Value, len(bodies[0]))
-	for _, k := range sortedKeys(bodies[0]) {
-		v, err := scalar(bodies[0][k], b.elem, join(where, k))
+	vals := make(map[string]cty.Value, len(content))
+	for _, k := range sortedKeys(content) {
+		v, err := scalar(content[k], b.elem, join(where, k))
 		if err != nil {
 			return cty.NilVal, err
 		}

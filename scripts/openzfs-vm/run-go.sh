@@ -19,10 +19,11 @@
 #
 # In the guest: CI=true (a test whose ZFS or Nomad is missing fails instead
 # of skipping), NOMAD_BIN = the host's Nomad, shared read-only,
-# NOMAD_DEVICE_ZFS_TEST_PLUGIN = the plugin built on the host. One test is
+# NOMAD_DEVICE_ZFS_TEST_PLUGIN = the plugin built on the host. Two tests are
 # left out, by name: e2e's TestDist (`make dist`: two cross-compilations of
-# the plugin and packaging, no ZFS in it; far too slow under emulation).
-# `make test` runs it on the host.
+# the plugin and packaging, no ZFS in it; far too slow under emulation) and
+# TestWire_AgentSendsTheGoldenConfig (it builds a capture plugin and checks
+# what the agent sends, no ZFS in it). `make test` runs them on the host.
 #
 # Env: GOTESTFLAGS (go test's flags, e.g. -v or -run X: passed to each test
 #      binary as -test.v, -test.run X), GOTEST_TIMEOUT (-test.timeout,
@@ -113,13 +114,13 @@ command -v go > /dev/null || die "no go on PATH"
 # encryption, usage, fault and mount-flag tests stay, and so do the two
 # Reserves that release and ready a slot themselves
 # (TestReserve_WaitsForTheRelease, _MadeForItsOwnerIsReadiedAfterARestart).
-VM_SKIP='^TestDist$' # see above; a -skip in GOTESTFLAGS replaces it
+VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig)$' # see above; a -skip in GOTESTFLAGS replaces it
 case $tests in
 all) pkgs=(./...) ;;
 ci)
 	pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
 		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./e2e/...)
-	VM_SKIP='^(TestDist|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_.*|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
+	VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_.*|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
 	;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
