@@ -77,6 +77,11 @@ func TestFromAgent(t *testing.T) {
 			},
 		},
 		{
+			name: "escaped template sequences read as the agent reads them",
+			body: map[string]interface{}{"name": "$${foo} %%{bar} $ % {}"},
+			want: map[string]cty.Value{"name": cty.StringVal("${foo} %{bar} $ % {}")},
+		},
+		{
 			name: "the agent's conversions: strings to numbers and bools, numbers to strings",
 			body: map[string]interface{}{"name": 7, "count": "12", "on": "false"},
 			want: map[string]cty.Value{"name": cty.StringVal("7"), "count": cty.NumberIntVal(12), "on": cty.False},
@@ -94,6 +99,9 @@ func TestFromAgent(t *testing.T) {
 			{"a": []map[string]interface{}{{"slots": 1}}}, {"a": []map[string]interface{}{{"slots": 2}}}}},
 			wantErr: `class "a": defined more than once`},
 		{name: "a value for a block", body: map[string]interface{}{"name": "x", "net": "a"}, wantErr: `net: want a block, got "a"`},
+		{name: "a template the agent would evaluate or refuse", body: map[string]interface{}{"name": "/data/${NOMAD_ALLOC_ID}"},
+			wantErr: `name = "/data/${NOMAD_ALLOC_ID}": the string holds an HCL template`},
+		{name: "a template directive", body: map[string]interface{}{"name": "%{ if true }x%{ endif }"}, wantErr: "the string holds an HCL template"},
 		{name: "a value in a property block", body: map[string]interface{}{"name": "x", "class": map[string]interface{}{
 			"a": map[string]interface{}{"slots": 1, "props": map[string]interface{}{"k": []interface{}{"v"}}}}},
 			wantErr: `class "a": props.k: want a string`},
@@ -190,7 +198,13 @@ func TestDecode(t *testing.T) {
 	must.NoError(t, err)
 	b, err = Encode(half)
 	must.NoError(t, err)
-	must.ErrorContains(t, Decode(spec, b, &got), `class["a"].slots = 2.5: want a whole number`)
+	must.ErrorContains(t, Decode(spec, b, &got), `class "a": slots = 2.5: want a whole number`)
+
+	huge, err := FromAgent(spec, map[string]interface{}{"name": "x", "class": map[string]interface{}{"a": map[string]interface{}{"slots": "99999999999999999999999"}}})
+	must.NoError(t, err)
+	b, err = Encode(huge)
+	must.NoError(t, err)
+	must.ErrorContains(t, Decode(spec, b, &got), `class "a": slots = 99999999999999999999999: out of range`)
 
 	must.ErrorContains(t, Decode(spec, nil, &got), "no config was sent")
 	must.ErrorContains(t, Decode(spec, []byte{0xc1}, &got), "decoding the config")

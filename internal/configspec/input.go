@@ -1,7 +1,9 @@
 package configspec
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
@@ -71,7 +73,11 @@ func scalar(raw interface{}, t cty.Type, at string) (cty.Value, error) {
 	var v cty.Value
 	switch x := raw.(type) {
 	case string:
-		v = cty.StringVal(x)
+		lit, err := literalString(x)
+		if err != nil {
+			return cty.NilVal, fmt.Errorf("%s = %q: %w", at, x, err)
+		}
+		v = cty.StringVal(lit)
 	case bool:
 		v = cty.BoolVal(x)
 	case int:
@@ -85,9 +91,37 @@ func scalar(raw interface{}, t cty.Type, at string) (cty.Value, error) {
 	}
 	out, err := convert.Convert(v, t)
 	if err != nil {
-		return cty.NilVal, fmt.Errorf("%s = %s: want a %s", at, describe(raw), t.FriendlyName())
+		return cty.NilVal, fmt.Errorf("%s = %s: want a %s: %w", at, describe(raw), t.FriendlyName(), err)
 	}
 	return out, nil
+}
+
+// ErrTemplate is the error for a string holding an HCL template sequence.
+var ErrTemplate = errors.New("the string holds an HCL template (${ or %{), which this reading does not evaluate; write the value literally")
+
+// literalString is a string value as the agent reads it: Nomad's agent
+// reads every string of a plugin block as an HCL template, in which $${
+// stands for ${ and %%{ for %{. A string with a template sequence (${ or
+// %{) is refused: the agent would evaluate it, or refuse it (a variable),
+// and this package does neither.
+func literalString(s string) (string, error) {
+	if !strings.Contains(s, "${") && !strings.Contains(s, "%{") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case strings.HasPrefix(s[i:], "$${"), strings.HasPrefix(s[i:], "%%{"):
+			b.WriteByte(s[i])
+			b.WriteByte('{')
+			i += 2
+		case strings.HasPrefix(s[i:], "${"), strings.HasPrefix(s[i:], "%{"):
+			return "", ErrTemplate
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String(), nil
 }
 
 // describe names a decoded value for an error.

@@ -5,7 +5,6 @@ import (
 	"math/big"
 	"reflect"
 	"sort"
-	"strings"
 
 	"github.com/zclconf/go-cty/cty"
 	ctymsgpack "github.com/zclconf/go-cty/cty/msgpack"
@@ -79,9 +78,12 @@ func assign(val cty.Value, dst reflect.Value, at string) error {
 		dst.SetBool(val.True())
 	case dst.Kind() == reflect.Int && t == cty.Number:
 		bf := val.AsBigFloat()
-		i, acc := bf.Int64()
-		if acc != big.Exact || !bf.IsInt() || int64(int(i)) != i {
+		if !bf.IsInt() {
 			return fmt.Errorf("%s = %s: want a whole number", name(at), bf.Text('g', -1))
+		}
+		i, acc := bf.Int64()
+		if acc != big.Exact || int64(int(i)) != i {
+			return fmt.Errorf("%s = %s: out of range", name(at), bf.Text('f', 0))
 		}
 		dst.SetInt(i)
 	case dst.Kind() == reflect.Float64 && t == cty.Number:
@@ -94,7 +96,7 @@ func assign(val cty.Value, dst reflect.Value, at string) error {
 		for it := val.ElementIterator(); it.Next(); {
 			k, v := it.Element()
 			e := reflect.New(dst.Type().Elem()).Elem()
-			if err := assign(v, e, fmt.Sprintf("%s[%q]", at, k.AsString())); err != nil {
+			if err := assign(v, e, fmt.Sprintf("%s %q", at, k.AsString())); err != nil {
 				return err
 			}
 			m.SetMapIndex(reflect.ValueOf(k.AsString()).Convert(dst.Type().Key()), e)
@@ -123,9 +125,9 @@ func assignStruct(val cty.Value, dst reflect.Value, at string) error {
 	for _, k := range names {
 		i, ok := fields[k]
 		if !ok {
-			return fmt.Errorf("%s: no field takes it", name(strings.TrimPrefix(at+"."+k, ".")))
+			return fmt.Errorf("%s: no field takes it", join(at, k))
 		}
-		if err := assign(val.GetAttr(k), dst.Field(i), strings.TrimPrefix(at+"."+k, ".")); err != nil {
+		if err := assign(val.GetAttr(k), dst.Field(i), join(at, k)); err != nil {
 			return err
 		}
 	}

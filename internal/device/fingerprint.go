@@ -32,8 +32,8 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 	defer timer.Stop()
 	var last []*nomadproto.DeviceGroup
 	sent := false
+	changed, sharedChanged := p.slots.Changed(), p.shared.Changed()
 	for {
-		changed, sharedChanged := p.slots.Changed(), p.shared.Changed()
 		doSync := false
 		select {
 		case <-ctx.Done():
@@ -56,6 +56,10 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 			}
 			timer.Reset(s.FingerprintPeriod)
 		}
+		// The next change is watched for before the slots are read, so
+		// that a change landing after the read, while Send waits on the
+		// agent, wakes the loop at once rather than at the next period.
+		changed, sharedChanged = p.slots.Changed(), p.shared.Changed()
 		groups := append(deviceGroups(s, p.slots.Slots()), sharedGroups(p.shared.States())...)
 		if sent && sameGroups(groups, last) {
 			continue

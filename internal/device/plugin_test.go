@@ -156,7 +156,7 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	err = p.SetConfig(configBlock(parent, `stats_period = "never"`))
 	must.ErrorContains(t, err, `stats_period = "never"`)
 	err = p.SetConfig(strings.Replace(configBlock(parent, ""), "slots      = 2", "slots      = 2.5", 1))
-	must.ErrorContains(t, err, `class["scratch"].slots = 2.5: want a whole number`)
+	must.ErrorContains(t, err, `class "scratch": slots = 2.5: want a whole number`)
 	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{MsgpackConfig: []byte{0x81, 0xa1, 'x', 0x01}})
 	must.ErrorContains(t, err, "nomad-device-zfs config: decoding the config")
 	must.Eq(t, "", pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent)[len(parent)+1:])

@@ -104,8 +104,9 @@ func (s *Stream[T]) Err() error {
 	return s.err
 }
 
-// recv starts reading a server stream into a Stream until it ends.
-func recv[T any](recvOne func() (T, error)) *Stream[T] {
+// recv starts reading a server stream into a Stream until it ends or ctx
+// (the stream's) is done; a message nobody reads by then is dropped.
+func recv[T any](ctx context.Context, recvOne func() (T, error)) *Stream[T] {
 	ch := make(chan T)
 	s := &Stream[T]{C: ch}
 	go func() {
@@ -120,7 +121,11 @@ func recv[T any](recvOne func() (T, error)) *Stream[T] {
 				}
 				return
 			}
-			ch <- m
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	return s
@@ -134,7 +139,7 @@ func (c *Client) Fingerprint(ctx context.Context) (*Stream[*nomadproto.Fingerpri
 	if err != nil {
 		return nil, err
 	}
-	return recv(st.Recv), nil
+	return recv(ctx, st.Recv), nil
 }
 
 // Stats opens the stats stream at interval until ctx is done.
@@ -143,7 +148,7 @@ func (c *Client) Stats(ctx context.Context, interval time.Duration) (*Stream[*no
 	if err != nil {
 		return nil, err
 	}
-	return recv(st.Recv), nil
+	return recv(ctx, st.Recv), nil
 }
 
 // Next returns the stream's next message within the time given; it fails
