@@ -100,9 +100,13 @@ type Plugin struct {
 }
 
 // NewPlugin returns an unconfigured in-process plugin that runs zfs through
-// r and logs nothing, served until Close.
+// r and logs nothing, served until Close. Its view of the node's
+// allocations is a Tenants with none (no Nomad runs here): Adopt makes the
+// datasets an earlier plugin armed its own, as a restarted plugin's first
+// pass does with Nomad's answer.
 func NewPlugin(r *zfs.Runner) (*Plugin, error) {
 	local := device.New(hclog.NewNullLogger(), r)
+	local.UseAllocations(NewTenants())
 	conn, stop, err := nomadplugin.Connect(local)
 	if err != nil {
 		local.Close()
@@ -114,6 +118,17 @@ func NewPlugin(r *zfs.Runner) (*Plugin, error) {
 // Settle returns once no slot work runs in the background (releases,
 // spares being made), or with ctx's error (device.Plugin.Settle).
 func (p *Plugin) Settle(ctx context.Context) error { return p.local.Settle(ctx) }
+
+// Adopt runs one release pass and waits for what it started: the fresh
+// datasets an earlier run armed, which nobody holds, become this plugin's
+// to hand over (internal/slots/armed.go). Call it after the first
+// fingerprint; it is the restarted plugin's first pass, untimed.
+func (p *Plugin) Adopt(ctx context.Context) error {
+	if err := p.local.ReleaseEnded(ctx); err != nil {
+		return err
+	}
+	return p.local.Settle(ctx)
+}
 
 // Close ends the gRPC server, and with it every stream still open (the
 // fingerprint stream's end stops the plugin's background parts), and the

@@ -213,6 +213,22 @@ func (h *sizeRun) reserve(ctx context.Context) error {
 		return err
 	}
 	stop()
+	if err := p.Adopt(ctx); err != nil { // the earlier runs' armed datasets
+		return err
+	}
+
+	// The floor's `zfs set` goes to the slots' datasets, as they are named
+	// now: a release (the step before) leaves a slot's dataset under a new
+	// name.
+	out, err := h.floor.ZFSCmd(ctx, "list", "-H", "-o", "name", "-d", "1", SlotsConfig(h.parent, h.n).ClassDataset(ClassName))
+	if err != nil {
+		return err
+	}
+	datasets := strings.Fields(strings.TrimSpace(string(out)))
+	if len(datasets) < 2 {
+		return fmt.Errorf("no slot datasets listed under %s: %q", SlotsConfig(h.parent, h.n).ClassDataset(ClassName), out)
+	}
+	datasets = datasets[1:] // the class dataset itself comes first
 
 	// The same number of properties, none of them the plugin's own.
 	props := benchProps(SlotsConfig(h.parent, h.n).Classes[0].SlotProps())
@@ -240,7 +256,7 @@ func (h *sizeRun) reserve(ctx context.Context) error {
 		}
 		doSet := func() error {
 			start := time.Now()
-			_, err := h.floor.ZFSCmd(ctx, "set", "zfsbench:probe=x", SlotDataset(h.parent, i))
+			_, err := h.floor.ZFSCmd(ctx, "set", "zfsbench:probe=x", datasets[k%len(datasets)])
 			sets = append(sets, time.Since(start))
 			return err
 		}

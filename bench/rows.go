@@ -65,8 +65,12 @@ func (h *sizeRun) addCountRow(key, measure string, seen []Counts, floor Counts, 
 		}
 	}
 	f := float64(floor.Total())
-	ratio := round2(float64(worst.Total()) / f)
-	h.rows = append(h.rows, Row{Key: key, Measure: measure, Unit: "processes", Plugin: float64(worst.Total()), Floor: &f, Ratio: &ratio,
+	var ratio *float64 // none when the floor is no process at all
+	if f > 0 {
+		r := round2(float64(worst.Total()) / f)
+		ratio = &r
+	}
+	h.rows = append(h.rows, Row{Key: key, Measure: measure, Unit: "processes", Plugin: float64(worst.Total()), Floor: &f, Ratio: ratio,
 		Target: target, PluginSamples: samples,
 		Note:  fmt.Sprintf("counting wrapper, %d calls: %s", len(seen), strings.Join(uniq(all), " | ")),
 		judge: func(Row, bool) string { return verdict }})

@@ -60,6 +60,9 @@ type Plugin struct {
 	settings config.Settings // replaced by SetConfig
 	set      bool
 	watching bool // the background parts run (start.go)
+	// standIn, when set (UseAllocations), is the node's allocations in
+	// place of the Nomad API: no watcher and no release loop start.
+	standIn slots.Nomad
 	// caps is what the ZFS does beyond the common subset, probed once by
 	// the first SetConfig (capsKnown).
 	caps      zfs.Capabilities
@@ -124,6 +127,26 @@ func (p *Plugin) Close() { p.metrics.Close(p.log.Named("metrics")) }
 // being made), or with ctx's error. Nomad never calls it; the benchmarks
 // do, so that one measurement does not run into the last one's work.
 func (p *Plugin) Settle(ctx context.Context) error { return p.slots.Wait(ctx) }
+
+// UseAllocations makes a the plugin's source of the node's allocations in
+// place of the Nomad API its configuration names. Nomad never calls it; the
+// benchmarks give an in-process plugin a stand-in (bench.Tenants), so that
+// a plugin started after another adopts the datasets the earlier run armed,
+// as it does with Nomad's answer (internal/slots/armed.go). With a stand-in
+// the plugin starts no allocation watcher and no release loop: the caller
+// runs the passes (ReleaseEnded).
+func (p *Plugin) UseAllocations(a slots.Nomad) {
+	p.mu.Lock()
+	p.standIn = a
+	p.mu.Unlock()
+	p.slots.SetNomad(a)
+}
+
+// ReleaseEnded runs one release pass now, as the release loop does at each
+// change of the node's allocations: it releases the slots of ended
+// allocations and adopts an earlier run's armed datasets that nobody holds.
+// Nomad never calls it; the benchmarks do, with UseAllocations.
+func (p *Plugin) ReleaseEnded(ctx context.Context) error { return p.slots.ReleaseEnded(ctx) }
 
 // PluginInfo is called by Nomad when it loads the plugin.
 func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {

@@ -17,7 +17,7 @@ import (
 // done. Without a watcher nothing is ever released.
 func (p *Plugin) startWatching(ctx context.Context) {
 	p.mu.Lock()
-	s := p.settings
+	s, standIn := p.settings, p.standIn
 	if p.watching {
 		p.mu.Unlock()
 		return
@@ -35,6 +35,9 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	go p.shared.Run(ctx, s.FingerprintPeriod, sharedReadTimeout)
 	go p.pruner.Run(ctx, RetentionPeriod)
 	go p.keeper.Run(ctx, RetentionPeriod)
+	if standIn != nil {
+		return // the caller runs the release passes (UseAllocations)
+	}
 
 	w, err := allocwatch.New(s.Nomad, p.log.Named("allocwatch"))
 	if err != nil {
