@@ -13,11 +13,12 @@ import (
 )
 
 // Reserve is called by Nomad when a task that asked for devices of one group
-// starts, with the instance IDs the scheduler picked. It marks the slots in
-// use (one zfs command per free slot, none on a repeated call) and returns
-// one bind mount per ID plus environment variables. A slot whose tenant has
-// ended is handed over as its spare (two zfs commands; the old dataset is
-// archived behind it), or, with no spare, released first: Reserve waits for
+// starts, with the instance IDs the scheduler picked. It hands the slots
+// over (no zfs command for a free slot: its dataset is armed, and the owner
+// is recorded behind the call) and returns one bind mount per ID plus
+// environment variables. A slot whose tenant has ended is handed over as
+// its spare (the old dataset archived behind it), or, with no spare,
+// released first: Reserve waits for
 // the fresh dataset up to reserve_timeout, then fails (Nomad's restart
 // policy retries). The work is bounded by reserve_timeout alone, as it
 // was before the call had a context: a Reserve is not cut short half-way
