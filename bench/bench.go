@@ -106,7 +106,9 @@ type Plugin struct {
 // pass does with Nomad's answer.
 func NewPlugin(r *zfs.Runner) (*Plugin, error) {
 	local := device.New(hclog.NewNullLogger(), r)
-	local.UseAllocations(NewTenants())
+	if err := local.UseAllocations(NewTenants()); err != nil {
+		return nil, err
+	}
 	conn, stop, err := nomadplugin.Connect(local)
 	if err != nil {
 		local.Close()

@@ -296,7 +296,7 @@ func (h *sizeRun) reserve(ctx context.Context) error {
 			}
 		}
 	}
-	note := fmt.Sprintf("%d Reserve calls on free slots, %d `zfs set` on the same datasets, interleaved; at most %d zfs processes from the Reserve's start to its return (Runner.Runs; the spare's create may start before it returns), waited for (untimed) before the next", len(reserves), len(sets), maxProcs)
+	note := fmt.Sprintf("%d Reserve calls on free slots, %d `zfs set` on the slots' datasets in turn, interleaved; at most %d zfs processes from the Reserve's start to its return (Runner.Runs; the spare's create may start before it returns), waited for (untimed) before the next", len(reserves), len(sets), maxProcs)
 	p50r, p50s := Median(reserves), Median(sets)
 	p99r, p99s := Percentile(reserves, 99), Percentile(sets, 99)
 	h.rows = append(h.rows,

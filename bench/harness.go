@@ -480,9 +480,10 @@ func (h *sizeRun) memory(ctx context.Context) error {
 		return err
 	}
 	// The launched plugin has no Nomad to prove that nobody holds the
-	// datasets an earlier run armed: the one it reserves is recorded free,
-	// as an earlier version made them (the plugin does the same when its
-	// views of Nomad are incomplete, internal/slots/armed.go disarmFree).
+	// datasets an earlier run armed (adoption, internal/slots/armed.go):
+	// the harness, which knows that no run ever handed this slot over,
+	// records it free by hand, the state an earlier build wrote, standing
+	// in for that proof.
 	if _, err := h.floor.ZFSCmd(ctx, "set", slots.PropState+"="+string(slots.StateFree), SlotDataset(h.parent, h.memoryIndex())); err != nil {
 		return err
 	}

@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -39,18 +42,20 @@ func TestPlugin_AStepAfterAnotherReservesItsSlots(t *testing.T) {
 	first := start(t, &zfs.Runner{}) // provisions: its run arms the datasets
 	first.Close()
 
+	// A stand-in comes before the background parts start, never after.
+	must.Error(t, firstStarted(t, block, n).UseAllocations(bench.NewTenants()))
+
+	// Either way the Reserve starts no zfs process: a slot adopted in
+	// memory is a fresh slot to this run, and the Reserve's own proof is a
+	// read of the stand-in and of the slot's root.
 	cases := []struct {
 		name  string
 		adopt bool
-		procs int64 // zfs processes the Reserve itself may start
 	}{
-		// The step's plugin runs its first pass before it is measured:
-		// the Reserve is a fresh slot's, with no command.
-		{name: "after the first pass", adopt: true, procs: 0},
-		// Without that pass the Reserve proves the slot unheld itself
-		// (a read of the stand-in, the root checked empty), still with
-		// no command.
-		{name: "on the Reserve's path", adopt: false, procs: 0},
+		// As every step of the sizes run: its plugin's first pass first.
+		{name: "after the first pass", adopt: true},
+		// Without that pass the Reserve proves the slot unheld itself.
+		{name: "on the Reserve's path", adopt: false},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,10 +69,26 @@ func TestPlugin_AStepAfterAnotherReservesItsSlots(t *testing.T) {
 			defer cancel()
 			res, err := bench.Reserve(rctx, p.Conn, bench.DeviceID(i))
 			must.NoError(t, err)
-			must.EqOp(t, tc.procs, r.Runs()-before)
+			must.EqOp(t, int64(0), r.Runs()-before)
 			must.SliceLen(t, 1, res.GetMounts())
 			must.True(t, bench.Mounted(res.GetMounts()[0].GetHostPath()))
 			must.NoError(t, p.Settle(ctx))
 		})
 	}
+}
+
+// firstStarted is a plugin of the bench's whose fingerprint stream has
+// begun, and with it the background parts.
+func firstStarted(t *testing.T, block string, n int) *device.Plugin {
+	t.Helper()
+	p := device.New(hclog.NewNullLogger(), &zfs.Runner{})
+	t.Cleanup(p.Close)
+	conn, stop, err := nomadplugin.Connect(p)
+	must.NoError(t, err)
+	t.Cleanup(stop)
+	must.NoError(t, bench.Configure(context.Background(), conn, block))
+	end, err := bench.FirstFingerprint(conn, n, 5*time.Minute)
+	must.NoError(t, err)
+	end()
+	return p
 }

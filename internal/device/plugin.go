@@ -134,12 +134,18 @@ func (p *Plugin) Settle(ctx context.Context) error { return p.slots.Wait(ctx) }
 // a plugin started after another adopts the datasets the earlier run armed,
 // as it does with Nomad's answer (internal/slots/armed.go). With a stand-in
 // the plugin starts no allocation watcher and no release loop: the caller
-// runs the passes (ReleaseEnded).
-func (p *Plugin) UseAllocations(a slots.Nomad) {
+// runs the passes (ReleaseEnded). It must come before the first
+// fingerprint stream: after it, the watcher may run, and it is refused.
+func (p *Plugin) UseAllocations(a slots.Nomad) error {
 	p.mu.Lock()
-	p.standIn = a
+	if p.watching {
+		p.mu.Unlock()
+		return errors.New("the plugin's background parts already run: a stand-in for the allocations must be given before the first fingerprint")
+	}
+	p.standIn = a // from here on, startWatching sets no other
 	p.mu.Unlock()
 	p.slots.SetNomad(a)
+	return nil
 }
 
 // ReleaseEnded runs one release pass now, as the release loop does at each

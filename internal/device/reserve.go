@@ -14,8 +14,8 @@ import (
 
 // Reserve is called by Nomad when a task that asked for devices of one group
 // starts, with the instance IDs the scheduler picked. It hands the slots
-// over (no zfs command for a free slot: its dataset is armed, and the owner
-// is recorded behind the call) and returns one bind mount per ID plus
+// over (no zfs command for a fresh armed slot, its owner recorded behind
+// the call; one zfs set for a free slot that is not armed) and returns one bind mount per ID plus
 // environment variables. A slot whose tenant has ended is handed over as
 // its spare (the old dataset archived behind it), or, with no spare,
 // released first: Reserve waits for
