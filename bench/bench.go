@@ -33,6 +33,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -75,7 +76,7 @@ func SlotsConfig(parent string, n int) slots.Config {
 }
 
 // DeviceID is the Nomad device ID of slot i of the bench class.
-func DeviceID(i int) string { return slots.DeviceID(ClassName, i) }
+func DeviceID(i int) string { return record.DeviceID(ClassName, i) }
 
 // SlotDataset is the dataset of slot i of the bench class under parent.
 func SlotDataset(parent string, i int) string {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
 // The churn scenario reads what happened inside the plugin and the Nomad
@@ -245,7 +245,7 @@ func stateMark(l logLine, slotPrefix, class string) (logRan, bool) {
 		return logRan{}, false
 	}
 	args := strings.Split(list, ", ")
-	if len(args) != 3 || args[0] != "set" || !strings.HasPrefix(args[1], slots.PropState+"=") {
+	if len(args) != 3 || args[0] != "set" || !strings.HasPrefix(args[1], record.PropState+"=") {
 		return logRan{}, false
 	}
 	i, ok := strings.CutPrefix(args[2], slotPrefix)
@@ -276,5 +276,5 @@ func logDuration(v string) (time.Duration, bool) {
 // deviceOf is the device ID of the slot whose dataset is leaf under the
 // class: its first name ("3") or its spare's ("3.alt").
 func deviceOf(class, leaf string) string {
-	return class + "-" + strings.TrimSuffix(leaf, slots.AltSuffix)
+	return class + "-" + strings.TrimSuffix(leaf, record.AltSuffix)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -484,7 +485,7 @@ func (h *sizeRun) memory(ctx context.Context) error {
 	// the harness, which knows that no run ever handed this slot over,
 	// records it free by hand, the state an earlier build wrote, standing
 	// in for that proof.
-	if _, err := h.floor.ZFSCmd(ctx, "set", slots.PropState+"="+string(slots.StateFree), SlotDataset(h.parent, h.memoryIndex())); err != nil {
+	if _, err := h.floor.ZFSCmd(ctx, "set", record.PropState+"="+string(record.StateFree), SlotDataset(h.parent, h.memoryIndex())); err != nil {
 		return err
 	}
 	plug, err := pluginhost.Launch(h.o.PluginBin, hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Error, Output: io.Discard}))

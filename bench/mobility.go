@@ -15,6 +15,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -207,7 +208,7 @@ func (r *MobilityResult) move(ctx context.Context, o MobilityOptions, logf func(
 		p   *sandbox.Pool
 		cfg slots.Config
 	}{{a, cfgA}, {b, cfgB}} {
-		if _, err := c.p.Runner.ZFSCmd(ctx, "create", "-o", slots.PropManaged+"="+slots.ManagedArchive, "-o", "canmount=noauto", c.cfg.ArchiveDataset()); err != nil {
+		if _, err := c.p.Runner.ZFSCmd(ctx, "create", "-o", record.PropManaged+"="+record.ManagedArchive, "-o", "canmount=noauto", c.cfg.ArchiveDataset()); err != nil {
 			return err
 		}
 	}
@@ -219,9 +220,9 @@ func (r *MobilityResult) move(ctx context.Context, o MobilityOptions, logf func(
 
 	var plugin, floor []time.Duration
 	for i := 0; i < o.Reps; i++ {
-		owner := slots.Owner{AllocID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+1), Namespace: "default",
+		owner := record.Owner{AllocID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+1), Namespace: "default",
 			Job: fmt.Sprintf("move%d", i), Group: "g", Task: "t", AllocName: fmt.Sprintf("move%d.g[0]", i)}
-		name := slots.ArchivedName(cfgA, "state", 0, owner, time.Now())
+		name := record.ArchivedName(cfgA.ArchiveDataset(), "state", 0, owner, time.Now())
 		if _, err := a.Runner.ZFSCmd(ctx, "create", name); err != nil {
 			return err
 		}
@@ -230,8 +231,8 @@ func (r *MobilityResult) move(ctx context.Context, o MobilityOptions, logf func(
 			return err
 		}
 		for _, args := range [][]string{{"unmount", name}, {"set", "canmount=noauto", name},
-			{"set", slots.PropManaged + "=" + slots.ManagedSlot, name}, {"set", slots.PropState + "=archived", name},
-			{"set", slots.PropOwner + "=" + owner.Encode(), name}} {
+			{"set", record.PropManaged + "=" + record.ManagedSlot, name}, {"set", record.PropState + "=archived", name},
+			{"set", record.PropOwner + "=" + owner.Encode(), name}} {
 			if _, err := a.Runner.ZFSCmd(ctx, args...); err != nil {
 				return err
 			}

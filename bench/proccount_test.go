@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
@@ -229,7 +230,7 @@ func newEnv(t *testing.T, n int) *env {
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	for _, s := range e.mgr.Slots() {
 		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
-		must.EqOp(t, slots.StateFree, s.State, must.Sprint(s.ID))
+		must.EqOp(t, record.StateFree, s.State, must.Sprint(s.ID))
 	}
 	return e
 }

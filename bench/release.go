@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -17,15 +18,15 @@ import (
 // not the Nomad API (the end-to-end tests use a real agent for that).
 type Tenants struct {
 	mu      sync.Mutex
-	holders map[string]slots.Owner // live holder, by device ID
-	ended   map[string]slots.Owner // by allocation ID
-	placed  map[string]bool        // allocation IDs placed whose task has not started
+	holders map[string]record.Owner // live holder, by device ID
+	ended   map[string]record.Owner // by allocation ID
+	placed  map[string]bool         // allocation IDs placed whose task has not started
 	seq     int
 }
 
 // NewTenants returns a Tenants with no allocation.
 func NewTenants() *Tenants {
-	return &Tenants{holders: map[string]slots.Owner{}, ended: map[string]slots.Owner{}, placed: map[string]bool{}}
+	return &Tenants{holders: map[string]record.Owner{}, ended: map[string]record.Owner{}, placed: map[string]bool{}}
 }
 
 // View implements slots.Nomad: every live holder is running with its task
@@ -51,7 +52,7 @@ func (t *Tenants) View(_ context.Context, _ time.Time) (*slots.View, error) {
 }
 
 // untasked is o as a view lists it: an allocation, not one of its tasks.
-func untasked(o slots.Owner) slots.Owner {
+func untasked(o record.Owner) record.Owner {
 	o.Task = ""
 	return o
 }
@@ -63,7 +64,7 @@ func (t *Tenants) Incomplete(context.Context) string { return "" }
 func (t *Tenants) Latest(ctx context.Context) (*slots.View, error) { return t.View(ctx, time.Time{}) }
 
 // Holds implements slots.Nomad: o holds ids when it is their holder.
-func (t *Tenants) Holds(_ context.Context, o slots.Owner, ids []string) error {
+func (t *Tenants) Holds(_ context.Context, o record.Owner, ids []string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
@@ -76,7 +77,7 @@ func (t *Tenants) Holds(_ context.Context, o slots.Owner, ids []string) error {
 
 // Gone implements slots.Nomad: an allocation is gone once End was called
 // for it (the view lists it as complete anyway).
-func (t *Tenants) Gone(_ context.Context, o slots.Owner) (bool, error) {
+func (t *Tenants) Gone(_ context.Context, o record.Owner) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.ended[o.AllocID]
@@ -84,11 +85,11 @@ func (t *Tenants) Gone(_ context.Context, o slots.Owner) (bool, error) {
 }
 
 // Hold makes a new allocation the holder of device id and returns it.
-func (t *Tenants) Hold(id string) slots.Owner {
+func (t *Tenants) Hold(id string) record.Owner {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seq++
-	o := slots.Owner{
+	o := record.Owner{
 		AllocID:   fmt.Sprintf("%08x-0000-4000-8000-000000000000", t.seq),
 		Namespace: "default", Job: "bench", Group: "group", Task: "task",
 		AllocName: fmt.Sprintf("bench.group[%d]", t.seq),
@@ -99,7 +100,7 @@ func (t *Tenants) Hold(id string) slots.Owner {
 
 // HoldAs makes a new allocation of bench.group[index] (the same identity
 // for the same index: a replacement) the holder of device id, and returns it.
-func (t *Tenants) HoldAs(id string, index int) slots.Owner {
+func (t *Tenants) HoldAs(id string, index int) record.Owner {
 	o := t.Hold(id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -111,7 +112,7 @@ func (t *Tenants) HoldAs(id string, index int) slots.Owner {
 // Next places a new allocation on device id whose task has not started,
 // as Nomad places the next tenant of a device whose holder has ended, and
 // returns it. Its Reserve gets the slot.
-func (t *Tenants) Next(id string) slots.Owner {
+func (t *Tenants) Next(id string) record.Owner {
 	o := t.Hold(id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,7 +121,7 @@ func (t *Tenants) Next(id string) slots.Owner {
 }
 
 // End ends allocation o.
-func (t *Tenants) End(o slots.Owner) {
+func (t *Tenants) End(o record.Owner) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ended[o.AllocID] = o
@@ -135,7 +136,7 @@ func (t *Tenants) End(o slots.Owner) {
 // allocation holds it, Reserve marks it, the owner is stamped, and a file is
 // written into the dataset. It returns the tenant; ending it (t.End) and
 // calling mgr.ReleaseEnded is the release that the benchmark measures.
-func Tenancy(ctx context.Context, mgr *slots.Manager, t *Tenants, id string) (slots.Owner, error) {
+func Tenancy(ctx context.Context, mgr *slots.Manager, t *Tenants, id string) (record.Owner, error) {
 	o := t.Hold(id)
 	res, err := mgr.Reserve(ctx, []string{id})
 	if err != nil {
@@ -164,7 +165,7 @@ func CheckFresh(mgr *slots.Manager, id string) error {
 		if s.ID != id {
 			continue
 		}
-		if !s.Healthy || s.State != slots.StateFree || s.Mountpoint == "" {
+		if !s.Healthy || s.State != record.StateFree || s.Mountpoint == "" {
 			return fmt.Errorf("%s after release: state %s, healthy %t (%s), mountpoint %q", id, s.State, s.Healthy, s.HealthDesc, s.Mountpoint)
 		}
 		entries, err := os.ReadDir(s.Mountpoint)
@@ -183,7 +184,7 @@ func CheckFresh(mgr *slots.Manager, id string) error {
 // the plugin's release worker does when the allocation list says the
 // allocation is over. It returns how long the pass took, once it has checked
 // that the slot came back fresh.
-func TimedRelease(ctx context.Context, mgr *slots.Manager, t *Tenants, id string, o slots.Owner) (time.Duration, error) {
+func TimedRelease(ctx context.Context, mgr *slots.Manager, t *Tenants, id string, o record.Owner) (time.Duration, error) {
 	t.End(o)
 	start := time.Now()
 	err := mgr.ReleaseEnded(ctx)

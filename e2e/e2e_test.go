@@ -15,7 +15,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -287,7 +287,7 @@ func TestScratchDatasetEndToEnd(t *testing.T) {
 	must.StrHasPrefix(t, parent+"/.archive/"+devID+".default.e2e-scratch.g.write."+alloc.ID[:8]+".", archived)
 	_, err = os.Stat(filepath.Join(pool.Prop(t, freshDS, "mountpoint"), "hello.txt"))
 	must.True(t, os.IsNotExist(err), must.Sprintf("the fresh %s must be empty: %v", freshDS, err))
-	must.EqOp(t, "", pool.Prop(t, freshDS, slots.PropOwner))
+	must.EqOp(t, "", pool.Prop(t, freshDS, record.PropOwner))
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
 	// The archived data is intact: mount it, as an operator would.

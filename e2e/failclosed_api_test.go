@@ -13,7 +13,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -525,8 +525,8 @@ func TestFailClosed_ConflictKeepsData(t *testing.T) {
 	})
 	guid := e.pool.Prop(t, e.slot(0), "guid")
 
-	forged := slots.Owner{AllocID: early.ID, Namespace: "default", Job: "early", Group: "g", Task: "s", NodeID: a.NodeID}
-	e.pool.ZFS(t, "set", slots.PropOwner+"="+forged.Encode(), e.slot(0))
+	forged := record.Owner{AllocID: early.ID, Namespace: "default", Job: "early", Group: "g", Task: "s", NodeID: a.NodeID}
+	e.pool.ZFS(t, "set", record.PropOwner+"="+forged.Encode(), e.slot(0))
 	e.step(t, "running tenant %s holds scratch-0, recorded owner now the ended %s", t2.ID[:8], early.ID[:8])
 
 	desc := waitInstance(t, e, "scratch-0", "unhealthy, conflict", deviceTimeout, func(h bool, d string) bool {

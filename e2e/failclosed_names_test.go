@@ -15,7 +15,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -245,10 +245,10 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 		v := recordedOwner(t, pool, slot).AllocID
 		return v == alloc.ID, "owner alloc ID=" + v
 	})
-	raw := namesRaw(t, pool, slot, slots.PropOwner)
-	must.False(t, namesControl(raw), must.Sprintf("raw %s of %s: %q", slots.PropOwner, slot, raw))
+	raw := namesRaw(t, pool, slot, record.PropOwner)
+	must.False(t, namesControl(raw), must.Sprintf("raw %s of %s: %q", record.PropOwner, slot, raw))
 	o := recordedOwner(t, pool, slot)
-	must.Eq(t, slots.Owner{AllocID: alloc.ID, Namespace: "default", Job: jobID, Group: group, Task: task,
+	must.Eq(t, record.Owner{AllocID: alloc.ID, Namespace: "default", Job: jobID, Group: group, Task: task,
 		AllocName: alloc.Name, NodeID: agent.NodeID}, o)
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 	step("owner recorded as %q, decodes to the raw names; both slots healthy", raw)
@@ -355,7 +355,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 	}
 	pool := zfstest.NewPool(t, 0)
 	// The longest parent SetConfig accepts (internal/device/config.go).
-	maxParent := slots.MaxNameLen - len("/"+slots.ArchiveName+"/") - slots.MinArchiveLeafLen
+	maxParent := record.MaxNameLen - len("/"+record.ArchiveName+"/") - record.MinArchiveLeafLen
 	head := pool.Name + "/" + strings.Repeat("p", 100) + "/"
 	parent := head + strings.Repeat("q", maxParent-len(head))
 	must.EqOp(t, maxParent, len(parent))
@@ -389,7 +389,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 		return archived != "" && state == "free", fmt.Sprintf("archive=%q slot state=%q", archived, state)
 	})
 	step("released into %s (%d bytes)", archived, len(archived))
-	must.LessEq(t, slots.MaxNameLen, len(archived))
+	must.LessEq(t, record.MaxNameLen, len(archived))
 	must.StrHasPrefix(t, archive+"/scratch-0.h", archived)
 	must.EqOp(t, "archived", stateOf(t, pool, archived))
 	o := recordedOwner(t, pool, archived)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -143,7 +143,7 @@ func TestGoldenSourceEndToEnd(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, st := range states {
-			if st != string(slots.StateFree) {
+			if st != string(record.StateFree) {
 				return false, fmt.Sprint(states)
 			}
 		}

@@ -9,15 +9,15 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // recordedOwner decodes the owner the plugin recorded on a dataset (the
 // zero Owner when none is).
-func recordedOwner(t *testing.T, pool *zfstest.Pool, ds string) slots.Owner {
+func recordedOwner(t *testing.T, pool *zfstest.Pool, ds string) record.Owner {
 	t.Helper()
-	o, err := slots.DecodeOwner(pool.Prop(t, ds, slots.PropOwner))
+	o, err := record.DecodeOwner(pool.Prop(t, ds, record.PropOwner))
 	must.NoError(t, err)
 	return o
 }
@@ -25,13 +25,13 @@ func recordedOwner(t *testing.T, pool *zfstest.Pool, ds string) slots.Owner {
 // archivedFor returns the archived dataset of an allocation, or "".
 func archivedFor(t *testing.T, pool *zfstest.Pool, archive, allocID string) string {
 	t.Helper()
-	out := pool.ZFS(t, "get", "-H", "-r", "-d", "1", "-o", "name,value", slots.PropOwner, archive)
+	out := pool.ZFS(t, "get", "-H", "-r", "-d", "1", "-o", "name,value", record.PropOwner, archive)
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		name, value, ok := strings.Cut(line, "\t")
 		if !ok || strings.Contains(name, "@") || name == archive {
 			continue
 		}
-		if o, err := slots.DecodeOwner(value); err == nil && o.AllocID == allocID {
+		if o, err := record.DecodeOwner(value); err == nil && o.AllocID == allocID {
 			return name
 		}
 	}
@@ -59,7 +59,7 @@ func pollStates(pool *zfstest.Pool, root string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := pool.Runner.ZFSCmd(ctx, "get", "-H", "-p", "-r", "-o", "name,property,value",
-		slots.PropState+","+slots.PropOwner, root)
+		record.PropState+","+record.PropOwner, root)
 	if err != nil {
 		return nil, err
 	}
@@ -74,15 +74,15 @@ func pollStates(pool *zfstest.Pool, root string) (map[string]string, error) {
 			continue
 		}
 		switch f[1] {
-		case slots.PropState:
+		case record.PropState:
 			stored[f[0]] = f[2]
-		case slots.PropOwner:
+		case record.PropOwner:
 			owner[f[0]] = f[2]
 		}
 	}
 	states := make(map[string]string, len(stored))
 	for ds, st := range stored {
-		states[ds] = string(slots.StateOf(st, owner[ds]))
+		states[ds] = string(record.StateOf(st, owner[ds]))
 	}
 	return states, nil
 }
@@ -91,18 +91,18 @@ func pollStates(pool *zfstest.Pool, root string) (map[string]string, error) {
 // plugin (slots.StateOf: a fresh dataset is recorded "armed:…", and one in
 // use shows its owner). It polls: an error is part of the answer.
 func pollState(pool *zfstest.Pool, ds string) string {
-	st, err := pool.TryProp(ds, slots.PropState)
+	st, err := pool.TryProp(ds, record.PropState)
 	if err != nil {
 		return "(error " + err.Error() + ")"
 	}
-	owner, _ := pool.TryProp(ds, slots.PropOwner)
-	return string(slots.StateOf(st, owner))
+	owner, _ := pool.TryProp(ds, record.PropOwner)
+	return string(record.StateOf(st, owner))
 }
 
 // stateOf is pollState for a dataset that must be readable.
 func stateOf(t *testing.T, pool *zfstest.Pool, ds string) string {
 	t.Helper()
-	return string(slots.StateOf(pool.Prop(t, ds, slots.PropState), pool.Prop(t, ds, slots.PropOwner)))
+	return string(record.StateOf(pool.Prop(t, ds, record.PropState), pool.Prop(t, ds, record.PropOwner)))
 }
 
 // servingDataset returns the dataset slot i of class "scratch" under parent
@@ -112,11 +112,11 @@ func stateOf(t *testing.T, pool *zfstest.Pool, ds string) string {
 func servingDataset(pool *zfstest.Pool, parent string, i int) string {
 	first := fmt.Sprintf("%s/scratch/%d", parent, i)
 	fresh := ""
-	for _, n := range []string{first, first + slots.AltSuffix} {
+	for _, n := range []string{first, first + record.AltSuffix} {
 		switch pollState(pool, n) {
-		case string(slots.StateReserved):
+		case string(record.StateReserved):
 			return n
-		case string(slots.StateFree):
+		case string(record.StateFree):
 			if fresh == "" {
 				fresh = n
 			}

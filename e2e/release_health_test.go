@@ -13,7 +13,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -94,7 +94,7 @@ func TestReleaseHealthReachesNomad(t *testing.T) {
 	must.EqOp(t, api.AllocClientStatusComplete, t2.ClientStatus)
 	must.EqOp(t, other, deviceOf(t, t2))
 	e.step(t, "tenant %s ran on %s while the release of %s was paused", t2.ID[:8], other, dev)
-	must.EqOp(t, string(slots.StateArchived), e.pool.Prop(t, e.slot(indexOf(dev)), slots.PropState)) // its fate, recorded first
+	must.EqOp(t, string(record.StateArchived), e.pool.Prop(t, e.slot(indexOf(dev)), record.PropState)) // its fate, recorded first
 
 	// The release goes on: healthy again, and the data archived.
 	w.Unfail("create")

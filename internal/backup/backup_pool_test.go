@@ -17,6 +17,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -38,7 +39,7 @@ func newNode(t *testing.T, dir string) *node {
 	pool := zfstest.NewPool(t, 512<<20)
 	n := &node{pool: pool, cfg: slots.Config{Parent: pool.Dataset("nomad")}}
 	pool.ZFS(t, "create", n.cfg.Parent)
-	pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedArchive, "-o", "canmount=noauto", n.cfg.ArchiveDataset())
+	pool.ZFS(t, "create", "-o", record.PropManaged+"="+record.ManagedArchive, "-o", "canmount=noauto", n.cfg.ArchiveDataset())
 	n.keeper = backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
 	n.keeper.SetConfig(backup.Config{Dir: dir, Container: n.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true}})
 	return n
@@ -46,15 +47,15 @@ func newNode(t *testing.T, dir string) *node {
 
 // archive makes an archive of o holding file "data" of mib MiB of random
 // data, as a release leaves it, and returns its name.
-func (n *node) archive(t *testing.T, o slots.Owner, mib int) string {
+func (n *node) archive(t *testing.T, o record.Owner, mib int) string {
 	t.Helper()
-	name := slots.ArchivedName(n.cfg, "state", 0, o, time.Now().UTC())
+	name := record.ArchivedName(n.cfg.ArchiveDataset(), "state", 0, o, time.Now().UTC())
 	n.pool.ZFS(t, "create", name)
 	n.write(t, name, mib)
 	n.pool.ZFS(t, "set", "canmount=noauto", name)
-	n.pool.ZFS(t, "set", slots.PropManaged+"="+slots.ManagedSlot, name)
-	n.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateArchived), name)
-	n.pool.ZFS(t, "set", slots.PropOwner+"="+o.Encode(), name)
+	n.pool.ZFS(t, "set", record.PropManaged+"="+record.ManagedSlot, name)
+	n.pool.ZFS(t, "set", record.PropState+"="+string(record.StateArchived), name)
+	n.pool.ZFS(t, "set", record.PropOwner+"="+o.Encode(), name)
 	return name
 }
 
@@ -83,8 +84,8 @@ func (n *node) sum(t *testing.T, ds string) string {
 	return hex.EncodeToString(s[:])
 }
 
-func tenant(n int) slots.Owner {
-	return slots.Owner{AllocID: strings.Repeat(string(rune('0'+n)), 8) + "-1111-4222-8333-444444444444",
+func tenant(n int) record.Owner {
+	return record.Owner{AllocID: strings.Repeat(string(rune('0'+n)), 8) + "-1111-4222-8333-444444444444",
 		Namespace: "default", Job: "db", Group: "g", Task: "t", AllocName: "db.g[0]"}
 }
 
@@ -115,7 +116,7 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	// The same dataset comes back to the identity's next tenant (restore
 	// marks it "none"), which changes it; its next archive goes
 	// incrementally from the first backup.
-	a.pool.ZFS(t, "set", slots.PropBackup+"="+slots.BackupNone, arch)
+	a.pool.ZFS(t, "set", record.PropBackup+"="+record.BackupNone, arch)
 	a.write(t, arch, 1)
 	sent, _, err = a.keeper.Pass(ctx)
 	must.NoError(t, err)
@@ -136,7 +137,7 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	must.NoError(t, err)
 	must.StrHasPrefix(t, b.cfg.ArchiveDataset()+"/state-0.", got)
 	must.Eq(t, want, b.sum(t, got))
-	must.Eq(t, "archived", b.pool.Prop(t, got, slots.PropState))
+	must.Eq(t, "archived", b.pool.Prop(t, got, record.PropState))
 	must.Eq(t, tenant(1).AllocID, ownerOf(t, b.pool, got).AllocID)
 	must.Eq(t, itoa(inc.GUID), b.pool.Prop(t, got, retention.PropBackup), must.Sprint("not sent back"))
 	// Another identity finds nothing.
@@ -185,9 +186,9 @@ func TestBackup_DamagedStreamsAreNeverReceived(t *testing.T) {
 	}
 }
 
-func ownerOf(t *testing.T, pool *zfstest.Pool, ds string) slots.Owner {
+func ownerOf(t *testing.T, pool *zfstest.Pool, ds string) record.Owner {
 	t.Helper()
-	o, err := slots.DecodeOwner(pool.Prop(t, ds, slots.PropOwner))
+	o, err := record.DecodeOwner(pool.Prop(t, ds, record.PropOwner))
 	must.NoError(t, err)
 	return o
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -25,7 +25,7 @@ func TestBackup_EncryptedArchiveMovesWithItsKey(t *testing.T) {
 	a, b := newNode(t, dir), newNode(t, dir)
 	keysA, keysB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	for _, k := range []string{keysA, keysB} {
-		must.NoError(t, slots.EnsureKeyDir(k))
+		must.NoError(t, record.EnsureKeyDir(k))
 	}
 	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true}, KeyDir: keysA})
 	b.keeper.SetConfig(backup.Config{Dir: dir, Container: b.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true}, KeyDir: keysB})
@@ -36,9 +36,9 @@ func TestBackup_EncryptedArchiveMovesWithItsKey(t *testing.T) {
 		// An archive that records a key ID (set by hand here): the raw
 		// send is refused, and the pass says so.
 		arch := a.archive(t, tenant(1), 1)
-		id, err := slots.NewKey(keysA)
+		id, err := record.NewKey(keysA)
 		must.NoError(t, err)
-		a.pool.ZFS(t, "set", slots.PropKeyID+"="+id, arch)
+		a.pool.ZFS(t, "set", record.PropKeyID+"="+id, arch)
 		_, _, err = a.keeper.Pass(ctx)
 		must.ErrorIs(t, err, zfs.ErrInvalid)
 		ms, _, err := backup.List(dir, nil)
@@ -48,18 +48,18 @@ func TestBackup_EncryptedArchiveMovesWithItsKey(t *testing.T) {
 	}
 
 	// An encrypted archive, as a release of an encrypted class leaves it.
-	id, err := slots.NewKey(keysA)
+	id, err := record.NewKey(keysA)
 	must.NoError(t, err)
 	o := tenant(1)
-	name := slots.ArchivedName(a.cfg, "state", 0, o, time.Now().UTC())
+	name := record.ArchivedName(a.cfg.ArchiveDataset(), "state", 0, o, time.Now().UTC())
 	args := []string{"create"}
-	for k, v := range slots.EncryptionProps(keysA, id) {
+	for k, v := range record.EncryptionProps(keysA, id) {
 		args = append(args, "-o", k+"="+v)
 	}
 	a.pool.ZFS(t, append(args, name)...)
 	a.write(t, name, 2)
-	for _, kv := range []string{"canmount=noauto", slots.PropManaged + "=" + slots.ManagedSlot,
-		slots.PropState + "=" + string(slots.StateArchived), slots.PropOwner + "=" + o.Encode()} {
+	for _, kv := range []string{"canmount=noauto", record.PropManaged + "=" + record.ManagedSlot,
+		record.PropState + "=" + string(record.StateArchived), record.PropOwner + "=" + o.Encode()} {
 		a.pool.ZFS(t, "set", kv, name)
 	}
 	want := a.sum(t, name)
@@ -69,7 +69,7 @@ func TestBackup_EncryptedArchiveMovesWithItsKey(t *testing.T) {
 	must.SliceLen(t, 1, sent)
 	must.Eq(t, id, sent[0].KeyID)
 	must.NoError(t, backup.Verify(sent[0]))
-	saved := slots.KeyPath(filepath.Dir(sent[0].Path()), id)
+	saved := record.KeyPath(filepath.Dir(sent[0].Path()), id)
 	fi, err := os.Stat(saved)
 	must.NoError(t, err)
 	must.Eq(t, os.FileMode(0o600), fi.Mode().Perm())
@@ -77,11 +77,11 @@ func TestBackup_EncryptedArchiveMovesWithItsKey(t *testing.T) {
 	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
 	must.NoError(t, err)
 	must.NotEq(t, "", got)
-	must.Eq(t, id, b.pool.Prop(t, got, slots.PropKeyID))
-	must.Eq(t, slots.KeyLocation(keysB, id), b.pool.Prop(t, got, "keylocation"))
-	kb, err := os.ReadFile(slots.KeyPath(keysB, id))
+	must.Eq(t, id, b.pool.Prop(t, got, record.PropKeyID))
+	must.Eq(t, record.KeyLocation(keysB, id), b.pool.Prop(t, got, "keylocation"))
+	kb, err := os.ReadFile(record.KeyPath(keysB, id))
 	must.NoError(t, err)
-	ka, err := os.ReadFile(slots.KeyPath(keysA, id))
+	ka, err := os.ReadFile(record.KeyPath(keysA, id))
 	must.NoError(t, err)
 	must.Eq(t, ka, kb)
 	b.pool.ZFS(t, "mount", "-l", got)

@@ -11,8 +11,8 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -217,7 +217,7 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 	m, err = Write(sctx, k.zfs, dir, snap.Name, base.Name, m)
 	if err != nil {
 		if keySaved { // no stream of it made it: its key goes too
-			if rerr := slots.RemoveKey(IdentityDir(dir, a.Identity), a.KeyID); rerr != nil {
+			if rerr := record.RemoveKey(IdentityDir(dir, a.Identity), a.KeyID); rerr != nil {
 				k.log.Warn("the key saved for a failed send could not be removed", "key_id", a.KeyID, "error", rerr)
 			}
 		}
@@ -233,7 +233,7 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 // backup_dir holds none newer (or none is configured). A chain that does
 // not verify is an error and nothing is received; what a failed receive
 // left is destroyed. ctx bounds the whole (Reserve's reserve_timeout).
-func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner, newerThan time.Time) (string, error) {
+func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerThan time.Time) (string, error) {
 	cfg, _ := k.config()
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
 		return "", nil
@@ -264,9 +264,9 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner, newerTh
 	if !newest.ReleasedAt.After(newerThan) {
 		return "", nil // the local archive is as new
 	}
-	prev := slots.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
+	prev := record.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
 	prefix := cfg.Container + "/"
-	target := prefix + slots.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, slots.MaxNameLen-len(prefix))
+	target := prefix + record.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, record.MaxNameLen-len(prefix))
 	// Never into (nor, on failure, destroying) a dataset that exists.
 	if _, err := k.zfs.Get(ctx, target, 0, "used"); err == nil {
 		return target, nil
@@ -294,13 +294,13 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o slots.Owner, newerTh
 		}
 		// The sender's keylocation came with the stream; the key is
 		// here now.
-		return k.zfs.Set(ctx, target, "keylocation", slots.KeyLocation(cfg.KeyDir, keyID))
+		return k.zfs.Set(ctx, target, "keylocation", record.KeyLocation(cfg.KeyDir, keyID))
 	}
 	if err := received(); err != nil {
 		if derr := k.zfs.DestroyRecursive(context.WithoutCancel(ctx), target, cfg.Container); derr != nil && !errors.Is(derr, zfs.ErrNotExist) {
 			k.log.Error("a failed receive left a dataset that cannot be destroyed", "dataset", target, "error", derr)
 		} else if installed {
-			if rerr := slots.RemoveKey(cfg.KeyDir, keyID); rerr != nil {
+			if rerr := record.RemoveKey(cfg.KeyDir, keyID); rerr != nil {
 				k.log.Warn("the key installed for a failed receive could not be removed", "key_id", keyID, "error", rerr)
 			}
 		}

@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
 // An encrypted archive is sent raw (ciphertext, no key in the stream);
@@ -23,8 +23,8 @@ func readKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b) != slots.KeyLen {
-		return nil, fmt.Errorf("key %s holds %d bytes, want %d", path, len(b), slots.KeyLen)
+	if len(b) != record.KeyLen {
+		return nil, fmt.Errorf("key %s holds %d bytes, want %d", path, len(b), record.KeyLen)
 	}
 	return b, nil
 }
@@ -36,7 +36,7 @@ func saveKey(keyDir, dir string, id retention.Identity, keyID string) (written b
 	if keyDir == "" {
 		return false, fmt.Errorf("an encrypted archive, and no key_dir")
 	}
-	key, err := readKey(slots.KeyPath(keyDir, keyID))
+	key, err := readKey(record.KeyPath(keyDir, keyID))
 	if err != nil {
 		return false, fmt.Errorf("reading the archive's key: %w", err)
 	}
@@ -44,7 +44,7 @@ func saveKey(keyDir, dir string, id retention.Identity, keyID string) (written b
 	if err := os.MkdirAll(idDir, 0o700); err != nil {
 		return false, fmt.Errorf("backup_dir: %w", err)
 	}
-	_, statErr := os.Stat(slots.KeyPath(idDir, keyID))
+	_, statErr := os.Stat(record.KeyPath(idDir, keyID))
 	if err := placeKey(idDir, keyID, key); err != nil {
 		return false, err
 	}
@@ -58,11 +58,11 @@ func installKey(dir string, id retention.Identity, keyDir, keyID string) (instal
 	if keyDir == "" {
 		return false, fmt.Errorf("an encrypted backup, and no key_dir")
 	}
-	key, err := readKey(slots.KeyPath(IdentityDir(dir, id), keyID))
+	key, err := readKey(record.KeyPath(IdentityDir(dir, id), keyID))
 	if err != nil {
 		return false, fmt.Errorf("reading the backup's key: %w", err)
 	}
-	_, statErr := os.Stat(slots.KeyPath(keyDir, keyID))
+	_, statErr := os.Stat(record.KeyPath(keyDir, keyID))
 	if err := placeKey(keyDir, keyID, key); err != nil {
 		return false, err
 	}
@@ -73,10 +73,10 @@ func installKey(dir string, id retention.Identity, keyDir, keyID string) (instal
 // there holds the same bytes (a different key under one ID is an error:
 // nothing is overwritten).
 func placeKey(dir, keyID string, key []byte) error {
-	if !slots.ValidKeyID(keyID) {
+	if !record.ValidKeyID(keyID) {
 		return fmt.Errorf("%q is not a key ID the plugin makes", keyID)
 	}
-	path := slots.KeyPath(dir, keyID)
+	path := record.KeyPath(dir, keyID)
 	have, err := os.ReadFile(path)
 	switch {
 	case err == nil && bytes.Equal(have, key):
@@ -86,5 +86,5 @@ func placeKey(dir, keyID string, key []byte) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	return slots.WriteKey(dir, keyID, key)
+	return record.WriteKey(dir, keyID, key)
 }

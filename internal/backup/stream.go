@@ -2,7 +2,6 @@ package backup
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/durable"
 )
 
 // ErrCorrupt: a stream's size or checksum does not match its manifest.
@@ -47,50 +48,40 @@ func Write(ctx context.Context, z Sender, dir, snapshot, base string, m Manifest
 	stem := fmt.Sprintf("%s-%016x", m.Created.UTC().Format("20060102T150405Z"), m.GUID)
 	m.Stream = stem + ".zstream"
 
-	tmp, err := tempFile(idDir)
-	if err != nil {
-		return m, err
-	}
-	defer os.Remove(tmp.Name()) // gone once renamed
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(tmp, h)}
 	send := z.Send
 	if m.KeyID != "" {
 		send = z.SendRaw // encrypted: the stream stays ciphertext
 	}
-	if err := send(ctx, snapshot, base, cw); err != nil {
-		tmp.Close()
-		return m, fmt.Errorf("sending %s: %w", snapshot, err)
-	}
-	m.Size, m.SHA256 = cw.n, hex.EncodeToString(h.Sum(nil))
-	if err := closeSynced(tmp); err != nil {
+	h := sha256.New()
+	streamPath := filepath.Join(idDir, m.Stream)
+	err := durable.WriteFile(streamPath, 0o600, func(w io.Writer) error {
+		cw := &countWriter{w: io.MultiWriter(w, h)}
+		if err := send(ctx, snapshot, base, cw); err != nil {
+			return fmt.Errorf("sending %s: %w", snapshot, err)
+		}
+		m.Size = cw.n
+		return nil
+	})
+	if err != nil {
 		return m, err
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(idDir, m.Stream)); err != nil {
-		return m, err
-	}
+	m.SHA256 = hex.EncodeToString(h.Sum(nil))
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return m, err
-	}
-	mtmp, err := tempFile(idDir)
-	if err != nil {
-		return m, err
-	}
-	defer os.Remove(mtmp.Name())
-	if _, err := mtmp.Write(append(b, '\n')); err != nil {
-		mtmp.Close()
-		return m, err
-	}
-	if err := closeSynced(mtmp); err != nil {
+		os.Remove(streamPath)
 		return m, err
 	}
 	m.path = filepath.Join(idDir, stem+".json")
-	if err := os.Rename(mtmp.Name(), m.path); err != nil {
-		os.Remove(filepath.Join(idDir, m.Stream))
+	err = durable.WriteFile(m.path, 0o600, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
+		// A stream without its manifest is no backup: no reader takes it.
+		os.Remove(streamPath)
 		return m, err
 	}
-	return m, syncDir(idDir)
+	return m, nil
 }
 
 // Verify re-reads a stream and checks its size and SHA-256 against its
@@ -159,31 +150,4 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-// tempFile creates a file under dir with a name no reader takes for a
-// backup (".tmp-<random>").
-func tempFile(dir string) (*os.File, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
-	}
-	return os.OpenFile(filepath.Join(dir, ".tmp-"+hex.EncodeToString(b[:])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-}
-
-func closeSynced(f *os.File) error {
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
@@ -30,16 +31,16 @@ func archivesOnPool(t *testing.T) (*zfstest.Pool, string, []string) {
 	pool := zfstest.NewPool(t, 0)
 	cfg := slots.Config{Parent: pool.Dataset("nomad")}
 	pool.ZFS(t, "create", cfg.Parent)
-	pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedArchive, "-o", "canmount=noauto", cfg.ArchiveDataset())
-	pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedClass, cfg.ClassDataset("state"))
-	o := slots.Owner{AllocID: "7f3e2a10-1b2c-4d5e-8f90-a1b2c3d4e5f6", Namespace: "default", Job: "web", Group: "g", Task: "t", AllocName: "web.g[0]"}
+	pool.ZFS(t, "create", "-o", record.PropManaged+"="+record.ManagedArchive, "-o", "canmount=noauto", cfg.ArchiveDataset())
+	pool.ZFS(t, "create", "-o", record.PropManaged+"="+record.ManagedClass, cfg.ClassDataset("state"))
+	o := record.Owner{AllocID: "7f3e2a10-1b2c-4d5e-8f90-a1b2c3d4e5f6", Namespace: "default", Job: "web", Group: "g", Task: "t", AllocName: "web.g[0]"}
 	now := time.Now().UTC()
 	var names []string
 	for h := 1; h <= 3; h++ {
 		o.AllocID = fmt.Sprintf("7f3e2a1%d-1b2c-4d5e-8f90-a1b2c3d4e5f6", h) // one allocation each
-		name := slots.ArchivedName(cfg, "state", 0, o, now.Add(-time.Duration(h)*time.Hour))
-		pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", slots.PropManaged+"="+slots.ManagedSlot,
-			"-o", slots.PropState+"="+string(slots.StateArchived), "-o", slots.PropOwner+"="+o.Encode(), name)
+		name := record.ArchivedName(cfg.ArchiveDataset(), "state", 0, o, now.Add(-time.Duration(h)*time.Hour))
+		pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", record.PropManaged+"="+record.ManagedSlot,
+			"-o", record.PropState+"="+string(record.StateArchived), "-o", record.PropOwner+"="+o.Encode(), name)
 		names = append(names, name)
 	}
 	pool.ZFS(t, "create", cfg.ArchiveDataset()+"/notes")
@@ -101,7 +102,7 @@ plugin "nomad-device-zfs" {
 	must.StrContains(t, out, "Would delete 2 archives of 3")
 	must.StrContains(t, out, names[2])
 	for _, n := range names {
-		must.Eq(t, "archived", pool.Prop(t, n, slots.PropState))
+		must.Eq(t, "archived", pool.Prop(t, n, record.PropState))
 	}
 
 	// prune deletes them.

@@ -17,6 +17,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/version"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -325,7 +326,7 @@ func roomCheck(cfg slots.Config, obs slots.Observation) check {
 	var starved []string
 	for _, s := range obs.Slots {
 		used += s.Usage.Used
-		if s.Present() && s.State == slots.StateFree && obs.Available < quota[s.Class] {
+		if s.Present() && s.State == record.StateFree && obs.Available < quota[s.Class] {
 			starved = append(starved, s.ID)
 		}
 	}

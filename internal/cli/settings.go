@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -144,7 +145,7 @@ func (c *common) load(ctx context.Context, z *zfs.Client) error {
 // agent's configuration is not at hand.
 func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Config, error) {
 	cfg := slots.Config{Parent: parent}
-	ds, err := z.Get(ctx, parent, 2, "refquota", slots.PropManaged)
+	ds, err := z.Get(ctx, parent, 2, "refquota", record.PropManaged)
 	if err != nil {
 		return cfg, fmt.Errorf("%w under %s: %w", errClassesFromZFS, parent, err)
 	}
@@ -155,14 +156,14 @@ func classesFromZFS(ctx context.Context, z *zfs.Client, parent string) (slots.Co
 			continue
 		}
 		first, rest, nested := strings.Cut(rel, "/")
-		managed, _ := d.Local(slots.PropManaged)
+		managed, _ := d.Local(record.PropManaged)
 		switch {
-		case !nested && managed == slots.ManagedClass:
+		case !nested && managed == record.ManagedClass:
 			if classes[first] == nil {
 				classes[first] = &slots.Class{Name: first}
 			}
-		case nested && managed == slots.ManagedSlot && !strings.HasPrefix(first, "."):
-			idx, _ := slots.SlotIndex(rest)
+		case nested && managed == record.ManagedSlot && !strings.HasPrefix(first, "."):
+			idx, _ := record.SlotIndex(rest)
 			if idx < 0 || idx >= config.MaxSlots {
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -247,9 +248,9 @@ func readNomad(ctx context.Context, c *common, log hclog.Logger, ns *nomadStatus
 // released is releasing, and a slot that is neither is free when healthy.
 func stateOf(s slots.Slot) (state, reason string) {
 	switch {
-	case s.Present() && (s.State == slots.StateReleasing || s.State == slots.StateDestroying):
+	case s.Present() && (s.State == record.StateReleasing || s.State == record.StateDestroying):
 		return stateReleasing, s.HealthDesc
-	case s.Present() && s.State == slots.StateReserved:
+	case s.Present() && s.State == record.StateReserved:
 		return stateInUse, s.HealthDesc
 	case !s.Healthy:
 		return stateUnhealthy, s.HealthDesc

@@ -13,6 +13,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
@@ -41,9 +42,9 @@ func slotsOnPool(t *testing.T) (*zfstest.Pool, string) {
 	must.NoError(t, mgr.Sync(ctx))
 	t.Cleanup(func() { _ = mgr.Wait(context.Background()) })
 	ds := parent + "/scratch/1"
-	owner := slots.Owner{AllocID: "7f3e2a10-1b2c-4d5e-8f90-a1b2c3d4e5f6", Namespace: "web", Job: "build\tnightly", Group: "ci", Task: "make"}
-	pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateReserved), ds)
-	pool.ZFS(t, "set", slots.PropOwner+"="+owner.Encode(), ds)
+	owner := record.Owner{AllocID: "7f3e2a10-1b2c-4d5e-8f90-a1b2c3d4e5f6", Namespace: "web", Job: "build\tnightly", Group: "ci", Task: "make"}
+	pool.ZFS(t, "set", record.PropState+"="+string(record.StateReserved), ds)
+	pool.ZFS(t, "set", record.PropOwner+"="+owner.Encode(), ds)
 	pool.ZFS(t, "create", parent+"/mine")
 	return pool, parent
 }
@@ -99,8 +100,8 @@ plugin "nomad-device-zfs" {
 	}
 
 	// Nothing changed on the pool: status only reads.
-	must.EqOp(t, string(slots.StateReserved), pool.Prop(t, parent+"/scratch/1", slots.PropState))
-	must.EqOp(t, "", pool.Prop(t, parent+"/mine", slots.PropManaged))
+	must.EqOp(t, string(record.StateReserved), pool.Prop(t, parent+"/scratch/1", record.PropState))
+	must.EqOp(t, "", pool.Prop(t, parent+"/mine", record.PropManaged))
 }
 
 func TestStatus_ParentWithoutClasses(t *testing.T) {

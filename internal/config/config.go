@@ -22,6 +22,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -254,9 +255,9 @@ func (c *Config) Validate() (Settings, error) {
 	}
 	// Every name the plugin makes under the parent must fit ZFS: the
 	// longest is a shortened archive name.
-	if max := slots.MaxNameLen - len("/"+slots.ArchiveName+"/") - slots.MinArchiveLeafLen; len(c.ParentDataset) > max {
+	if max := record.MaxNameLen - len("/"+record.ArchiveName+"/") - record.MinArchiveLeafLen; len(c.ParentDataset) > max {
 		return s, fmt.Errorf("parent_dataset %q is %d bytes long: at most %d leave room for the names of archived datasets (ZFS allows %d)",
-			c.ParentDataset, len(c.ParentDataset), max, slots.MaxNameLen)
+			c.ParentDataset, len(c.ParentDataset), max, record.MaxNameLen)
 	}
 	var err error
 	if s.FingerprintPeriod, err = positiveDuration("fingerprint_period", c.FingerprintPeriod, DefaultFingerprintPeriod); err != nil {

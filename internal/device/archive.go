@@ -7,8 +7,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
 // RetentionPeriod is how often the archive is checked against the
@@ -46,7 +46,7 @@ type archiveSource struct {
 // was on another node since), which is then received and claimed. A
 // backup_dir that cannot be read is an error, local archives or not: which
 // is newest cannot be known.
-func (a archiveSource) Claim(ctx context.Context, class string, o slots.Owner) ([]string, func(), error) {
+func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner) ([]string, func(), error) {
 	names, at, release, err := a.pruner.ClaimNewest(ctx, class, o)
 	if err != nil {
 		return nil, release, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -50,7 +51,7 @@ func (p *Plugin) checkEncryption(cfg slots.Config, encrypted bool) error {
 	if !encrypted {
 		return nil // key_dir is only read (keys of datasets made while a class was encrypted)
 	}
-	if err := slots.EnsureKeyDir(cfg.KeyDir); err != nil {
+	if err := record.EnsureKeyDir(cfg.KeyDir); err != nil {
 		return fmt.Errorf("key_dir = %q: %w", cfg.KeyDir, err)
 	}
 	return nil

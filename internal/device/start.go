@@ -10,6 +10,7 @@ import (
 	"context"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
 // startWatching starts, once, the background parts, for as long as ctx
@@ -46,7 +47,7 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	}
 	p.log.Info("watching allocations", "address", w.Address())
 	w.SetObserver(p.metrics)
-	p.slots.SetNomad(nomadAllocs{w})
+	p.slots.SetNomad(slots.FromWatcher(w))
 	go func() {
 		if id, err := w.NodeID(ctx); err == nil {
 			p.keeper.SetNode(id) // named in backup manifests

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -201,11 +202,11 @@ func (c *slotCollector) Collect(ch chan<- prometheus.Metric) {
 // healthy; unhealthy otherwise.
 func SlotState(s slots.Slot) string {
 	switch {
-	case s.State == slots.StateReleasing || s.State == slots.StateDestroying:
+	case s.State == record.StateReleasing || s.State == record.StateDestroying:
 		return StateReleasing
-	case s.State == slots.StateReserved:
+	case s.State == record.StateReserved:
 		return StateInUse
-	case s.State == slots.StateFree && s.Healthy:
+	case s.State == record.StateFree && s.Healthy:
 		return StateFree
 	}
 	return StateUnhealthy

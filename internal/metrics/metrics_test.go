@@ -17,6 +17,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics/metricstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -63,13 +64,13 @@ func TestSlotState(t *testing.T) {
 		slot slots.Slot
 		want string
 	}{
-		{"free and healthy", slots.Slot{State: slots.StateFree, Healthy: true}, metrics.StateFree},
-		{"free but unhealthy", slots.Slot{State: slots.StateFree}, metrics.StateUnhealthy},
-		{"reserved", slots.Slot{State: slots.StateReserved, Healthy: true}, metrics.StateInUse},
-		{"reserved, kept unverified", slots.Slot{State: slots.StateReserved}, metrics.StateInUse},
-		{"releasing", slots.Slot{State: slots.StateReleasing}, metrics.StateReleasing},
-		{"releasing, offered meanwhile", slots.Slot{State: slots.StateReleasing, Healthy: true}, metrics.StateReleasing},
-		{"destroying", slots.Slot{State: slots.StateDestroying}, metrics.StateReleasing},
+		{"free and healthy", slots.Slot{State: record.StateFree, Healthy: true}, metrics.StateFree},
+		{"free but unhealthy", slots.Slot{State: record.StateFree}, metrics.StateUnhealthy},
+		{"reserved", slots.Slot{State: record.StateReserved, Healthy: true}, metrics.StateInUse},
+		{"reserved, kept unverified", slots.Slot{State: record.StateReserved}, metrics.StateInUse},
+		{"releasing", slots.Slot{State: record.StateReleasing}, metrics.StateReleasing},
+		{"releasing, offered meanwhile", slots.Slot{State: record.StateReleasing, Healthy: true}, metrics.StateReleasing},
+		{"destroying", slots.Slot{State: record.StateDestroying}, metrics.StateReleasing},
 		{"missing", slots.Slot{}, metrics.StateUnhealthy},
 	}
 	for _, tc := range cases {
@@ -81,10 +82,10 @@ func TestSlotState(t *testing.T) {
 
 func TestMetrics_Collector(t *testing.T) {
 	src := &fakeSource{slots: []slots.Slot{
-		{ID: "fast-0", Class: "fast", State: slots.StateReserved, Healthy: true, Usage: slots.Usage{Used: 4096}},
-		{ID: "fast-1", Class: "fast", State: slots.StateFree, Healthy: true, Usage: slots.Usage{Used: 100}},
-		{ID: "fast-2", Class: "fast", State: slots.StateReleasing},
-		{ID: "slow-0", Class: "slow", State: slots.StateFree},
+		{ID: "fast-0", Class: "fast", State: record.StateReserved, Healthy: true, Usage: zfs.Usage{Used: 4096}},
+		{ID: "fast-1", Class: "fast", State: record.StateFree, Healthy: true, Usage: zfs.Usage{Used: 100}},
+		{ID: "fast-2", Class: "fast", State: record.StateReleasing},
+		{ID: "slow-0", Class: "slow", State: record.StateFree},
 	}}
 	m := metrics.New(src)
 
@@ -105,7 +106,7 @@ func TestMetrics_Collector(t *testing.T) {
 
 	src.mu.Lock()
 	src.avail, src.known = 1<<30, true
-	src.slots[1].State = slots.StateReserved
+	src.slots[1].State = record.StateReserved
 	src.mu.Unlock()
 	f = gather(t, m)
 	must.EqOp(t, float64(1<<30), value(t, f, "nomad_device_zfs_pool_free_bytes", map[string]string{"pool": "tank"}))
@@ -198,7 +199,7 @@ func serving(t *testing.T, m *metrics.Metrics, addr string) {
 
 func TestMetrics_Server(t *testing.T) {
 	ctx := context.Background()
-	src := &fakeSource{slots: []slots.Slot{{ID: "a-0", Class: "a", State: slots.StateReserved}}}
+	src := &fakeSource{slots: []slots.Slot{{ID: "a-0", Class: "a", State: record.StateReserved}}}
 	m := metrics.New(src)
 	addr := freeAddr(t)
 	serving(t, m, addr)

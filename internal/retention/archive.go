@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -40,7 +40,7 @@ type Identity struct {
 
 // IdentityOf returns the identity of owner o's data in class, as the
 // owner is recorded (each field bounded: see slots.Owner.Bounded).
-func IdentityOf(class string, o slots.Owner) Identity {
+func IdentityOf(class string, o record.Owner) Identity {
 	b := o.Bounded()
 	return Identity{Namespace: b.Namespace, Job: b.Job, Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
 }
@@ -77,11 +77,11 @@ type Archive struct {
 	// Name is the full dataset name, <parent>/.archive/<leaf>.
 	Name string `json:"name"`
 	// Class and Slot are where it was released from.
-	Class    string      `json:"class"`
-	Slot     int         `json:"slot"`
-	Owner    slots.Owner `json:"-"`
-	AllocID  string      `json:"alloc_id,omitempty"`
-	Identity Identity    `json:"identity"`
+	Class    string       `json:"class"`
+	Slot     int          `json:"slot"`
+	Owner    record.Owner `json:"-"`
+	AllocID  string       `json:"alloc_id,omitempty"`
+	Identity Identity     `json:"identity"`
 	// ReleasedAt is when its release began, to the second.
 	ReleasedAt time.Time `json:"released_at"`
 	// UsedBytes is the space it takes (ZFS's used).
@@ -120,10 +120,10 @@ const PropArchiveQuota = "nomad-device-zfs:archive-quota"
 
 // PropBackup records on an archive the GUID of its snapshot that is in
 // backup_dir (see package backup), so that it is sent once.
-const PropBackup = slots.PropBackup
+const PropBackup = record.PropBackup
 
 // Props are the properties Parse needs, in the order Pruner asks for them.
-var Props = append([]string{"used", "quota", slots.PropManaged, slots.PropState, slots.PropReleasedAt, PropArchiveQuota, PropBackup, slots.PropKeyID}, slots.OwnerProps...)
+var Props = append([]string{"used", "quota", record.PropManaged, record.PropState, record.PropReleasedAt, PropArchiveQuota, PropBackup, record.PropKeyID}, record.OwnerProps...)
 
 // Parse sorts one read of the archive container (`zfs get -r -d 1` of
 // container, with Props) into the container, the archives retention may
@@ -164,13 +164,13 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 	if d.Err != nil {
 		return Archive{}, "unreadable: " + d.Err.Error()
 	}
-	if v, ok := d.Local(slots.PropManaged); !ok || v != slots.ManagedSlot {
-		return Archive{}, "not the plugin's (no local " + slots.PropManaged + "=" + slots.ManagedSlot + ")"
+	if v, ok := d.Local(record.PropManaged); !ok || v != record.ManagedSlot {
+		return Archive{}, "not the plugin's (no local " + record.PropManaged + "=" + record.ManagedSlot + ")"
 	}
-	if v, _ := d.Local(slots.PropState); v != string(slots.StateArchived) {
+	if v, _ := d.Local(record.PropState); v != string(record.StateArchived) {
 		return Archive{}, fmt.Sprintf("state %q: not a finished archive (a release or destroy in progress is the slot manager's)", v)
 	}
-	class, slot, at, ok := slots.ParseArchiveLeaf(leaf)
+	class, slot, at, ok := record.ParseArchiveLeaf(leaf)
 	if !ok {
 		return Archive{}, "name not made by the plugin: its class, slot and release time cannot be read"
 	}
@@ -179,11 +179,11 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 		return Archive{}, err.Error()
 	}
 	a := Archive{Name: d.Name, Class: class, Slot: slot, ReleasedAt: at, UsedBytes: used}
-	if v, _ := d.Local(PropBackup); v != slots.BackupNone {
+	if v, _ := d.Local(PropBackup); v != record.BackupNone {
 		a.Backup = v
 	}
-	a.KeyID, _ = d.Local(slots.PropKeyID)
-	o, err := slots.RecordedOwner(d)
+	a.KeyID, _ = d.Local(record.PropKeyID)
+	o, err := record.RecordedOwner(d)
 	if err != nil || !o.Known() {
 		a.Identity = Identity{Class: class, Index: -1, Unknown: true, Slot: slot}
 		return a, ""

@@ -9,7 +9,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -18,7 +18,7 @@ func TestParse_SavedZFSFuseOutput(t *testing.T) {
 	must.NoError(t, err)
 	// Captured before Props held the key ID (no archive there is
 	// encrypted; zfs-fuse has no encryption): the props asked for then.
-	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == slots.PropKeyID })
+	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == record.PropKeyID })
 	ds, err := zfs.ParseGet(out, append(captured, "name"))
 	must.NoError(t, err)
 

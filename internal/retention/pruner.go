@@ -11,7 +11,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -214,7 +214,7 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 			continue
 		}
 		if pr.Archive.KeyID != "" && cfg.KeyDir != "" {
-			if err := slots.RemoveKey(cfg.KeyDir, pr.Archive.KeyID); err != nil {
+			if err := record.RemoveKey(cfg.KeyDir, pr.Archive.KeyID); err != nil {
 				errs = append(errs, fmt.Errorf("pruned %s, its key not removed: %w", pr.Archive.Name, err))
 			}
 		}
@@ -294,14 +294,14 @@ func (p *Pruner) endDestroy() {
 // came from, or none. Each is held against pruning until release is
 // called; release must be called, also when names is empty. An owner whose
 // allocation index is unknown matches nothing. It reads ZFS once.
-func (p *Pruner) Claim(ctx context.Context, class string, o slots.Owner) (names []string, release func(), err error) {
+func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner) (names []string, release func(), err error) {
 	names, _, release, err = p.ClaimNewest(ctx, class, o)
 	return names, release, err
 }
 
 // ClaimNewest is Claim that also returns when the claimed archives were
 // released (zero for none).
-func (p *Pruner) ClaimNewest(ctx context.Context, class string, o slots.Owner) (names []string, releasedAt time.Time, release func(), err error) {
+func (p *Pruner) ClaimNewest(ctx context.Context, class string, o record.Owner) (names []string, releasedAt time.Time, release func(), err error) {
 	release = func() {}
 	p.mu.Lock()
 	container := p.cfg.Container

@@ -13,6 +13,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -36,15 +37,15 @@ func newArchiveFixture(t *testing.T) *archiveFixture {
 	f := &archiveFixture{pool: pool, cfg: slots.Config{Parent: pool.Dataset("nomad")},
 		client: zfs.NewClient(pool.Runner), now: time.Now().UTC().Truncate(time.Second)}
 	pool.ZFS(t, "create", f.cfg.Parent)
-	pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedArchive, "-o", "canmount=noauto", f.cfg.ArchiveDataset())
+	pool.ZFS(t, "create", "-o", record.PropManaged+"="+record.ManagedArchive, "-o", "canmount=noauto", f.cfg.ArchiveDataset())
 	return f
 }
 
 // add makes an archive of owner o (zero for unknown) released ago, holding
 // mib MiB of random data, marked as a release marks it; it returns its name.
-func (f *archiveFixture) add(t *testing.T, class string, slot int, o slots.Owner, ago time.Duration, mib int) string {
+func (f *archiveFixture) add(t *testing.T, class string, slot int, o record.Owner, ago time.Duration, mib int) string {
 	t.Helper()
-	name := slots.ArchivedName(f.cfg, class, slot, o, f.now.Add(-ago))
+	name := record.ArchivedName(f.cfg.ArchiveDataset(), class, slot, o, f.now.Add(-ago))
 	f.pool.ZFS(t, "create", name)
 	if mib > 0 {
 		mnt := strings.TrimSpace(f.pool.ZFS(t, "get", "-H", "-o", "value", "mountpoint", name))
@@ -55,10 +56,10 @@ func (f *archiveFixture) add(t *testing.T, class string, slot int, o slots.Owner
 	}
 	f.pool.ZFS(t, "unmount", name)
 	f.pool.ZFS(t, "set", "canmount=noauto", name)
-	f.pool.ZFS(t, "set", slots.PropManaged+"="+slots.ManagedSlot, name)
-	f.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateArchived), name)
+	f.pool.ZFS(t, "set", record.PropManaged+"="+record.ManagedSlot, name)
+	f.pool.ZFS(t, "set", record.PropState+"="+string(record.StateArchived), name)
 	if o.Known() {
-		f.pool.ZFS(t, "set", slots.PropOwner+"="+o.Encode(), name)
+		f.pool.ZFS(t, "set", record.PropOwner+"="+o.Encode(), name)
 	}
 	return name
 }
@@ -82,13 +83,13 @@ func (f *archiveFixture) pruner(rules retention.Rules) *retention.Pruner {
 	return p
 }
 
-func owner(job string, index int) slots.Owner {
-	return slots.Owner{AllocID: "0000000" + string(rune('a'+index)) + "-1111-4222-8333-" + strings.Repeat("4", 12),
+func owner(job string, index int) record.Owner {
+	return record.Owner{AllocID: "0000000" + string(rune('a'+index)) + "-1111-4222-8333-" + strings.Repeat("4", 12),
 		Namespace: "default", Job: job, Group: "g", Task: "t", AllocName: job + ".g[" + string(rune('0'+index)) + "]"}
 }
 
 // again is o's identity in another allocation (the n-th replacement).
-func again(o slots.Owner, n int) slots.Owner {
+func again(o record.Owner, n int) record.Owner {
 	o.AllocID = fmt.Sprintf("%08x%s", n, o.AllocID[8:])
 	return o
 }
@@ -104,7 +105,7 @@ func TestPruner_KeepMaxAgeAndWhatItLeavesAlone(t *testing.T) {
 	oldest := f.add(t, "state", 0, again(web, 3), 3*time.Hour, 0)
 	otherIndex := f.add(t, "state", 2, web1, 4*time.Hour, 0)
 	tooOld := f.add(t, "state", 0, db, 48*time.Hour, 0)
-	unknown := f.add(t, "state", 3, slots.Owner{}, 5*time.Hour, 0)
+	unknown := f.add(t, "state", 3, record.Owner{}, 5*time.Hour, 0)
 	// A snapshot under a pruned archive goes with it (destroy -r, inside
 	// the container only).
 	f.pool.ZFS(t, "snapshot", oldest+"@keep-me-not")
@@ -114,11 +115,11 @@ func TestPruner_KeepMaxAgeAndWhatItLeavesAlone(t *testing.T) {
 	notes := f.cfg.ArchiveDataset() + "/operator-notes"
 	f.pool.ZFS(t, "create", notes)
 	destroying := f.add(t, "state", 4, again(web, 4), 100*time.Hour, 0)
-	f.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateDestroying), destroying)
+	f.pool.ZFS(t, "set", record.PropState+"="+string(record.StateDestroying), destroying)
 	byHand := f.cfg.ArchiveDataset() + "/renamed-by-hand"
-	f.pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedSlot, "-o", slots.PropState+"=archived", byHand)
+	f.pool.ZFS(t, "create", "-o", record.PropManaged+"="+record.ManagedSlot, "-o", record.PropState+"=archived", byHand)
 	outside := f.pool.Dataset("nomad/state-0.default.web.g.t.00000000.20200101T000000Z")
-	f.pool.ZFS(t, "create", "-o", slots.PropManaged+"="+slots.ManagedSlot, "-o", slots.PropState+"=archived", outside)
+	f.pool.ZFS(t, "create", "-o", record.PropManaged+"="+record.ManagedSlot, "-o", record.PropState+"=archived", outside)
 
 	p := f.pruner(retention.Rules{Classes: map[string]retention.Policy{"state": {Keep: 2, MaxAge: 24 * time.Hour}}})
 	res, err := p.Pass(ctx)
@@ -127,7 +128,7 @@ func TestPruner_KeepMaxAgeAndWhatItLeavesAlone(t *testing.T) {
 	must.Eq(t, []string{tooOld, oldest}, res.Destroyed)
 	must.SliceContainsAll(t, []string{newest, second, otherIndex, unknown, notes, destroying, byHand}, f.names(t))
 	must.SliceLen(t, 7, f.names(t))
-	must.Eq(t, "archived", f.pool.Prop(t, outside, slots.PropState))
+	must.Eq(t, "archived", f.pool.Prop(t, outside, record.PropState))
 
 	// A second pass finds nothing more to do.
 	res, err = p.Pass(ctx)

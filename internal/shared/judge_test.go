@@ -102,7 +102,7 @@ func TestJudge(t *testing.T) {
 				must.Eq(t, "", st.Why)
 				must.Eq(t, "/tank/models", st.Mountpoint)
 				must.Eq(t, "42", st.GUID)
-				must.Eq(t, Usage{Used: 1024, Available: 4096, Referenced: 512, CompressRatio: 1.5}, st.Usage)
+				must.Eq(t, zfs.Usage{Used: 1024, Available: 4096, Referenced: 512, CompressRatio: 1.5}, st.Usage)
 				return
 			}
 			must.False(t, st.Healthy)

@@ -39,12 +39,6 @@ type Class struct {
 	ReadOnly bool
 }
 
-// Usage is the space accounting of the shared dataset, in bytes.
-type Usage struct {
-	Used, Available, Referenced uint64
-	CompressRatio               float64
-}
-
 // State is what the last read found for one class's dataset.
 type State struct {
 	Class Class
@@ -55,7 +49,7 @@ type State struct {
 	// Mountpoint is the dataset's mountpoint (what Reserve bind-mounts).
 	Mountpoint string
 	GUID       string
-	Usage      Usage
+	Usage      zfs.Usage
 }
 
 // IDs returns the device instance IDs of a class: "<class>-<index>", as
@@ -293,7 +287,7 @@ func judge(c Class, d zfs.Dataset, readErr error, parentMP string, private []pri
 	mp, _ := d.Value("mountpoint")
 	st.Mountpoint = mp
 	st.GUID, _ = d.Value("guid")
-	st.Usage = usageOf(d)
+	st.Usage = d.Usage()
 	if m, _ := d.Value("mounted"); m != "yes" {
 		return bad("is not mounted (mounted=%s, mountpoint=%s)", orDash(m), orDash(mp))
 	}
@@ -353,17 +347,6 @@ func zfsMount(m hostfs.Mount) bool {
 		return true
 	}
 	return strings.HasPrefix(m.FSType, "fuse") && slices.Contains(m.SuperOptions, "user_id=0")
-}
-
-func usageOf(d zfs.Dataset) Usage {
-	var u Usage
-	u.Used, _ = d.Bytes("used")
-	u.Available, _ = d.Bytes("available")
-	u.Referenced, _ = d.Bytes("referenced")
-	if v, ok := d.Value("compressratio"); ok {
-		u.CompressRatio, _ = zfs.ParseRatio(v)
-	}
-	return u
 }
 
 func orDash(s string) string {

@@ -45,11 +45,9 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
-
-// stateArmedPrefix begins the stored state of an armed dataset.
-const stateArmedPrefix = "armed:"
 
 // PropArmed is added to a dataset as read by the manager when ZFS shows it
 // armed: its token ("<run>.<n>"). It is never stored on ZFS.
@@ -177,38 +175,10 @@ func (a *arming) outstanding() int {
 	return len(a.handed)
 }
 
-// armedState returns the token of an armed stored state; "", false for
-// any other state.
-func armedState(v string) (string, bool) {
-	token, ok := strings.CutPrefix(v, stateArmedPrefix)
-	if !ok {
-		return "", false
-	}
-	return token, true
-}
-
-// StateOf is what a slot dataset's stored state (PropState) and owner
-// (PropOwner, "" when unset) mean to a reader outside the plugin (the
-// operator CLI, tests): an armed dataset is free, or reserved once an owner
-// is recorded; any other state is itself. An armed dataset the running
-// plugin has just handed over shows free until the plugin records the
-// handover: a moment after the Reserve, or, for a spare handed over while
-// ZFS refuses the fate of the dataset it replaces (a full pool), once ZFS
-// accepts it.
-func StateOf(stored, owner string) State {
-	if _, armed := armedState(stored); armed {
-		if owner != "" && owner != "-" {
-			return StateReserved
-		}
-		return StateFree
-	}
-	return State(stored)
-}
-
 // hasOwner reports whether d records an owner: PropOwner, or the
 // allocation ID of the legacy properties (what an owner is known by).
 func hasOwner(d zfs.Dataset) bool {
-	for _, p := range []string{PropOwner, legacyOwnerProps[0]} {
+	for _, p := range []string{record.PropOwner, record.LegacyOwnerProps[0]} {
 		if _, ok := d.Local(p); ok {
 			return true
 		}
@@ -246,36 +216,36 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 	}
 	seen := map[string]bool{} // tokens in the read
 	for i, d := range ds {
-		v, ok := d.Local(PropState)
+		v, ok := d.Local(record.PropState)
 		if !ok {
 			continue
 		}
-		token, armed := armedState(v)
+		token, armed := record.ArmedToken(v)
 		if !armed {
 			continue
 		}
 		seen[token] = true
 		owned := hasOwner(d)
-		state, earlier := StateFree, false
+		state, earlier := record.StateFree, false
 		switch {
 		case owned:
-			state = StateReserved
+			state = record.StateReserved
 			if a != nil {
 				delete(a.handed, token) // recorded
 			}
 		case a == nil:
 		case a.isHanded(token):
-			state = StateReserved
+			state = record.StateReserved
 		case !a.mineLocked(token):
-			state, earlier = StateReserved, true // an earlier run may have handed it over
+			state, earlier = record.StateReserved, true // an earlier run may have handed it over
 		}
 		if !copied {
 			out, copied = append([]zfs.Dataset(nil), ds...), true
 		}
 		props := maps.Clone(d.Props)
-		p := props[PropState]
+		p := props[record.PropState]
 		p.Value = string(state)
-		props[PropState] = p
+		props[record.PropState] = p
 		if !owned {
 			// Its handover is not recorded (or it was never handed over):
 			// the token says by which run.
@@ -336,7 +306,7 @@ func (z armedZFS) Create(ctx context.Context, name string, props map[string]stri
 // after a reboot; no incomplete view proves that nobody holds a device).
 // Clones are made by Clone, which never arms them (a clone is never empty).
 func (z armedZFS) arm(name string, props map[string]string) map[string]string {
-	if props[PropState] != string(StateFree) || props[PropManaged] != ManagedSlot || props["encryption"] != "" || z.a.incomplete.Load() {
+	if props[record.PropState] != string(record.StateFree) || props[record.PropManaged] != record.ManagedSlot || props["encryption"] != "" || z.a.incomplete.Load() {
 		return props
 	}
 	token := z.a.token()
@@ -344,7 +314,7 @@ func (z armedZFS) arm(name string, props map[string]string) map[string]string {
 	z.a.made[name] = token
 	z.a.mu.Unlock()
 	props = maps.Clone(props)
-	props[PropState] = stateArmedPrefix + token
+	props[record.PropState] = record.ArmedValue(token) // record.Arm: StateArmed
 	return props
 }
 
@@ -353,7 +323,7 @@ func (z armedZFS) arm(name string, props map[string]string) map[string]string {
 // armed, no owner.
 func unrecorded(d zfs.Dataset) bool {
 	_, armed := d.Local(PropArmed)
-	return armed && slotState(d) == StateReserved && !hasOwner(d)
+	return armed && record.Recorded(d) == record.StateReserved && !hasOwner(d)
 }
 
 // unproven reports whether d, as the manager reads it, is an earlier run's
@@ -367,7 +337,7 @@ func unproven(d zfs.Dataset) bool {
 // unrecordedSlot is unrecorded for a slot as last seen: its owner is not
 // recorded on its armed dataset.
 func unrecordedSlot(s Slot) bool {
-	return s.armed != "" && s.State == StateReserved && !s.stamped.Known()
+	return s.armed != "" && s.State == record.StateReserved && !s.stamped.Known()
 }
 
 // mayAdopt reports whether view v shows of the allocations what adopting
@@ -381,7 +351,7 @@ func unrecordedSlot(s Slot) bool {
 // over, and an allocation that the servers do not show started yet may be
 // using it.
 func (m *Manager) mayAdopt(v *View, s Slot, holders []Holding, asking bool) bool {
-	if s.armed == "" || s.State != StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.ours(s.armed) {
+	if s.armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.ours(s.armed) {
 		return false
 	}
 	if !v.Complete || !v.Began.After(m.arm.started) {
@@ -406,7 +376,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	switch {
-	case !ok || cur.Dataset != s.Dataset || cur.armed != s.armed || cur.State != StateReserved || cur.Owner.Known() || identified:
+	case !ok || cur.Dataset != s.Dataset || cur.armed != s.armed || cur.State != record.StateReserved || cur.Owner.Known() || identified:
 		return false, "it changed meanwhile", nil
 	case cur.Mountpoint == "" || !cur.ok:
 		return false, "it is not mounted", nil
@@ -416,7 +386,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	}
 	m.arm.adopt(cur.armed)
 	m.setNote(s.ID, note{})
-	m.updateSlot(s.ID, func(x *Slot) { x.State = StateFree })
+	m.updateSlot(s.ID, func(x *Slot) { x.State = record.StateFree })
 	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.armed)
 	return true, "", nil
 }
@@ -472,7 +442,7 @@ func emptyDir(ctx context.Context, dir string) (bool, error) {
 func (m *Manager) disarmFree(ctx context.Context) error {
 	var errs []error
 	for _, s := range m.Slots() {
-		if s.State != StateFree || s.armed == "" || !m.arm.ours(s.armed) {
+		if s.State != record.StateFree || s.armed == "" || !m.arm.ours(s.armed) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
@@ -482,8 +452,8 @@ func (m *Manager) disarmFree(ctx context.Context) error {
 			continue
 		}
 		cur, ok := m.slot(s.ID)
-		if ok && cur.State == StateFree && cur.armed == s.armed && cur.Dataset == s.Dataset {
-			if err := m.zfs.Set(ctx, cur.Dataset, PropState, string(StateFree)); err != nil {
+		if ok && cur.State == record.StateFree && cur.armed == s.armed && cur.Dataset == s.Dataset {
+			if err := m.zfs.Set(ctx, cur.Dataset, record.PropState, string(record.To(record.Disarm))); err != nil {
 				errs = append(errs, fmt.Errorf("recording %s free (not armed): %w", cur.Dataset, err))
 			} else {
 				m.updateSlot(s.ID, func(x *Slot) { x.armed = "" })

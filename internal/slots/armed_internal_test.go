@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -15,17 +16,17 @@ import (
 // state state, with an owner recorded when owner is set.
 func armedDS(name, state string, owner bool) zfs.Dataset {
 	props := map[string]zfs.Prop{
-		PropManaged: {Value: ManagedSlot, Source: "local"},
-		PropState:   {Value: state, Source: "local"},
-		PropOwner:   {Value: "-", Source: "-"},
+		record.PropManaged: {Value: record.ManagedSlot, Source: "local"},
+		record.PropState:   {Value: state, Source: "local"},
+		record.PropOwner:   {Value: "-", Source: "-"},
 	}
 	if owner {
-		props[PropOwner] = zfs.Prop{Value: owner1.Encode(), Source: "local"}
+		props[record.PropOwner] = zfs.Prop{Value: owner1.Encode(), Source: "local"}
 	}
 	return zfs.Dataset{Name: name, Props: props}
 }
 
-var owner1 = Owner{AllocID: "00000001-0000-0000-0000-000000000000", Namespace: "default", Job: "j", Group: "g", Task: "t", AllocName: "j.g[0]"}
+var owner1 = record.Owner{AllocID: "00000001-0000-0000-0000-000000000000", Namespace: "default", Job: "j", Group: "g", Task: "t", AllocName: "j.g[0]"}
 
 // TestArming_Normalize: what an armed state means to the run reading it.
 func TestArming_Normalize(t *testing.T) {
@@ -35,93 +36,93 @@ func TestArming_Normalize(t *testing.T) {
 		// setup prepares the run: a is this run, other an earlier one.
 		setup func(a, other *arming) []zfs.Dataset
 		// want is the state each dataset is read in, by name.
-		want map[string]State
+		want map[string]record.State
 		// handed is how many handovers the run still waits to see recorded.
 		handed int
 	}{
 		{
 			name: "this run's, not handed over: free",
 			setup: func(a, _ *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+a.token(), false)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(a.token()), false)}
 			},
-			want: map[string]State{slot: StateFree},
+			want: map[string]record.State{slot: record.StateFree},
 		},
 		{
 			name: "this run's, handed over, nothing recorded: reserved",
 			setup: func(a, _ *arming) []zfs.Dataset {
 				tok := a.token()
 				a.handOver(tok, slot)
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+tok, false)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(tok), false)}
 			},
-			want: map[string]State{slot: StateReserved}, handed: 1,
+			want: map[string]record.State{slot: record.StateReserved}, handed: 1,
 		},
 		{
 			name: "handed over and the owner recorded: reserved, and the handover forgotten",
 			setup: func(a, _ *arming) []zfs.Dataset {
 				tok := a.token()
 				a.handOver(tok, slot)
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+tok, true)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(tok), true)}
 			},
-			want: map[string]State{slot: StateReserved},
+			want: map[string]record.State{slot: record.StateReserved},
 		},
 		{
 			name: "an earlier run's, no owner: reserved (it may have handed it over)",
 			setup: func(_, other *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), false)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(other.token()), false)}
 			},
-			want: map[string]State{slot: StateReserved},
+			want: map[string]record.State{slot: record.StateReserved},
 		},
 		{
 			name: "an earlier run's, with an owner: reserved",
 			setup: func(_, other *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), true)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(other.token()), true)}
 			},
-			want: map[string]State{slot: StateReserved},
+			want: map[string]record.State{slot: record.StateReserved},
 		},
 		{
 			name: "an earlier run's, adopted: free",
 			setup: func(a, other *arming) []zfs.Dataset {
 				tok := other.token()
 				a.adopt(tok)
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+tok, false)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(tok), false)}
 			},
-			want: map[string]State{slot: StateFree},
+			want: map[string]record.State{slot: record.StateFree},
 		},
 		{
 			name: "an earlier run's beside a dataset in use: reserved all the same (pair.roles withholds it)",
 			setup: func(_, other *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, string(StateReserved), true), armedDS(alt, stateArmedPrefix+other.token(), false)}
+				return []zfs.Dataset{armedDS(slot, string(record.StateReserved), true), armedDS(alt, record.ArmedValue(other.token()), false)}
 			},
-			want: map[string]State{slot: StateReserved, alt: StateReserved},
+			want: map[string]record.State{slot: record.StateReserved, alt: record.StateReserved},
 		},
 		{
 			name: "an earlier run's beside one on its way out: it may have been handed over",
 			setup: func(_, other *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, string(StateArchived), true), armedDS(alt, stateArmedPrefix+other.token(), false)}
+				return []zfs.Dataset{armedDS(slot, string(record.StateArchived), true), armedDS(alt, record.ArmedValue(other.token()), false)}
 			},
-			want: map[string]State{slot: StateArchived, alt: StateReserved},
+			want: map[string]record.State{slot: record.StateArchived, alt: record.StateReserved},
 		},
 		{
 			name: "two of an earlier run's, no owner: neither is proven",
 			setup: func(_, other *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), false), armedDS(alt, stateArmedPrefix+other.token(), false)}
+				return []zfs.Dataset{armedDS(slot, record.ArmedValue(other.token()), false), armedDS(alt, record.ArmedValue(other.token()), false)}
 			},
-			want: map[string]State{slot: StateReserved, alt: StateReserved},
+			want: map[string]record.State{slot: record.StateReserved, alt: record.StateReserved},
 		},
 		{
 			name: "a state of an earlier version: unchanged",
 			setup: func(_, _ *arming) []zfs.Dataset {
-				return []zfs.Dataset{armedDS(slot, string(StateFree), false), armedDS(alt, string(StateReserved), false)}
+				return []zfs.Dataset{armedDS(slot, string(record.StateFree), false), armedDS(alt, string(record.StateReserved), false)}
 			},
-			want: map[string]State{slot: StateFree, alt: StateReserved},
+			want: map[string]record.State{slot: record.StateFree, alt: record.StateReserved},
 		},
 		{
 			name: "a handover whose dataset a later read shows gone: forgotten",
 			setup: func(a, _ *arming) []zfs.Dataset {
 				a.handOver(a.token(), slot)
-				return []zfs.Dataset{armedDS(alt, string(StateReserved), true)}
+				return []zfs.Dataset{armedDS(alt, string(record.StateReserved), true)}
 			},
-			want: map[string]State{alt: StateReserved}, handed: 0,
+			want: map[string]record.State{alt: record.StateReserved}, handed: 0,
 		},
 	}
 	for _, tc := range cases {
@@ -131,12 +132,12 @@ func TestArming_Normalize(t *testing.T) {
 			got := a.normalize(ds, time.Now().Add(time.Second), "tank/nomad", 2, true)
 			must.Eq(t, len(ds), len(got))
 			for _, d := range got {
-				v, _ := d.Local(PropState)
-				must.EqOp(t, tc.want[d.Name], State(v), must.Sprintf("%s", d.Name))
+				v, _ := d.Local(record.PropState)
+				must.EqOp(t, tc.want[d.Name], record.State(v), must.Sprintf("%s", d.Name))
 			}
 			for i, d := range ds {
-				stored, _ := d.Local(PropState)
-				tok, armed := armedState(stored)
+				stored, _ := d.Local(record.PropState)
+				tok, armed := record.ArmedToken(stored)
 				if hasOwner(d) {
 					tok, armed = "", false // its handover is recorded
 				}
@@ -145,7 +146,7 @@ func TestArming_Normalize(t *testing.T) {
 				must.EqOp(t, tok, shown)
 				_, earlier := got[i].Local(PropEarlier)
 				must.EqOp(t, armed && !a.ours(tok), earlier, must.Sprintf("%s: PropEarlier added exactly to an earlier run's armed datasets with no owner, not adopted", d.Name))
-				must.EqOp(t, stored, ds[i].Props[PropState].Value, must.Sprint("the read itself is not changed"))
+				must.EqOp(t, stored, ds[i].Props[record.PropState].Value, must.Sprint("the read itself is not changed"))
 			}
 			must.EqOp(t, tc.handed, a.outstanding())
 		})
@@ -153,12 +154,12 @@ func TestArming_Normalize(t *testing.T) {
 
 	t.Run("an outside observer reads every armed dataset with no owner as free", func(t *testing.T) {
 		other := newArming()
-		ds := []zfs.Dataset{armedDS(slot, stateArmedPrefix+other.token(), false), armedDS(alt, stateArmedPrefix+other.token(), true)}
+		ds := []zfs.Dataset{armedDS(slot, record.ArmedValue(other.token()), false), armedDS(alt, record.ArmedValue(other.token()), true)}
 		got := (*arming)(nil).normalize(ds, time.Time{}, "tank/nomad", 2, true)
-		v0, _ := got[0].Local(PropState)
-		v1, _ := got[1].Local(PropState)
-		must.EqOp(t, StateFree, State(v0))
-		must.EqOp(t, StateReserved, State(v1))
+		v0, _ := got[0].Local(record.PropState)
+		v1, _ := got[1].Local(record.PropState)
+		must.EqOp(t, record.StateFree, record.State(v0))
+		must.EqOp(t, record.StateReserved, record.State(v1))
 	})
 
 	t.Run("a read begun before a handover does not forget it", func(t *testing.T) {
@@ -193,9 +194,9 @@ func TestArming_Current(t *testing.T) {
 	a := newArming()
 	z := armedZFS{a: a}
 	props := Class{Name: "scratch", Quota: 1 << 20}.SlotProps()
-	old, _ := armedState(z.arm("tank/nomad/scratch/0", props)[PropState])
+	old, _ := record.ArmedToken(z.arm("tank/nomad/scratch/0", props)[record.PropState])
 	must.True(t, a.current("tank/nomad/scratch/0", old))
-	made, _ := armedState(z.arm("tank/nomad/scratch/0", props)[PropState])
+	made, _ := record.ArmedToken(z.arm("tank/nomad/scratch/0", props)[record.PropState])
 	must.False(t, a.current("tank/nomad/scratch/0", old), must.Sprint("made again since the view"))
 	must.True(t, a.current("tank/nomad/scratch/0", made))
 	must.True(t, a.current("tank/nomad/scratch/1", newArming().token()))
@@ -215,17 +216,17 @@ func TestArmedZFS_CreatesSlotsArmed(t *testing.T) {
 	z := armedZFS{a: a}
 	props := Class{Name: "scratch", Quota: 1 << 20}.SlotProps()
 	got := z.arm("tank/nomad/scratch/0", props)
-	tok, ok := armedState(got[PropState])
-	must.True(t, ok, must.Sprintf("%q", got[PropState]))
+	tok, ok := record.ArmedToken(got[record.PropState])
+	must.True(t, ok, must.Sprintf("%q", got[record.PropState]))
 	must.True(t, a.ours(tok))
 	must.EqOp(t, tok, a.tokenOf("tank/nomad/scratch/0"))
-	must.EqOp(t, string(StateFree), props[PropState], must.Sprint("the caller's map is not changed"))
+	must.EqOp(t, string(record.StateFree), props[record.PropState], must.Sprint("the caller's map is not changed"))
 	again := z.arm("tank/nomad/scratch/0", props)
-	must.NotEq(t, got[PropState], again[PropState], must.Sprint("every dataset gets its own token"))
+	must.NotEq(t, got[record.PropState], again[record.PropState], must.Sprint("every dataset gets its own token"))
 
-	other := map[string]string{PropManaged: ManagedClass}
+	other := map[string]string{record.PropManaged: record.ManagedClass}
 	must.Eq(t, other, z.arm("tank/nomad/scratch", other))
-	reserved := map[string]string{PropManaged: ManagedSlot, PropState: string(StateReserved)}
+	reserved := map[string]string{record.PropManaged: record.ManagedSlot, record.PropState: string(record.StateReserved)}
 	must.Eq(t, reserved, z.arm("tank/nomad/scratch/1", reserved))
 
 	// Made free (review): an encrypted dataset (not mounted after a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -25,7 +26,7 @@ func TestArmed_FreshReserveRunsNoZFSCommand(t *testing.T) {
 	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 1)
 	s := slotByID(t, e, "scratch-0")
-	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s.Dataset, slots.PropState))
+	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s.Dataset, record.PropState))
 
 	o1, o2 := owner(1), owner(2)
 	a.hold("scratch-0", o1)
@@ -42,7 +43,7 @@ func TestArmed_FreshReserveRunsNoZFSCommand(t *testing.T) {
 	// recorded yet: still reserved, by o1.
 	must.NoError(t, e.mgr.Sync(context.Background()))
 	got := slotByID(t, e, "scratch-0")
-	must.EqOp(t, slots.StateReserved, got.State)
+	must.EqOp(t, record.StateReserved, got.State)
 	must.EqOp(t, o1.AllocID, got.Owner.AllocID)
 
 	// Another allocation asking for the device (a conflict Nomad would
@@ -65,7 +66,7 @@ func TestArmed_FreshReserveRunsNoZFSCommand(t *testing.T) {
 	e.mgr.SetNomad(a)
 	e.sync(t)
 	got = slotByID(t, e, "scratch-0")
-	must.EqOp(t, slots.StateReserved, got.State)
+	must.EqOp(t, record.StateReserved, got.State)
 	must.EqOp(t, o1.AllocID, got.Owner.AllocID)
 }
 
@@ -113,14 +114,14 @@ func TestArmed_ARestartAfterAnUnrecordedHandover(t *testing.T) {
 				must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant data"), 0o644))
 			}
 			must.NoError(t, e.mgr.Wait(context.Background()))
-			must.EqOp(t, "", e.pool.Prop(t, ds, slots.PropOwner), must.Sprint("the owner is not recorded before the restart"))
+			must.EqOp(t, "", e.pool.Prop(t, ds, record.PropOwner), must.Sprint("the owner is not recorded before the restart"))
 
 			e.restart(t)
 			e.mgr.SetNomad(a)
 			e.sync(t)
 			got := slotByID(t, e, "scratch-0")
 			t.Logf("after the restart: %+v", got)
-			must.EqOp(t, slots.StateReserved, got.State, must.Sprint("an earlier run's handover is not taken for free"))
+			must.EqOp(t, record.StateReserved, got.State, must.Sprint("an earlier run's handover is not taken for free"))
 			must.False(t, got.Owner.Known())
 
 			if tc.tenantEnded {
@@ -143,10 +144,10 @@ func TestArmed_ARestartAfterAnUnrecordedHandover(t *testing.T) {
 				must.EqOp(t, guid, e.guid(t, got.Dataset), must.Sprint("the same dataset, not made again"))
 				if tc.asker {
 					must.EqOp(t, ds, res[0].Dataset)
-					must.EqOp(t, slots.StateReserved, got.State)
+					must.EqOp(t, record.StateReserved, got.State)
 					must.EqOp(t, asker.AllocID, got.Owner.AllocID)
 				} else {
-					must.EqOp(t, slots.StateFree, got.State)
+					must.EqOp(t, record.StateFree, got.State)
 					must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 				}
 			case kept:
@@ -154,7 +155,7 @@ func TestArmed_ARestartAfterAnUnrecordedHandover(t *testing.T) {
 					must.Error(t, rerr)
 					must.StrContains(t, rerr.Error(), "scratch-0")
 				}
-				must.EqOp(t, slots.StateReserved, got.State)
+				must.EqOp(t, record.StateReserved, got.State)
 				must.EqOp(t, guid, e.guid(t, ds))
 				if tc.written {
 					b, err := os.ReadFile(filepath.Join(got.Mountpoint, "data.txt"))
@@ -199,7 +200,7 @@ func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
 			first := reserveAndWrite(t, e, a, "scratch-0", o1)
 			spare := slotByID(t, e, "scratch-0").Spare
 			must.NotEq(t, "", spare)
-			must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, slots.PropState))
+			must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, record.PropState))
 
 			e.restart(t)
 			e.mgr.SetNomad(a)
@@ -229,7 +230,7 @@ func TestArmed_SpareOfARestartedRunServes(t *testing.T) {
 				must.NoError(t, e.mgr.Wait(ctx))
 				got = slotByID(t, e, "scratch-0")
 				must.EqOp(t, spare, got.Dataset, must.Sprint("the spare serves"))
-				must.EqOp(t, slots.StateFree, got.State)
+				must.EqOp(t, record.StateFree, got.State)
 				must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 			} else {
 				a.hold("scratch-0", o2)
@@ -269,7 +270,7 @@ func TestArmed_AFailedReadForgetsNoHandover(t *testing.T) {
 	w.Unfail("get")
 	e.sync(t)
 	got := slotByID(t, e, "scratch-0")
-	must.EqOp(t, slots.StateReserved, got.State)
+	must.EqOp(t, record.StateReserved, got.State)
 	must.EqOp(t, res[0].Dataset, got.Dataset)
 
 	a.hold("scratch-0", o2) // beside the first tenant, still running
@@ -291,14 +292,14 @@ func TestArmed_ARepairedReadIsNormalized(t *testing.T) {
 	w.SetPATH(t)
 	e, _ := newReleaseEnv(t, 2)
 	s0, s1 := slotByID(t, e, "scratch-0"), slotByID(t, e, "scratch-1")
-	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s0.Dataset, slots.PropState))
-	forged := "legacy\njob\n" + s1.Dataset + "\t" + slots.PropState + "\treserved\tlocal"
+	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s0.Dataset, record.PropState))
+	forged := "legacy\njob\n" + s1.Dataset + "\t" + record.PropState + "\treserved\tlocal"
 	e.pool.ZFS(t, "set", "nomad-device-zfs:job="+forged, s0.Dataset)
 	creates, destroys := w.Count("create"), w.Count("destroy")
 	got := e.sync(t)
 	must.SliceLen(t, 2, got)
 	for i, want := range []slots.Slot{s0, s1} {
-		must.EqOp(t, slots.StateFree, got[i].State, must.Sprint(got[i].ID))
+		must.EqOp(t, record.StateFree, got[i].State, must.Sprint(got[i].ID))
 		must.True(t, got[i].Healthy, must.Sprint(got[i].ID, ": ", got[i].HealthDesc))
 		must.EqOp(t, want.Dataset, got[i].Dataset)
 	}

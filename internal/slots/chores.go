@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
 // remountTimeout bounds one remount of a slot's mountpoint.
@@ -60,7 +61,7 @@ func (c *freeChores) prepare(s *Slot) []error {
 			s.Spare, s.spareMount, s.spareArmed = "", "", ""
 		}
 	}
-	if !s.ok || s.State != StateFree {
+	if !s.ok || s.State != record.StateFree {
 		return errs
 	}
 	c.readTable()

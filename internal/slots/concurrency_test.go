@@ -8,7 +8,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
@@ -58,7 +58,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	must.Eq(t, "scratch-1", res[0].ID)
 	t.Logf("Reserve on scratch-1 took %s while scratch-0's rename was paused", took)
 	must.Less(t, 3*time.Second, took, must.Sprint("a Reserve on a fresh slot waits for nothing but its own zfs command (and the 2 s identification grace at most)"))
-	must.EqOp(t, slots.StateReserved, slotByID(t, e, "scratch-1").State)
+	must.EqOp(t, record.StateReserved, slotByID(t, e, "scratch-1").State)
 
 	// Sync leaves the slot under release to its release and does not wait.
 	select {
@@ -67,7 +67,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Sync waited for another slot's release")
 	}
-	must.EqOp(t, string(slots.StateArchived), stateOf(t, e, s0.Dataset)) // its fate, recorded first
+	must.EqOp(t, string(record.StateArchived), stateOf(t, e, s0.Dataset)) // its fate, recorded first
 	w.Resume("rename")
 	select {
 	case err := <-released:
@@ -77,7 +77,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	}
 	checkFresh(t, e, "scratch-0", guid)
 	got = slotByID(t, e, "scratch-1")
-	must.Eq(t, slots.StateReserved, got.State, must.Sprint("Sync must not undo the reservation made while it ran"))
+	must.Eq(t, record.StateReserved, got.State, must.Sprint("Sync must not undo the reservation made while it ran"))
 }
 
 // TestConcurrency_LastInstanceStaysSchedulable: while the only slot of a
@@ -99,7 +99,7 @@ func TestConcurrency_LastInstanceStaysSchedulable(t *testing.T) {
 	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
 	w.WaitPaused(t, "rename", 30*time.Second)
 	got := slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateReleasing, got.State)
+	must.Eq(t, record.StateReleasing, got.State)
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 	must.StrContains(t, got.HealthDesc, "fresh soon (releasing: ")
 
@@ -126,7 +126,7 @@ func TestConcurrency_LastInstanceStaysSchedulable(t *testing.T) {
 		t.Fatal("Reserve did not get the fresh dataset")
 	}
 	got = slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, record.StateReserved, got.State)
 	must.NotEq(t, guid, e.guid(t, got.Dataset))
 	entries, err := os.ReadDir(got.Mountpoint)
 	must.NoError(t, err)
@@ -163,7 +163,7 @@ func TestConcurrency_ReserveWaitEndsWithItsContext(t *testing.T) {
 	must.NoError(t, <-synced)
 	got := slotByID(t, e, "scratch-0")
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
-	must.Eq(t, slots.StateFree, got.State)
+	must.Eq(t, record.StateFree, got.State)
 }
 
 // TestConcurrency_ReleasesRunSideBySide (issue 10): the release of
@@ -194,7 +194,7 @@ func TestConcurrency_ReleasesRunSideBySide(t *testing.T) {
 	e.mgr.Kick()
 	fresh := func(id, old string) bool {
 		s := slotByID(t, e, id)
-		return s.State == slots.StateFree && s.Healthy && e.guid(t, s.Dataset) != old
+		return s.State == record.StateFree && s.Healthy && e.guid(t, s.Dataset) != old
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !fresh("scratch-1", guid1) {
@@ -204,7 +204,7 @@ func TestConcurrency_ReleasesRunSideBySide(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("scratch-1 fresh %s after its allocation ended, scratch-0's rename still paused", time.Since(start).Round(time.Millisecond))
-	must.Eq(t, slots.StateReleasing, slotByID(t, e, "scratch-0").State)
+	must.Eq(t, record.StateReleasing, slotByID(t, e, "scratch-0").State)
 	must.Eq(t, guid0, e.guid(t, s0.Dataset))
 
 	w.Resume("rename")
@@ -250,7 +250,7 @@ func TestConcurrency_ReserveGivingUpLeavesOthersAlone(t *testing.T) {
 
 	w.Resume("rename")
 	deadline := time.Now().Add(time.Minute)
-	for slotByID(t, e, "scratch-0").State == slots.StateReleasing {
+	for slotByID(t, e, "scratch-0").State == record.StateReleasing {
 		if time.Now().After(deadline) {
 			t.Fatalf("the release did not complete: %+v", slotByID(t, e, "scratch-0"))
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -72,10 +73,7 @@ func (c Config) SlotDataset(class string, index int) string {
 }
 
 // ArchiveDataset returns the container of released datasets.
-func (c Config) ArchiveDataset() string { return c.Parent + "/" + ArchiveName }
-
-// DeviceID returns the Nomad device instance ID of a slot: "<class>-<index>".
-func DeviceID(class string, index int) string { return class + "-" + strconv.Itoa(index) }
+func (c Config) ArchiveDataset() string { return c.Parent + "/" + record.ArchiveName }
 
 // SlotProps returns the properties a new slot dataset of class c is created
 // with: the class properties, setuid=off and devices=off unless the class says
@@ -86,7 +84,7 @@ func (c Class) SlotProps() map[string]string {
 		props[k] = v
 	}
 	props["refquota"] = strconv.FormatUint(c.Quota, 10)
-	props[PropManaged] = ManagedSlot
-	props[PropState] = string(StateFree)
+	props[record.PropManaged] = record.ManagedSlot
+	props[record.PropState] = string(record.To(record.Create))
 	return props
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
 // decisionKind is what may be done with an in-use slot.
@@ -29,7 +31,7 @@ type decision struct {
 	// asker, for a startRelease decided for Reserve, is the one other
 	// live holder of the device (the allocation asking), when the view
 	// shows it: the fresh dataset is made for it.
-	asker Owner
+	asker record.Owner
 	// live, for inUse: the owner has not ended, and nobody else holds
 	// the device.
 	live bool

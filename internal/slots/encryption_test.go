@@ -12,6 +12,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -55,7 +56,7 @@ func loadKey(e *env, copy, keyPath string) error {
 func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 	e := newEnv(t, 1)
 	keys := filepath.Join(t.TempDir(), "keys")
-	must.NoError(t, slots.EnsureKeyDir(keys))
+	must.NoError(t, record.EnsureKeyDir(keys))
 	e.cfg.KeyDir = keys
 	e.cfg.Classes[0].Encrypted = true
 	e.cfg.Classes[0].Restore = slots.RestoreRequired
@@ -79,14 +80,14 @@ func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 
 	for _, s := range e.sync(t) {
 		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
-		id := e.pool.Prop(t, s.Dataset, slots.PropKeyID)
-		must.True(t, slots.ValidKeyID(id), must.Sprint(id))
+		id := e.pool.Prop(t, s.Dataset, record.PropKeyID)
+		must.True(t, record.ValidKeyID(id), must.Sprint(id))
 		must.NotEq(t, "off", e.pool.Prop(t, s.Dataset, "encryption"))
 		must.Eq(t, "raw", e.pool.Prop(t, s.Dataset, "keyformat"))
-		must.Eq(t, slots.KeyLocation(keys, id), e.pool.Prop(t, s.Dataset, "keylocation"))
-		fi, err := os.Stat(slots.KeyPath(keys, id))
+		must.Eq(t, record.KeyLocation(keys, id), e.pool.Prop(t, s.Dataset, "keylocation"))
+		fi, err := os.Stat(record.KeyPath(keys, id))
 		must.NoError(t, err)
-		must.Eq(t, int64(slots.KeyLen), fi.Size())
+		must.Eq(t, int64(record.KeyLen), fi.Size())
 		must.Eq(t, os.FileMode(0o600), fi.Mode().Perm())
 	}
 	// Each slot (and spare) its own key.
@@ -95,27 +96,27 @@ func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 	// Archive, then restore: the key follows the dataset.
 	first := tenant(1, 0)
 	s := reserveAndWrite(t, e, a, "scratch-0", first)
-	id := e.pool.Prop(t, s.Dataset, slots.PropKeyID)
+	id := e.pool.Prop(t, s.Dataset, record.PropKeyID)
 	a.end(first)
 	must.NoError(t, e.mgr.ReleaseEnded(ctx))
 	must.NoError(t, e.mgr.Wait(ctx))
 	arch := archived(t, e)
 	must.SliceLen(t, 1, arch)
-	must.Eq(t, id, e.pool.Prop(t, arch[0], slots.PropKeyID))
-	must.FileExists(t, slots.KeyPath(keys, id))
+	must.Eq(t, id, e.pool.Prop(t, arch[0], record.PropKeyID))
+	must.FileExists(t, record.KeyPath(keys, id))
 	second := tenant(2, 0)
 	a.hold("scratch-0", second)
 	res, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
 	must.NoError(t, err)
 	must.Eq(t, "tenant "+first.AllocID, readData(t, res[0]))
-	must.Eq(t, id, e.pool.Prop(t, res[0].Dataset, slots.PropKeyID))
+	must.Eq(t, id, e.pool.Prop(t, res[0].Dataset, record.PropKeyID))
 	a.start(second)
 
 	// Destroyed at release: the key goes after the dataset, and the
 	// ciphertext copied before cannot be opened.
 	third := tenant(3, 0)
 	tmp := reserveAndWrite(t, e, a, "temp-0", third)
-	tmpID := e.pool.Prop(t, tmp.Dataset, slots.PropKeyID)
+	tmpID := e.pool.Prop(t, tmp.Dataset, record.PropKeyID)
 	copy := e.pool.Dataset("copy-temp")
 	rawCopy(t, e, tmp.Dataset, copy)
 	a.end(third)
@@ -123,11 +124,11 @@ func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 	must.NoError(t, e.mgr.Wait(ctx))
 	for _, s := range e.mgr.Slots() {
 		if s.ID == "temp-0" {
-			must.NotEq(t, tmpID, e.pool.Prop(t, s.Dataset, slots.PropKeyID), must.Sprint("a fresh dataset, with a key of its own"))
+			must.NotEq(t, tmpID, e.pool.Prop(t, s.Dataset, record.PropKeyID), must.Sprint("a fresh dataset, with a key of its own"))
 		}
 	}
-	must.FileNotExists(t, slots.KeyPath(keys, tmpID))
-	err = loadKey(e, copy, slots.KeyPath(keys, tmpID))
+	must.FileNotExists(t, record.KeyPath(keys, tmpID))
+	err = loadKey(e, copy, record.KeyPath(keys, tmpID))
 	must.Error(t, err, must.Sprint("the raw copy cannot be opened once the key is gone"))
 
 	// Pruned by retention: the archive, then its key.
@@ -143,13 +144,13 @@ func TestEncryption_KeyPerSlotLivesAndDiesWithItsData(t *testing.T) {
 	_, err = pruner.Pass(ctx)
 	must.NoError(t, err)
 	must.SliceEmpty(t, archived(t, e))
-	must.FileNotExists(t, slots.KeyPath(keys, id))
-	must.Error(t, loadKey(e, copy2, slots.KeyPath(keys, id)))
+	must.FileNotExists(t, record.KeyPath(keys, id))
+	must.Error(t, loadKey(e, copy2, record.KeyPath(keys, id)))
 
 	// Only the keys of datasets that exist are left.
 	var live []string
-	for _, line := range strings.Split(strings.TrimSpace(e.pool.ZFS(t, "get", "-H", "-r", "-o", "value", slots.PropKeyID, e.cfg.Parent)), "\n") {
-		if slots.ValidKeyID(line) {
+	for _, line := range strings.Split(strings.TrimSpace(e.pool.ZFS(t, "get", "-H", "-r", "-o", "value", record.PropKeyID, e.cfg.Parent)), "\n") {
+		if record.ValidKeyID(line) {
 			live = append(live, line+".key")
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -23,7 +24,7 @@ import (
 // from now on. When ZFS refuses (a full pool), the data is kept and the
 // slot is unhealthy with why. spare names the dataset that serves
 // meanwhile, for the log ("" when none).
-func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o Owner, spare string) (State, error) {
+func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o record.Owner, spare string) (record.State, error) {
 	if err := m.recordFate(ctx, c, cur, o, spare); err != nil {
 		// A write cut short by the caller's deadline (a Reserve's
 		// reserve_timeout) says nothing about ZFS: a reason found before
@@ -46,20 +47,29 @@ func blockedText(err error) string {
 }
 
 // fateState is the state of a slot of class c whose release has begun.
-func fateState(c Class) State {
+func fateState(c Class) record.State {
 	if c.OnRelease == OnReleaseDestroy {
-		return StateDestroying
+		return record.StateDestroying
 	}
-	return StateReleasing
+	return record.StateReleasing
+}
+
+// fateEvent is the transition a release of a slot of class c records
+// (record.Transitions): to the archive, or to be destroyed.
+func fateEvent(c Class) record.Event {
+	if c.OnRelease == OnReleaseDestroy {
+		return record.ReleaseDestroy
+	}
+	return record.Release
 }
 
 // recordFate writes the fate of x's dataset (of class c, owned by o: its
 // owner too when x does not record it), in one zfs command, and logs the
 // release's start: what writeFate and writeFateBehind write on ZFS.
-func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o Owner, spare string) error {
-	props := map[string]string{PropState: string(fateOf(fateState(c)))}
+func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o record.Owner, spare string) error {
+	props := map[string]string{record.PropState: string(record.To(fateEvent(c)))}
 	if o.Known() && !x.stamped.Known() {
-		props[PropOwner] = o.Encode()
+		props[record.PropOwner] = o.Encode()
 	}
 	if err := m.setProps(ctx, x.Dataset, props); err != nil {
 		return err
@@ -83,20 +93,11 @@ func (m *Manager) forgetTenancy(id string) {
 	m.releases[id]++
 }
 
-// fateOf is what a slot being released records as its state on ZFS: the
-// dataset's fate (see StateReleasing).
-func fateOf(state State) State {
-	if state == StateReleasing {
-		return StateArchived
-	}
-	return state
-}
-
 // fateDue reports whether the slot's old dataset waits for its fate, to be
 // written behind the handover of the armed spare that serves in its place:
 // ZFS still shows it in use by its ended owner.
 func (s Slot) fateDue() bool {
-	return s.old != nil && s.old.State == StateReserved
+	return s.old != nil && s.old.State == record.StateReserved
 }
 
 // writeFateBehind records the fate of the old dataset of slot view cur,

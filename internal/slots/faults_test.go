@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -102,10 +103,10 @@ func TestFaults_FullPool(t *testing.T) {
 			blocked = true
 			break
 		}
-		if kernel == nil && got.State != slots.StateReserved {
+		if kernel == nil && got.State != record.StateReserved {
 			break // released from the slop space
 		}
-		if got.State != slots.StateReserved || time.Now().After(deadline) {
+		if got.State != record.StateReserved || time.Now().After(deadline) {
 			t.Fatalf("release on a full pool: err=%v, slot %s %v %q", err, got.State, got.Healthy, got.HealthDesc)
 		}
 		time.Sleep(2 * time.Second)
@@ -128,7 +129,7 @@ func TestFaults_FullPool(t *testing.T) {
 	for {
 		_ = e.mgr.ReleaseEnded(context.Background())
 		_ = e.mgr.Sync(context.Background())
-		if got := slotByID(t, e, "scratch-0"); got.State == slots.StateFree && got.Healthy {
+		if got := slotByID(t, e, "scratch-0"); got.State == record.StateFree && got.Healthy {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -160,17 +161,17 @@ func newReleaseEnvOn(t *testing.T, n int, poolSize int64, quota uint64) (*env, *
 // read, offered and released as usual.
 func TestFaults_ControlCharacters(t *testing.T) {
 	e, a := newReleaseEnv(t, 3)
-	evil := slots.Owner{AllocID: "0e0e0e0e-0000-0000-0000-000000000000", Namespace: "default",
+	evil := record.Owner{AllocID: "0e0e0e0e-0000-0000-0000-000000000000", Namespace: "default",
 		Job: "job\twith\ttabs", Group: "grp\nwith\nnewlines", Task: "t\x00\x1b[31m", AllocName: "job\twith\ttabs.grp\n[0]"}
 	s := reserveAndWrite(t, e, a, "scratch-0", evil)
 	must.Eq(t, evil, recordedOwner(t, e, s.Dataset))
-	value := e.pool.Prop(t, s.Dataset, slots.PropOwner)
+	value := e.pool.Prop(t, s.Dataset, record.PropOwner)
 	must.False(t, strings.ContainsAny(value, "\t\n\x00\x1b"), must.Sprintf("stored raw: %q", value))
 
 	// An earlier version's raw values, with a forged line in them.
 	legacy := e.cfg.SlotDataset("scratch", 1)
 	forged := fmt.Sprintf("x\n%s\tnomad-device-zfs:state\tfree\tlocal", e.cfg.SlotDataset("scratch", 2))
-	e.pool.ZFS(t, "set", slots.PropState+"=reserved", legacy)
+	e.pool.ZFS(t, "set", record.PropState+"=reserved", legacy)
 	e.pool.ZFS(t, "set", "nomad-device-zfs:job="+forged, legacy)
 	e.pool.ZFS(t, "set", "nomad-device-zfs:group=a\tb", legacy)
 
@@ -181,7 +182,7 @@ func TestFaults_ControlCharacters(t *testing.T) {
 	got := e.sync(t)
 	must.Eq(t, []string{"scratch-0", "scratch-1", "scratch-2"}, ids(got))
 	must.True(t, slotByID(t, e, "scratch-2").Healthy, must.Sprint(slotByID(t, e, "scratch-2").HealthDesc))
-	must.Eq(t, slots.StateFree, slotByID(t, e, "scratch-2").State)
+	must.Eq(t, record.StateFree, slotByID(t, e, "scratch-2").State)
 	for _, p := range []string{"nomad-device-zfs:job", "nomad-device-zfs:group"} {
 		v, err := zfs.NewClient(e.runner).GetExact(context.Background(), legacy, p)
 		must.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -65,7 +66,7 @@ func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, s
 	var failed error
 	for _, held := range spares {
 		released[held.ID] = m.releasesOf(held.ID) + 1
-		s, err := m.handOverSpare(ctx, held, Owner{})
+		s, err := m.handOverSpare(ctx, held, record.Owner{})
 		if err != nil {
 			failed = retryReserve{fmt.Errorf("device %s: handing over its spare: %w", held.ID, err)}
 			break
@@ -164,11 +165,11 @@ func (m *Manager) releasesOf(id string) uint64 {
 // and the slot handed to another tenant (whose dataset may bear the same
 // name), whose pending owner must not be replaced. It reports whether the
 // slot was still so.
-func (m *Manager) identified(s Slot, released uint64, o Owner, why string) bool {
+func (m *Manager) identified(s Slot, released uint64, o record.Owner, why string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.sinceLocked(s, released)
-	if !ok || m.slots[i].State != StateReserved || m.slots[i].stamped.Known() {
+	if !ok || m.slots[i].State != record.StateReserved || m.slots[i].stamped.Known() {
 		return false
 	}
 	if why == "" || s.armed != "" {
@@ -201,7 +202,7 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	if !ok {
 		return Slot{}, fmt.Errorf("device %s is no longer offered by this node", id)
 	}
-	if s.State != StateFree || !s.ok || s.Mountpoint == "" {
+	if s.State != record.StateFree || !s.ok || s.Mountpoint == "" {
 		// Decided again from the slot as it is now (reserved by a
 		// preparation that got its lock first, say).
 		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, orDash(s.why), errChanged)}
@@ -221,13 +222,13 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		if !m.arm.claim(s.Dataset, s.armed) {
 			return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
 		}
-	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, PropState, string(StateReserved)); err != nil {
+	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
 		// Foreground: the task's start waits for this command.
 		m.unmarkFresh(ctx, s)
 		return Slot{}, fmt.Errorf("reserving device %s (dataset %s): %w", id, s.Dataset, err)
 	}
-	m.updateSlot(id, func(x *Slot) { x.State = StateReserved; x.Owner, x.stamped = Owner{}, Owner{} })
-	s.State = StateReserved
+	m.updateSlot(id, func(x *Slot) { x.State = record.StateReserved; x.Owner, x.stamped = record.Owner{}, record.Owner{} })
+	s.State = record.StateReserved
 	return s, nil
 }
 
@@ -257,7 +258,7 @@ func (m *Manager) unmarkFresh(ctx context.Context, s Slot) {
 func (m *Manager) writeBackFree(ctx context.Context, id, dataset string) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
 	defer cancel()
-	err := m.zfs.Set(wctx, dataset, PropState, string(StateFree))
+	err := m.zfs.Set(wctx, dataset, record.PropState, string(record.To(record.Unmark)))
 	m.updateSlot(id, func(*Slot) {}) // a new version: see Sync
 	return err
 }

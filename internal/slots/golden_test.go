@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -94,7 +95,7 @@ func TestGolden_ClonesTheSourceAndFollowsItsChanges(t *testing.T) {
 	must.NoError(t, e.mgr.Wait(context.Background()))
 	e.sync(t)
 	next := slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateFree, next.State)
+	must.Eq(t, record.StateFree, next.State)
 	must.Eq(t, v2, next.Origin)
 	must.Eq(t, "golden v2", readSeed(t, next.Mountpoint))
 	e.pool.ZFS(t, "destroy", v1)

@@ -7,7 +7,11 @@ package slots
 // deriveLocked adds them to each slot's view whenever it is published
 // (setSlotsLocked).
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+)
 
 // note is what the manager knows of an in-use slot beyond what ZFS says:
 // why it is kept, and whether that makes it unhealthy.
@@ -107,7 +111,7 @@ func keepSchedulable(slots []Slot) {
 // warning that the allocation view may be incomplete. mu is held.
 func (m *Manager) deriveLocked(s *Slot) {
 	s.Healthy, s.HealthDesc = s.ok, s.why
-	if s.State == StateReserved {
+	if s.State == record.StateReserved {
 		if o, ok := m.owners[s.ID]; ok && !s.stamped.Known() {
 			s.Owner = o
 		}
@@ -129,4 +133,15 @@ func (m *Manager) deriveLocked(s *Slot) {
 	if m.incomplete != "" {
 		s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; warning: "+m.incomplete, "; ")
 	}
+}
+
+// oneLine makes a text safe for a health description or a log line: control
+// characters are replaced, so nothing a job submitter chose can add lines.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
 }

@@ -10,6 +10,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -31,12 +32,6 @@ type ZFS interface {
 	PoolHealth(ctx context.Context, pool string) (string, error)
 }
 
-// Usage is the space accounting of one slot, in bytes.
-type Usage struct {
-	Used, Available, Referenced, Quota uint64
-	CompressRatio                      float64
-}
-
 // Slot is one device instance as last observed.
 type Slot struct {
 	ID    string // "<class>-<index>"
@@ -47,14 +42,14 @@ type Slot struct {
 	// slot's two names (see pair.go).
 	Dataset    string
 	Mountpoint string // host path; empty when not mounted
-	State      State
-	Owner      Owner // zero while unknown
+	State      record.State
+	Owner      record.Owner // zero while unknown
 	Healthy    bool
 	HealthDesc string
 	// Surplus is true for an in-use slot whose index is at or beyond the
 	// configured count: it is kept until released, and offered to no one.
 	Surplus bool
-	Usage   Usage
+	Usage   zfs.Usage
 	// Origin is the snapshot Dataset was cloned from ("" when it was
 	// made empty): a class's source, or an older one (see Class.Source).
 	Origin string
@@ -83,7 +78,7 @@ type Slot struct {
 	sib     nameKind
 
 	// stamped is the owner as recorded on the dataset.
-	stamped Owner
+	stamped record.Owner
 	// armed is the token of Dataset when ZFS shows it armed (armed.go).
 	armed string
 	// ok and why are the slot's health as ZFS shows it; Healthy and
@@ -157,7 +152,7 @@ type Manager struct {
 	runs     map[string]*releaseRun
 	reported map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
-	owners map[string]Owner
+	owners map[string]record.Owner
 	// releases counts, by ID, the releases begun (forgetTenancy): what a read
 	// made for a Reserve says counts only if none began since the
 	// handover (identified), for the slot may serve a new dataset of the
@@ -222,7 +217,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
 		starts: startYield{d: DefaultStartYield}, spareHold: DefaultSpareHold,
@@ -301,7 +296,7 @@ func (m *Manager) Refresh(ctx context.Context) error {
 	defer m.mu.Unlock()
 	for _, d := range datasets {
 		if i, ok := m.byDatasetLocked(d.Name); ok && d.Err == nil {
-			m.slots[i].Usage = usageOf(d)
+			m.slots[i].Usage = d.Usage()
 		}
 	}
 	m.usageAt = time.Now()
@@ -371,8 +366,8 @@ func (m *Manager) byDatasetLocked(name string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, _ := SlotIndex(idx)
-	i, ok := m.byID[DeviceID(class, n)]
+	n, _ := record.SlotIndex(idx)
+	i, ok := m.byID[record.DeviceID(class, n)]
 	return i, ok && m.slots[i].Dataset == name
 }
 

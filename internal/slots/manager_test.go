@@ -13,6 +13,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -91,13 +92,13 @@ func TestManager_ProvisionAndAdopt(t *testing.T) {
 	must.Eq(t, []string{"scratch-0", "scratch-1", "scratch-2"}, ids(got))
 	for _, s := range got {
 		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
-		must.Eq(t, slots.StateFree, s.State)
+		must.Eq(t, record.StateFree, s.State)
 		must.Eq(t, e.pool.Dataset("nomad/scratch/")+itoa(s.Index), s.Dataset)
 		must.Eq(t, "67108864", e.pool.Prop(t, s.Dataset, "refquota"))
 		must.Eq(t, "off", e.pool.Prop(t, s.Dataset, "setuid"))
 		must.Eq(t, "off", e.pool.Prop(t, s.Dataset, "devices"))
 		must.Eq(t, "on", e.pool.Prop(t, s.Dataset, "compression"))
-		must.Eq(t, "slot", e.pool.Prop(t, s.Dataset, slots.PropManaged))
+		must.Eq(t, "slot", e.pool.Prop(t, s.Dataset, record.PropManaged))
 		fi, err := os.Stat(s.Mountpoint)
 		must.NoError(t, err)
 		st := fi.Sys().(*syscall.Stat_t)
@@ -137,7 +138,7 @@ func TestManager_ReserveAndResize(t *testing.T) {
 	_, err = e.mgr.Reserve(short, []string{"scratch-1"})
 	must.ErrorContains(t, err, "cannot read allocations to verify the asker")
 	// Put it back to free as an operator would, for the resize below.
-	e.pool.ZFS(t, "set", slots.PropState+"=free", res[0].Dataset)
+	e.pool.ZFS(t, "set", record.PropState+"=free", res[0].Dataset)
 	e.sync(t)
 
 	a := newAllocs()
@@ -157,7 +158,7 @@ func TestManager_ReserveAndResize(t *testing.T) {
 	must.Eq(t, 1, w.Count("create")-creates)
 	must.Eq(t, e.pool.Dataset("nomad/scratch/2.alt"), slotByID(t, e, "scratch-2").Spare)
 	must.SliceLen(t, 1, res)
-	must.Eq(t, slots.StateReserved, res[0].State)
+	must.Eq(t, record.StateReserved, res[0].State)
 	must.Eq(t, "reserved", stateOf(t, e, res[0].Dataset))
 
 	// Idempotent for the owner: no command at all the second time.
@@ -195,7 +196,7 @@ func TestManager_ReserveAndResize(t *testing.T) {
 		must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
 	}
 	must.Eq(t, guid2, e.guid(t, e.pool.Dataset("nomad/scratch/2")))
-	must.Eq(t, slots.StateReserved, got[2].State)
+	must.Eq(t, record.StateReserved, got[2].State)
 }
 
 func TestManager_ForeignDatasetsLeftAlone(t *testing.T) {
@@ -213,7 +214,7 @@ func TestManager_ForeignDatasetsLeftAlone(t *testing.T) {
 		must.StrContains(t, s.HealthDesc, "is not managed by nomad-device-zfs")
 	}
 	must.Eq(t, guid, e.guid(t, e.pool.Dataset("nomad/scratch/1")))
-	must.Eq(t, "", e.pool.Prop(t, e.pool.Dataset("nomad/scratch/1"), slots.PropManaged))
+	must.Eq(t, "", e.pool.Prop(t, e.pool.Dataset("nomad/scratch/1"), record.PropManaged))
 	_, err = e.mgr.Reserve(context.Background(), []string{"scratch-1"})
 	must.ErrorContains(t, err, "cannot be reserved")
 }

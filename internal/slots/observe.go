@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -114,7 +115,7 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 	}
 	prefix := cfg.ArchiveDataset() + "/"
 	for _, d := range datasets {
-		if rest, ok := strings.CutPrefix(d.Name, prefix); ok && !strings.Contains(rest, "/") && d.Err == nil && isManaged(d, ManagedSlot) {
+		if rest, ok := strings.CutPrefix(d.Name, prefix); ok && !strings.Contains(rest, "/") && d.Err == nil && record.IsManaged(d, record.ManagedSlot) {
 			o.Archived++
 			if n, err := d.Bytes("used"); err == nil {
 				o.ArchivedBytes += n

@@ -1,8 +1,7 @@
 package slots
 
 import (
-	"strconv"
-	"strings"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -19,34 +18,11 @@ import (
 // Which dataset serves, and which is the spare, follows from the states
 // ZFS records (pickPair): nothing about the pair is stored elsewhere.
 
-// AltSuffix ends the second dataset name of a slot.
-const AltSuffix = ".alt"
-
 // SlotNames returns the two dataset names of one slot: the first one, which
 // a new slot is created under, and the alternate.
 func (c Config) SlotNames(class string, index int) [2]string {
 	first := c.SlotDataset(class, index)
-	return [2]string{first, first + AltSuffix}
-}
-
-// SlotIndex returns the slot index that a dataset's last name component
-// spells ("0", "17", "3.alt"; not "007" or "-1") and whether it is the
-// alternate name; -1 when it spells none.
-func SlotIndex(comp string) (index int, alt bool) {
-	if base, ok := strings.CutSuffix(comp, AltSuffix); ok {
-		return parseIndex(base), true
-	}
-	return parseIndex(comp), false
-}
-
-// parseIndex returns the slot index that a name component spells ("0",
-// "17"; not "007" or "-1"), or -1.
-func parseIndex(comp string) int {
-	n, err := strconv.Atoi(comp)
-	if err != nil || n < 0 || strconv.Itoa(n) != comp {
-		return -1
-	}
-	return n
+	return [2]string{first, first + record.AltSuffix}
 }
 
 // nameKind is what sits under one of a slot's names.
@@ -64,13 +40,13 @@ func kindOf(d zfs.Dataset, exists bool) nameKind {
 	switch {
 	case !exists:
 		return nameAbsent
-	case d.Err != nil || !isManaged(d, ManagedSlot):
+	case d.Err != nil || !record.IsManaged(d, record.ManagedSlot):
 		return nameForeign
 	}
-	switch slotState(d) {
-	case StateFree:
+	switch record.Recorded(d) {
+	case record.StateFree:
 		return nameFresh
-	case StateReleasing, StateDestroying, StateArchived:
+	case record.StateReleasing, record.StateDestroying, record.StateArchived:
 		return nameReleasing
 	}
 	return nameInUse

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -27,7 +28,7 @@ func TestPair_Roles(t *testing.T) {
 		{
 			name: "in use beside this run's fresh: the spare",
 			setup: func(a, _ *arming) [2]*zfs.Dataset {
-				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], stateArmedPrefix+a.token(), false))
+				return ds2(armedDS(names[0], string(record.StateReserved), true), armedDS(names[1], record.ArmedValue(a.token()), false))
 			},
 			cur: 0, spare: 1, old: -1, withheld: -1,
 		},
@@ -36,14 +37,14 @@ func TestPair_Roles(t *testing.T) {
 			setup: func(a, _ *arming) [2]*zfs.Dataset {
 				tok := a.token()
 				a.handOver(tok, names[0])
-				return ds2(armedDS(names[0], stateArmedPrefix+tok, false), armedDS(names[1], string(StateReserved), true))
+				return ds2(armedDS(names[0], record.ArmedValue(tok), false), armedDS(names[1], string(record.StateReserved), true))
 			},
 			cur: 0, spare: -1, old: 1, withheld: -1,
 		},
 		{
 			name: "an earlier run's, no owner, beside one in use: withheld",
 			setup: func(_, other *arming) [2]*zfs.Dataset {
-				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], stateArmedPrefix+other.token(), false))
+				return ds2(armedDS(names[0], string(record.StateReserved), true), armedDS(names[1], record.ArmedValue(other.token()), false))
 			},
 			cur: 0, spare: -1, old: -1, withheld: 1,
 		},
@@ -52,21 +53,21 @@ func TestPair_Roles(t *testing.T) {
 			setup: func(a, other *arming) [2]*zfs.Dataset {
 				tok := other.token()
 				a.adopt(tok)
-				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], stateArmedPrefix+tok, false))
+				return ds2(armedDS(names[0], string(record.StateReserved), true), armedDS(names[1], record.ArmedValue(tok), false))
 			},
 			cur: 0, spare: 1, old: -1, withheld: -1,
 		},
 		{
 			name: "an earlier run's beside one on its way out: it serves, unproven",
 			setup: func(_, other *arming) [2]*zfs.Dataset {
-				return ds2(armedDS(names[0], string(StateArchived), true), armedDS(names[1], stateArmedPrefix+other.token(), false))
+				return ds2(armedDS(names[0], string(record.StateArchived), true), armedDS(names[1], record.ArmedValue(other.token()), false))
 			},
 			cur: 1, spare: -1, old: 0, withheld: -1,
 		},
 		{
 			name: "two of an earlier run's: a conflict",
 			setup: func(_, other *arming) [2]*zfs.Dataset {
-				return ds2(armedDS(names[0], stateArmedPrefix+other.token(), false), armedDS(names[1], stateArmedPrefix+other.token(), false))
+				return ds2(armedDS(names[0], record.ArmedValue(other.token()), false), armedDS(names[1], record.ArmedValue(other.token()), false))
 			},
 			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
 		},
@@ -76,7 +77,7 @@ func TestPair_Roles(t *testing.T) {
 				t0, t1 := a.token(), a.token()
 				a.handOver(t0, names[0])
 				a.handOver(t1, names[1])
-				return ds2(armedDS(names[0], stateArmedPrefix+t0, false), armedDS(names[1], stateArmedPrefix+t1, false))
+				return ds2(armedDS(names[0], record.ArmedValue(t0), false), armedDS(names[1], record.ArmedValue(t1), false))
 			},
 			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
 		},
@@ -85,14 +86,14 @@ func TestPair_Roles(t *testing.T) {
 			setup: func(a, _ *arming) [2]*zfs.Dataset {
 				tok := a.token()
 				a.handOver(tok, names[1])
-				return ds2(armedDS(names[0], string(StateReserved), false), armedDS(names[1], stateArmedPrefix+tok, false))
+				return ds2(armedDS(names[0], string(record.StateReserved), false), armedDS(names[1], record.ArmedValue(tok), false))
 			},
 			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
 		},
 		{
 			name: "two owners recorded: a conflict",
 			setup: func(_, _ *arming) [2]*zfs.Dataset {
-				return ds2(armedDS(names[0], string(StateReserved), true), armedDS(names[1], string(StateReserved), true))
+				return ds2(armedDS(names[0], string(record.StateReserved), true), armedDS(names[1], string(record.StateReserved), true))
 			},
 			cur: 0, spare: -1, old: -1, withheld: -1, conflict: true,
 		},

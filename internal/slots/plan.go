@@ -14,28 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-)
-
-// User properties the plugin sets. Only datasets that carry PropManaged with
-// source "local" are ever changed by the plugin.
-const (
-	// PropManaged marks a dataset as the plugin's own: ManagedSlot on slot
-	// datasets, ManagedClass on the per-class container datasets.
-	PropManaged = "nomad-device-zfs:managed"
-	// PropState records a slot's state (see State).
-	PropState = "nomad-device-zfs:state"
-	// PropReleasedAt is when a slot's release began (RFC 3339). It stays
-	// on the dataset in the archive, with PropOwner.
-	PropReleasedAt = "nomad-device-zfs:released-at"
-
-	ManagedSlot    = "slot"
-	ManagedClass   = "class"
-	ManagedArchive = "archive"
-
-	// ArchiveName is the container of released datasets, under the parent.
-	// Class names cannot start with '.', so it never collides with one.
-	ArchiveName = ".archive"
 )
 
 // OnRelease values: what happens to a dataset once its allocation is over.
@@ -44,36 +24,14 @@ const (
 	OnReleaseDestroy = "destroy"
 )
 
-// State is the durable state of a slot, stored in PropState.
-type State string
-
-const (
-	// StateFree: an empty dataset waiting for a task.
-	StateFree State = "free"
-	// StateReserved: Nomad has called Reserve for it.
-	StateReserved State = "reserved"
-	// StateReleasing: its allocation is over; it is on its way to the
-	// archive. StateDestroying: the same, to be destroyed once there.
-	// On ZFS, a release to the archive writes StateArchived at once (the
-	// dataset's fate, so that the rename into the archive is the last
-	// step and no command follows it); "releasing" is what earlier
-	// builds wrote, and is still read. In the slot list, a slot's
-	// dataset recorded "archived" or "releasing" is StateReleasing.
-	StateReleasing  State = "releasing"
-	StateDestroying State = "destroying"
-	// StateArchived: released and kept under <parent>/.archive, or on its
-	// way there (see StateReleasing).
-	StateArchived State = "archived"
-)
-
 // ObservedProps are the properties read by the one batched `zfs get` of every
 // refresh, in the order they are asked for.
 // The legacy owner properties come last: they are read only for datasets
 // that an earlier version stamped.
 var ObservedProps = append([]string{
 	"mounted", "mountpoint", "canmount", "used", "available", "referenced", "compressratio",
-	"refquota", "origin", PropManaged, PropState, PropOwner, PropReleasedAt, PropKeyID,
-}, legacyOwnerProps...)
+	"refquota", "origin", record.PropManaged, record.PropState, record.PropOwner, record.PropReleasedAt, record.PropKeyID,
+}, record.LegacyOwnerProps...)
 
 // ActionKind says what an Action does to ZFS.
 type ActionKind int
@@ -160,11 +118,6 @@ type Plan struct {
 	ArchiveUnmounted bool
 }
 
-// ProbePrefix starts the names of the datasets that SetConfig creates, and
-// destroys at once, under the parent to let ZFS judge a class's properties.
-// Class names cannot start with '.', so it never collides with one.
-const ProbePrefix = ".probe-"
-
 // MakePlan compares the configuration with the datasets that one
 // `zfs get -r -d 2 <parent>` returned and says what to create, release and
 // destroy. now names the archive of a release that has no release time
@@ -194,14 +147,14 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 	keys := keyUsers(datasets)
 	archive := cfg.ArchiveDataset()
 	ad, archiveExists := byName[archive]
-	archiveOK := archiveExists && ad.Err == nil && isManaged(ad, ManagedArchive)
+	archiveOK := archiveExists && ad.Err == nil && record.IsManaged(ad, record.ManagedArchive)
 	p.ArchiveReady = archiveOK
 	if mp, _ := ad.Value("mountpoint"); archiveOK && mp == "none" {
 		p.ArchiveUnmounted = true
 	}
 	switch {
 	case !archiveExists:
-		props := map[string]string{PropManaged: ManagedArchive, "canmount": "off"}
+		props := map[string]string{record.PropManaged: record.ManagedArchive, "canmount": "off"}
 		if cfg.RenameUnmounts {
 			props["mountpoint"] = "none"
 		}
@@ -226,8 +179,8 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 		switch {
 		case !exists:
 			p.Actions = append(p.Actions, Action{Kind: CreateClass, Dataset: container, Class: c.Name, Index: -1,
-				Props: map[string]string{PropManaged: ManagedClass}})
-		case cd.Err != nil || !isManaged(cd, ManagedClass):
+				Props: map[string]string{record.PropManaged: record.ManagedClass}})
+		case cd.Err != nil || !record.IsManaged(cd, record.ManagedClass):
 			// Someone else's dataset sits where our class goes, or one we
 			// cannot read: hands off.
 			continue
@@ -278,11 +231,11 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			continue // the parent itself, or unreadable (reported apart)
 		}
 		first, rest, nested := strings.Cut(rel, "/")
-		if strings.HasPrefix(first, ProbePrefix) {
+		if strings.HasPrefix(first, record.ProbePrefix) {
 			continue // SetConfig's probe, destroyed by SetConfig
 		}
-		if first == ArchiveName {
-			if nested && archiveOK && isManaged(d, ManagedSlot) {
+		if first == record.ArchiveName {
+			if nested && archiveOK && record.IsManaged(d, record.ManagedSlot) {
 				p.Actions = append(p.Actions, finishArchived(d, keys)...)
 			} else if !nested && !archiveOK {
 				p.Foreign = append(p.Foreign, d.Name)
@@ -290,26 +243,26 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			continue
 		}
 		if !nested {
-			if !configured[first] || !isManaged(d, ManagedClass) {
+			if !configured[first] || !record.IsManaged(d, record.ManagedClass) {
 				p.Foreign = append(p.Foreign, d.Name)
 			}
 			continue
 		}
-		if cd := byName[cfg.ClassDataset(first)]; !configured[first] || cd.Err != nil || !isManaged(cd, ManagedClass) {
+		if cd := byName[cfg.ClassDataset(first)]; !configured[first] || cd.Err != nil || !record.IsManaged(cd, record.ManagedClass) {
 			continue // reported with its container
 		}
-		index, _ := SlotIndex(rest)
-		if index < 0 || !isManaged(d, ManagedSlot) {
+		index, _ := record.SlotIndex(rest)
+		if index < 0 || !record.IsManaged(d, record.ManagedSlot) {
 			p.Foreign = append(p.Foreign, d.Name)
 			continue
 		}
 		c := classByName(cfg, first)
-		switch st := slotState(d); {
-		case st == StateReleasing || st == StateDestroying || st == StateArchived:
+		switch st := record.Recorded(d); {
+		case st == record.StateReleasing || st == record.StateDestroying || st == record.StateArchived:
 			if archiveOK {
 				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name], p.ArchiveUnmounted)...)
 			}
-		case index >= c.Slots && st == StateFree:
+		case index >= c.Slots && st == record.StateFree:
 			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index, KeyID: keys.of(d)})
 		}
 	}
@@ -330,15 +283,15 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 	// The archive's name carries the release time; a released-at that an
 	// earlier version recorded is kept, otherwise the time is now.
 	at := now
-	if v, ok := d.Local(PropReleasedAt); ok {
+	if v, ok := d.Local(record.PropReleasedAt); ok {
 		if t, err := time.Parse(time.RFC3339, v); err == nil {
 			at = t
 		}
 	}
-	if slotState(d) == StateReleasing {
+	if record.Recorded(d) == record.StateReleasing {
 		// Written by an earlier version: the fate goes on before the
 		// rename, so that nothing follows it.
-		add(Action{Kind: SetProp, Prop: PropState, Value: string(StateArchived)})
+		add(Action{Kind: SetProp, Prop: record.PropState, Value: string(record.To(record.Upgrade))})
 	}
 	// Unmount before canmount=noauto: zfs-fuse finishes an unmount in its
 	// daemon after the command returns, and a rename right behind it was
@@ -360,8 +313,8 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 	if v, _ := d.Value("canmount"); v != "noauto" {
 		add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
 	}
-	o, _ := ownerOf(d) // an owner that does not decode is archived as unknown
-	add(Action{Kind: RenameToArchive, Target: ArchivedName(cfg, c.Name, index, o, at)})
+	o, _ := record.RecordedOwner(d) // an owner that does not decode is archived as unknown
+	add(Action{Kind: RenameToArchive, Target: record.ArchivedName(cfg.ArchiveDataset(), c.Name, index, o, at)})
 	if again && index < c.Slots {
 		steps = append(steps, Action{Kind: CreateSlot, Dataset: d.Name, Class: c.Name, Index: index, Props: c.SlotProps(), Chain: d.Name})
 	}
@@ -370,10 +323,10 @@ func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 
 // finishArchived returns what is left to do for a dataset in the archive.
 func finishArchived(d zfs.Dataset, keys keyUse) []Action {
-	switch slotState(d) {
-	case StateReleasing:
-		return []Action{{Kind: SetProp, Dataset: d.Name, Index: -1, Prop: PropState, Value: string(StateArchived), Chain: d.Name}}
-	case StateDestroying:
+	switch record.Recorded(d) {
+	case record.StateReleasing:
+		return []Action{{Kind: SetProp, Dataset: d.Name, Index: -1, Prop: record.PropState, Value: string(record.To(record.Upgrade)), Chain: d.Name}}
+	case record.StateDestroying:
 		return []Action{{Kind: DestroyArchived, Dataset: d.Name, Index: -1, Chain: d.Name, KeyID: keys.of(d)}}
 	}
 	return nil
@@ -399,14 +352,9 @@ func classByName(cfg Config, name string) Class {
 	return Class{}
 }
 
-func isManaged(d zfs.Dataset, kind string) bool {
-	v, ok := d.Local(PropManaged)
-	return ok && v == kind
-}
-
 // keyIDOf returns the key ID an encrypted dataset records ("" for none).
 func keyIDOf(d zfs.Dataset) string {
-	v, _ := d.Local(PropKeyID)
+	v, _ := d.Local(record.PropKeyID)
 	return v
 }
 
@@ -446,10 +394,4 @@ func staleFresh(c Class, d zfs.Dataset) string {
 		return fmt.Sprintf("encrypted=%v, the class's encryption is %v", encrypted, c.Encrypted)
 	}
 	return ""
-}
-
-// slotState returns the recorded state of a slot, or "" when none is set.
-func slotState(d zfs.Dataset) State {
-	v, _ := d.Local(PropState)
-	return State(v)
 }

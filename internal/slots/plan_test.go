@@ -1,12 +1,12 @@
 package slots
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -24,8 +24,8 @@ func inherited(d zfs.Dataset, prop, value, from string) zfs.Dataset {
 	return d
 }
 
-func slotDS(name string, state State) zfs.Dataset {
-	return ds(name, PropManaged, ManagedSlot, PropState, string(state), "refquota", "1048576", "mounted", "yes", "mountpoint", "/"+name)
+func slotDS(name string, state record.State) zfs.Dataset {
+	return ds(name, record.PropManaged, record.ManagedSlot, record.PropState, string(state), "refquota", "1048576", "mounted", "yes", "mountpoint", "/"+name)
 }
 
 func testConfig(slots int) Config {
@@ -47,8 +47,8 @@ func steps(p Plan) []step {
 
 func TestMakePlan(t *testing.T) {
 	parent := ds("tank/nomad")
-	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
-	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
+	class := ds("tank/nomad/scratch", record.PropManaged, record.ManagedClass)
+	arch := ds("tank/nomad/.archive", record.PropManaged, record.ManagedArchive)
 	cases := []struct {
 		name     string
 		cfg      Config
@@ -70,54 +70,54 @@ func TestMakePlan(t *testing.T) {
 		{
 			name: "everything exists: nothing to do",
 			cfg:  testConfig(2),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				slotDS("tank/nomad/scratch/1", record.StateReserved), slotDS("tank/nomad/scratch/1.alt", record.StateFree)},
 		},
 		{
 			name:     "a slot in use gets its spare under the name it does not use",
 			cfg:      testConfig(2),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0.alt", StateReserved), slotDS("tank/nomad/scratch/1", StateReserved)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0.alt", record.StateReserved), slotDS("tank/nomad/scratch/1", record.StateReserved)},
 			want:     []step{{CreateSlot, "tank/nomad/scratch/0"}, {CreateSlot, "tank/nomad/scratch/1.alt"}},
 		},
 		{
 			name: "two fresh datasets: the alternate goes",
 			cfg:  testConfig(1),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				slotDS("tank/nomad/scratch/0.alt", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				slotDS("tank/nomad/scratch/0.alt", record.StateFree)},
 			want: []step{{DestroySlot, "tank/nomad/scratch/0.alt"}},
 		},
 		{
 			name: "a foreign alternate: no spare, and it is reported",
 			cfg:  testConfig(1),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved),
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateReserved),
 				ds("tank/nomad/scratch/0.alt")},
 			foreign: []string{"tank/nomad/scratch/0.alt"},
 		},
 		{
 			name: "two datasets in use: nothing is made or touched",
 			cfg:  testConfig(1),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved),
-				slotDS("tank/nomad/scratch/0.alt", StateReserved)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateReserved),
+				slotDS("tank/nomad/scratch/0.alt", record.StateReserved)},
 		},
 		{
 			name: "raise slots: create only the new one",
 			cfg:  testConfig(3),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				slotDS("tank/nomad/scratch/1", record.StateReserved), slotDS("tank/nomad/scratch/1.alt", record.StateFree)},
 			want: []step{{CreateSlot, "tank/nomad/scratch/2"}},
 		},
 		{
 			name: "lower slots: destroy free surplus, keep the one in use",
 			cfg:  testConfig(1),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateReserved), slotDS("tank/nomad/scratch/0.alt", StateFree),
-				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree), slotDS("tank/nomad/scratch/2", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateReserved), slotDS("tank/nomad/scratch/0.alt", record.StateFree),
+				slotDS("tank/nomad/scratch/1", record.StateReserved), slotDS("tank/nomad/scratch/1.alt", record.StateFree), slotDS("tank/nomad/scratch/2", record.StateFree)},
 			want: []step{{DestroySlot, "tank/nomad/scratch/1.alt"}, {DestroySlot, "tank/nomad/scratch/2"}},
 		},
 		{
 			name: "unmanaged datasets are never touched",
 			cfg:  testConfig(2),
 			observed: []zfs.Dataset{parent, arch, class,
-				inherited(ds("tank/nomad/scratch/0"), PropManaged, ManagedSlot, "tank/nomad/scratch"),
+				inherited(ds("tank/nomad/scratch/0"), record.PropManaged, record.ManagedSlot, "tank/nomad/scratch"),
 				ds("tank/nomad/scratch/1"),
 				ds("tank/nomad/scratch/5"),
 				ds("tank/nomad/scratch/data"),
@@ -133,21 +133,21 @@ func TestMakePlan(t *testing.T) {
 		{
 			name: "class removed from config: its datasets are left alone",
 			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "fast", Slots: 1, Quota: 1 << 20}}},
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				ds("tank/nomad/fast", PropManaged, ManagedClass), slotDS("tank/nomad/fast/0", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				ds("tank/nomad/fast", record.PropManaged, record.ManagedClass), slotDS("tank/nomad/fast/0", record.StateFree)},
 			foreign: []string{"tank/nomad/scratch"},
 		},
 		{
 			name: "quota changed: only free slots follow",
 			cfg:  Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: 2, Quota: 2 << 20}}},
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				slotDS("tank/nomad/scratch/1", StateReserved), slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				slotDS("tank/nomad/scratch/1", record.StateReserved), slotDS("tank/nomad/scratch/1.alt", record.StateFree)},
 			want: []step{{SetQuota, "tank/nomad/scratch/0"}, {SetQuota, "tank/nomad/scratch/1.alt"}},
 		},
 		{
 			name:     "zero slots: destroy free, keep class",
 			cfg:      testConfig(0),
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree)},
 			want:     []step{{DestroySlot, "tank/nomad/scratch/0"}},
 		},
 	}
@@ -164,12 +164,12 @@ func TestMakePlan(t *testing.T) {
 func TestSlotProps(t *testing.T) {
 	c := Class{Name: "scratch", Quota: 10 << 30, Properties: map[string]string{"compression": "lz4", "setuid": "on"}}
 	must.Eq(t, map[string]string{
-		"compression": "lz4",
-		"setuid":      "on",
-		"devices":     "off",
-		"refquota":    "10737418240",
-		PropManaged:   ManagedSlot,
-		PropState:     "free",
+		"compression":      "lz4",
+		"setuid":           "on",
+		"devices":          "off",
+		"refquota":         "10737418240",
+		record.PropManaged: record.ManagedSlot,
+		record.PropState:   "free",
 	}, c.SlotProps())
 }
 
@@ -177,11 +177,11 @@ func TestBuildSlots_Health(t *testing.T) {
 	cfg := testConfig(4)
 	observed := []zfs.Dataset{
 		ds("tank/nomad"),
-		ds("tank/nomad/scratch", PropManaged, ManagedClass),
-		slotDS("tank/nomad/scratch/0", StateFree),
-		ds("tank/nomad/scratch/1", PropManaged, ManagedSlot, PropState, "free", "mounted", "no", "mountpoint", "/x"),
+		ds("tank/nomad/scratch", record.PropManaged, record.ManagedClass),
+		slotDS("tank/nomad/scratch/0", record.StateFree),
+		ds("tank/nomad/scratch/1", record.PropManaged, record.ManagedSlot, record.PropState, "free", "mounted", "no", "mountpoint", "/x"),
 		ds("tank/nomad/scratch/2"),
-		slotDS("tank/nomad/scratch/6", StateReserved),
+		slotDS("tank/nomad/scratch/6", record.StateReserved),
 	}
 	slots := buildSlots(cfg, observed, "", map[string]string{"tank/nomad/scratch/3": "create slot failed: boom"})
 	var ids []string
@@ -206,27 +206,13 @@ func TestBuildSlots_Health(t *testing.T) {
 	}
 }
 
-func TestSlotIndex(t *testing.T) {
-	type got struct {
-		index int
-		alt   bool
-	}
-	for in, want := range map[string]got{
-		"0": {0, false}, "12": {12, false}, "007": {-1, false}, "-1": {-1, false}, "x": {-1, false}, "": {-1, false}, "1a": {-1, false},
-		"3.alt": {3, true}, "03.alt": {-1, true}, ".alt": {-1, true}, "3.alt.alt": {-1, true}, "3.ALT": {-1, false},
-	} {
-		i, alt := SlotIndex(in)
-		must.Eq(t, want, got{i, alt}, must.Sprintf("%q", in))
-	}
-}
-
 func TestMakePlan_Release(t *testing.T) {
 	now := time.Date(2026, 11, 21, 14, 30, 0, 0, time.UTC)
 	parent := ds("tank/nomad")
-	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
-	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
+	class := ds("tank/nomad/scratch", record.PropManaged, record.ManagedClass)
+	arch := ds("tank/nomad/.archive", record.PropManaged, record.ManagedArchive)
 	owned := func(d zfs.Dataset, kv ...string) zfs.Dataset {
-		props := []string{PropOwner, Owner{AllocID: "0b1c2d3e-aaaa-bbbb-cccc-000000000000", Namespace: "default",
+		props := []string{record.PropOwner, record.Owner{AllocID: "0b1c2d3e-aaaa-bbbb-cccc-000000000000", Namespace: "default",
 			Job: "web app", Group: "g", Task: "t"}.Encode()}
 		for i := 0; i+1 < len(props); i += 2 {
 			d.Props[props[i]] = zfs.Prop{Value: props[i+1], Source: "local"}
@@ -243,9 +229,9 @@ func TestMakePlan_Release(t *testing.T) {
 	}
 	// On a ZFS whose rename unmounts (OpenZFS): the archive mounts
 	// nothing, and the slot's mountpoint follows its name.
-	archNone := ds("tank/nomad/.archive", PropManaged, ManagedArchive, "mountpoint", "none")
+	archNone := ds("tank/nomad/.archive", record.PropManaged, record.ManagedArchive, "mountpoint", "none")
 	following := func(name string, kv ...string) zfs.Dataset {
-		d := owned(ds(name, PropManaged, ManagedSlot, PropState, string(StateArchived), "refquota", "1048576"), kv...)
+		d := owned(ds(name, record.PropManaged, record.ManagedSlot, record.PropState, string(record.StateArchived), "refquota", "1048576"), kv...)
 		return inherited(d, "mountpoint", "/"+name, "tank/nomad")
 	}
 	// unmountedFirst: the whole release of scratch/1, mounted, that is
@@ -267,11 +253,11 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:  "release begun by an earlier version (releasing): a fresh dataset beside it at once, its fate first, every step",
 			slots: 2,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateReleasing), "canmount", "on")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateReleasing), "canmount", "on")},
 			want: []act{
 				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", PropState, "archived", ""},
+				{SetProp, "tank/nomad/scratch/1", record.PropState, "archived", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
 				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
@@ -280,16 +266,16 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:  "release begun by this version (fate archived): no state step",
 			slots: 2,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on", "mounted", "yes")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "on", "mounted", "yes")},
 			want: unmountedFirst,
 		},
 		{
 			name:  "resumed after the unmount: rename with the recorded time",
 			slots: 2,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no",
-					PropReleasedAt, "2026-11-21T14:30:00Z")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "noauto", "mounted", "no",
+					record.PropReleasedAt, "2026-11-21T14:30:00Z")},
 			want: []act{
 				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
@@ -298,27 +284,27 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:  "resumed after the rename: new slot, archive marked archived",
 			slots: 2,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS(leaf, StateReleasing), "mounted", "no")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS(leaf, record.StateReleasing), "mounted", "no")},
 			want: []act{
 				{CreateSlot, "tank/nomad/scratch/1", "", "", ""},
-				{SetProp, leaf, PropState, "archived", ""},
+				{SetProp, leaf, record.PropState, "archived", ""},
 			},
 		},
 		{
 			name:  "released beside its spare: the name is not made again (the spare serves)",
 			slots: 2,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z"),
-				slotDS("tank/nomad/scratch/1.alt", StateFree)},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "noauto", "mounted", "no", record.PropReleasedAt, "2026-11-21T14:30:00Z"),
+				slotDS("tank/nomad/scratch/1.alt", record.StateFree)},
 			want: []act{{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf}},
 		},
 		{
 			name:  "released beside the dataset in use: the name is made again as the spare",
 			slots: 2,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				slotDS("tank/nomad/scratch/1", StateReserved),
-				owned(slotDS("tank/nomad/scratch/1.alt", StateArchived), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				slotDS("tank/nomad/scratch/1", record.StateReserved),
+				owned(slotDS("tank/nomad/scratch/1.alt", record.StateArchived), "canmount", "noauto", "mounted", "no", record.PropReleasedAt, "2026-11-21T14:30:00Z")},
 			want: []act{
 				{RenameToArchive, "tank/nomad/scratch/1.alt", "", "", leaf},
 				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
@@ -327,25 +313,25 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:     "on_release destroy: the archived copy is destroyed",
 			slots:    1,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateDestroying))},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree), owned(slotDS(leaf, record.StateDestroying))},
 			want:     []act{{DestroyArchived, leaf, "", "", ""}},
 		},
 		{
 			name:     "archived datasets are left as they are",
 			slots:    1,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree), owned(slotDS(leaf, StateArchived))},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree), owned(slotDS(leaf, record.StateArchived))},
 		},
 		{
 			name:  "where the rename unmounts, an archive container that still mounts waits while an operator looks inside one of its datasets",
 			slots: 1,
-			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS(leaf, StateArchived), "canmount", "noauto")},
+			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS(leaf, record.StateArchived), "canmount", "noauto")},
 			renameUnmounts: true,
 		},
 		{
 			name:  "where the rename unmounts, into an archive that mounts nothing: the rename is the unmount",
 			slots: 2,
-			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
+			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", record.StateFree),
 				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
 			renameUnmounts: true,
 			want: []act{
@@ -357,7 +343,7 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:  "where the rename unmounts, into an archive that still mounts: the archive gets mountpoint none, this release unmounts first",
 			slots: 2,
-			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", StateFree),
+			observed: []zfs.Dataset{parent, inherited(arch, "mountpoint", "/tank/nomad/.archive", "tank/nomad"), class, slotDS("tank/nomad/scratch/0", record.StateFree),
 				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
 			renameUnmounts: true,
 			want:           append([]act{{SetProp, "tank/nomad/.archive", "mountpoint", "none", ""}}, unmountedFirst...),
@@ -365,30 +351,30 @@ func TestMakePlan_Release(t *testing.T) {
 		{
 			name:  "where the rename unmounts, a slot with a mountpoint of its own (a rename keeps it mounted): unmounted first",
 			slots: 2,
-			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "on")},
+			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "on")},
 			renameUnmounts: true,
 			want:           unmountedFirst,
 		},
 		{
 			name:  "an archive that mounts nothing changes nothing where the rename does not unmount (zfs-fuse)",
 			slots: 2,
-			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", StateFree),
+			observed: []zfs.Dataset{parent, archNone, class, slotDS("tank/nomad/scratch/0", record.StateFree),
 				following("tank/nomad/scratch/1", "canmount", "on", "mounted", "yes")},
 			want: unmountedFirst,
 		},
 		{
 			name:  "surplus slot released: no new slot in its place",
 			slots: 1,
-			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateArchived), "canmount", "noauto", "mounted", "no", PropReleasedAt, "2026-11-21T14:30:00Z")},
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "noauto", "mounted", "no", record.PropReleasedAt, "2026-11-21T14:30:00Z")},
 			want: []act{{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf}},
 		},
 		{
 			name:  "someone else's .archive: no release step runs; the slot serves a fresh dataset beside the kept one",
 			slots: 2,
-			observed: []zfs.Dataset{parent, ds("tank/nomad/.archive"), class, slotDS("tank/nomad/scratch/0", StateFree),
-				owned(slotDS("tank/nomad/scratch/1", StateReleasing))},
+			observed: []zfs.Dataset{parent, ds("tank/nomad/.archive"), class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateReleasing))},
 			want: []act{{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""}},
 		},
 	}
@@ -409,72 +395,29 @@ func TestMakePlan_Release(t *testing.T) {
 	}
 }
 
-func TestArchiveLeaf(t *testing.T) {
-	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	o := Owner{AllocID: "12345678-9abc", Namespace: "prod", Job: "a/b c", Group: "g", Task: "t@1"}
-	must.Eq(t, "scratch-0.prod.a_b_c.g.t_1.12345678.20260102T030405Z", ArchiveLeaf("scratch", 0, o, at, MaxNameLen))
-	must.Eq(t, "scratch-0._._._._._.20260102T030405Z", ArchiveLeaf("scratch", 0, Owner{}, at, MaxNameLen))
-	long := Owner{AllocID: "x", Namespace: "n", Job: string(make([]byte, 100)), Group: "g", Task: "t"}
-	must.NoError(t, zfs.ValidateDatasetName("tank/"+ArchiveLeaf("s", 1, long, at, MaxNameLen)))
-}
-
-// Every archive name fits ZFS's 255 bytes, whatever the names, for the
-// longest parent that the configuration accepts; shortened names stay
-// unique per allocation and release time, and readable at the front.
-func TestArchivedName_FitsZFS(t *testing.T) {
-	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	maxParent := MaxNameLen - len("/"+ArchiveName+"/") - MinArchiveLeafLen
-	longName := strings.Repeat("n", 200)
-	class := strings.Repeat("c", 32)
-	cases := []struct {
-		name   string
-		parent string
-		owner  Owner
-		index  int
-	}{
-		{"short everything", "tank/nomad", Owner{AllocID: "0b1c2d3e-aaaa", Namespace: "default", Job: "web", Group: "g", Task: "t"}, 0},
-		{"long names, short parent", "tank/nomad", Owner{AllocID: "0b1c2d3e-aaaa", Namespace: longName, Job: longName, Group: longName, Task: longName}, 3},
-		{"long names, longest parent", "tank/" + strings.Repeat("p", maxParent-5), Owner{AllocID: "0b1c2d3e-aaaa", Namespace: longName, Job: longName, Group: longName, Task: longName}, 9999},
-		{"control characters", "tank/nomad", Owner{AllocID: "0b1c2d3e-aaaa", Namespace: "default", Job: "a\tb\nc", Group: "g", Task: "t"}, 1},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Parent: tc.parent}
-			name := ArchivedName(cfg, class, tc.index, tc.owner, at)
-			must.LessEq(t, MaxNameLen, len(name), must.Sprint(name))
-			must.NoError(t, zfs.ValidateDatasetName(name))
-			must.StrHasPrefix(t, cfg.ArchiveDataset()+"/"+class+"-", name)
-			other := tc.owner
-			other.AllocID = "ffffffff-aaaa"
-			must.NotEq(t, name, ArchivedName(cfg, class, tc.index, other, at))
-			must.NotEq(t, name, ArchivedName(cfg, class, tc.index, tc.owner, at.Add(time.Second)))
-		})
-	}
-}
-
 // TestBuildSlots_Pair: which of a slot's two datasets serves, which is its
 // spare and which is on its way out, from the states ZFS records.
 func TestBuildSlots_Pair(t *testing.T) {
-	base := []zfs.Dataset{ds("tank/nomad"), ds("tank/nomad/scratch", PropManaged, ManagedClass)}
+	base := []zfs.Dataset{ds("tank/nomad"), ds("tank/nomad/scratch", record.PropManaged, record.ManagedClass)}
 	const first, alt = "tank/nomad/scratch/0", "tank/nomad/scratch/0.alt"
 	cases := []struct {
 		name           string
 		observed       []zfs.Dataset
 		dataset, spare string
 		old            string
-		state          State
+		state          record.State
 		healthy        bool
 		desc           string
 	}{
-		{"one fresh dataset serves", []zfs.Dataset{slotDS(first, StateFree)}, first, "", "", StateFree, true, ""},
-		{"in use under the alternate name, spare under the first", []zfs.Dataset{slotDS(first, StateFree), slotDS(alt, StateReserved)}, alt, first, "", StateReserved, true, ""},
-		{"released beside its spare: the spare serves", []zfs.Dataset{slotDS(first, StateArchived), slotDS(alt, StateFree)}, alt, "", first, StateFree, true, ""},
-		{"released beside the one in use", []zfs.Dataset{slotDS(first, StateReserved), slotDS(alt, StateDestroying)}, first, "", alt, StateReserved, true, ""},
-		{"released, nothing beside it", []zfs.Dataset{slotDS(alt, StateArchived)}, alt, "", "", StateReleasing, false, "releasing"},
-		{"both in use: a conflict, both kept", []zfs.Dataset{slotDS(first, StateReserved), slotDS(alt, StateReserved)}, first, "", "", StateReserved, false, "both in use"},
-		{"someone else's first name: the slot is theirs", []zfs.Dataset{ds(first), slotDS(alt, StateFree)}, first, "", "", "", false, "not managed"},
-		{"a spare that is not mounted is no spare", []zfs.Dataset{slotDS(first, StateReserved),
-			ds(alt, PropManaged, ManagedSlot, PropState, "free", "mounted", "no", "mountpoint", "/x")}, first, "", "", StateReserved, true, ""},
+		{"one fresh dataset serves", []zfs.Dataset{slotDS(first, record.StateFree)}, first, "", "", record.StateFree, true, ""},
+		{"in use under the alternate name, spare under the first", []zfs.Dataset{slotDS(first, record.StateFree), slotDS(alt, record.StateReserved)}, alt, first, "", record.StateReserved, true, ""},
+		{"released beside its spare: the spare serves", []zfs.Dataset{slotDS(first, record.StateArchived), slotDS(alt, record.StateFree)}, alt, "", first, record.StateFree, true, ""},
+		{"released beside the one in use", []zfs.Dataset{slotDS(first, record.StateReserved), slotDS(alt, record.StateDestroying)}, first, "", alt, record.StateReserved, true, ""},
+		{"released, nothing beside it", []zfs.Dataset{slotDS(alt, record.StateArchived)}, alt, "", "", record.StateReleasing, false, "releasing"},
+		{"both in use: a conflict, both kept", []zfs.Dataset{slotDS(first, record.StateReserved), slotDS(alt, record.StateReserved)}, first, "", "", record.StateReserved, false, "both in use"},
+		{"someone else's first name: the slot is theirs", []zfs.Dataset{ds(first), slotDS(alt, record.StateFree)}, first, "", "", "", false, "not managed"},
+		{"a spare that is not mounted is no spare", []zfs.Dataset{slotDS(first, record.StateReserved),
+			ds(alt, record.PropManaged, record.ManagedSlot, record.PropState, "free", "mounted", "no", "mountpoint", "/x")}, first, "", "", record.StateReserved, true, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -500,8 +443,8 @@ func TestBuildSlots_Pair(t *testing.T) {
 // dataset of the read records the same key ID.
 func TestMakePlan_StaleFreeAndKeys(t *testing.T) {
 	parent := ds("tank/nomad")
-	class := ds("tank/nomad/scratch", PropManaged, ManagedClass)
-	arch := ds("tank/nomad/.archive", PropManaged, ManagedArchive)
+	class := ds("tank/nomad/scratch", record.PropManaged, record.ManagedClass)
+	arch := ds("tank/nomad/.archive", record.PropManaged, record.ManagedArchive)
 	const id, other = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
 	withProps := func(d zfs.Dataset, kv ...string) zfs.Dataset {
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -518,24 +461,24 @@ func TestMakePlan_StaleFreeAndKeys(t *testing.T) {
 		keyID   string
 		check   string
 	}{
-		{name: "as configured", class: Class{}, free: slotDS("tank/nomad/scratch/0", StateFree)},
+		{name: "as configured", class: Class{}, free: slotDS("tank/nomad/scratch/0", record.StateFree)},
 		{name: "clone, source moved", class: Class{Source: "tank/g@v2"},
-			free:    inherited(slotDS("tank/nomad/scratch/0", StateFree), "origin", "tank/g@v1", "-"),
+			free:    inherited(slotDS("tank/nomad/scratch/0", record.StateFree), "origin", "tank/g@v1", "-"),
 			recycle: true, check: "tank/g@v2"},
 		{name: "clone, source removed", class: Class{},
-			free:    inherited(slotDS("tank/nomad/scratch/0", StateFree), "origin", "tank/g@v1", "-"),
+			free:    inherited(slotDS("tank/nomad/scratch/0", record.StateFree), "origin", "tank/g@v1", "-"),
 			recycle: true},
-		{name: "plain, class now encrypted", class: Class{Encrypted: true}, free: slotDS("tank/nomad/scratch/0", StateFree), recycle: true},
+		{name: "plain, class now encrypted", class: Class{Encrypted: true}, free: slotDS("tank/nomad/scratch/0", record.StateFree), recycle: true},
 		{name: "encrypted, class no longer", class: Class{},
-			free:    withProps(slotDS("tank/nomad/scratch/0", StateFree), PropKeyID, id),
+			free:    withProps(slotDS("tank/nomad/scratch/0", record.StateFree), record.PropKeyID, id),
 			recycle: true, keyID: id},
 		{name: "encrypted, its key ID also on another dataset", class: Class{},
-			free:    withProps(slotDS("tank/nomad/scratch/0", StateFree), PropKeyID, id),
-			extra:   []zfs.Dataset{withProps(ds("tank/nomad/.archive/x"), PropKeyID, id)},
+			free:    withProps(slotDS("tank/nomad/scratch/0", record.StateFree), record.PropKeyID, id),
+			extra:   []zfs.Dataset{withProps(ds("tank/nomad/.archive/x"), record.PropKeyID, id)},
 			recycle: true, keyID: ""},
 		{name: "encrypted as configured", class: Class{Encrypted: true},
-			free:  withProps(slotDS("tank/nomad/scratch/0", StateFree), PropKeyID, other),
-			extra: []zfs.Dataset{withProps(ds("tank/nomad/.archive/x"), PropKeyID, id)}},
+			free:  withProps(slotDS("tank/nomad/scratch/0", record.StateFree), record.PropKeyID, other),
+			extra: []zfs.Dataset{withProps(ds("tank/nomad/.archive/x"), record.PropKeyID, id)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -575,10 +518,10 @@ func TestMakePlan_ArchiveMountpoint(t *testing.T) {
 		wantUnmounted  bool
 	}{
 		{name: "made where the rename unmounts", renameUnmounts: true,
-			wantProps: map[string]string{PropManaged: ManagedArchive, "canmount": "off", "mountpoint": "none"}},
+			wantProps: map[string]string{record.PropManaged: record.ManagedArchive, "canmount": "off", "mountpoint": "none"}},
 		{name: "made where it does not",
-			wantProps: map[string]string{PropManaged: ManagedArchive, "canmount": "off"}},
-		{name: "read with mountpoint none", archive: []zfs.Dataset{ds("tank/nomad/.archive", PropManaged, ManagedArchive, "mountpoint", "none")},
+			wantProps: map[string]string{record.PropManaged: record.ManagedArchive, "canmount": "off"}},
+		{name: "read with mountpoint none", archive: []zfs.Dataset{ds("tank/nomad/.archive", record.PropManaged, record.ManagedArchive, "mountpoint", "none")},
 			wantUnmounted: true},
 		{name: "mountpoint none on someone else's dataset counts for nothing", archive: []zfs.Dataset{ds("tank/nomad/.archive", "mountpoint", "none")}},
 	} {
@@ -615,7 +558,7 @@ func TestReleasingDataset_OwnMountpoint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Slot{ID: "scratch-0", Class: "scratch", Dataset: "tank/nomad/scratch/0", Mountpoint: "/srv/by-hand",
-				State: StateReleasing, ownMount: tc.own}
+				State: record.StateReleasing, ownMount: tc.own}
 			got := false
 			for _, a := range releaseSteps(cfg, c, 0, releasingDataset(s, true), time.Now(), true, true) {
 				got = got || a.Kind == Unmount

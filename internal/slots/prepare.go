@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -68,9 +69,9 @@ const prepTimeout = time.Minute
 // placed on it. Only done, dataset and err change after it is made:
 // dataset and err are set before done is closed.
 type prep struct {
-	asker Owner     // the allocation and task placed on the slot
-	how   string    // prepFresh or prepSpare
-	began time.Time // when the view it was decided from began
+	asker record.Owner // the allocation and task placed on the slot
+	how   string       // prepFresh or prepSpare
+	began time.Time    // when the view it was decided from began
 	done  chan struct{}
 
 	dataset string // the dataset reserved for asker, never handed over
@@ -132,14 +133,14 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 		}
 		holders := v.Holders(s.ID)
 		switch {
-		case s.State == StateFree && s.Mountpoint != "":
+		case s.State == record.StateFree && s.Mountpoint != "":
 			if len(holders) != 1 || !preparable(v, holders[0]) {
 				continue
 			}
 			if p := m.startPrep(ctx, s, holders[0].Owner, prepFresh, v.Began); p != nil {
 				started = append(started, p)
 			}
-		case s.State == StateReserved && s.Owner.Known() && s.Spare != "" && s.old == nil:
+		case s.State == record.StateReserved && s.Owner.Known() && s.Spare != "" && s.old == nil:
 			var others []Holding
 			for _, h := range holders {
 				if h.Owner.AllocID != s.Owner.AllocID {
@@ -189,7 +190,7 @@ func (m *Manager) prepOf(id string) *prep {
 // startPrep registers a preparation of slot s (as last seen) for asker and
 // starts it, unless the slot has one already or a Reserve for it is under
 // way; it returns the preparation, or nil when it started none.
-func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string, began time.Time) *prep {
+func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how string, began time.Time) *prep {
 	m.mu.Lock()
 	if m.preps[s.ID] != nil || m.reserving[s.ID] > 0 {
 		m.mu.Unlock()
@@ -250,14 +251,14 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker Owner, how string
 // asker's owner recorded behind it (recordOwner), as markReserved and
 // reserveFresh do for a Reserve. It returns the dataset,
 // or errChanged when the slot is no longer free.
-func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string, error) {
+func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) (string, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "prepare")
 	if err != nil {
 		return "", fmt.Errorf("preparing device %s: %w", s.ID, err)
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || cur.State != StateFree || !cur.ok || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
+	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
 		return "", errChanged
 	}
 	m.mu.Lock()
@@ -272,7 +273,7 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 		if !m.arm.claim(cur.Dataset, cur.armed) {
 			return "", errChanged // made again since this view
 		}
-	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, PropState, string(StateReserved)); err != nil {
+	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
 		// Foreground: the asker's Reserve may be waiting for it.
 		m.unmarkFresh(ctx, cur)
 		return "", fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
@@ -281,7 +282,7 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker Owner) (string
 	m.owners[cur.ID] = asker
 	m.mu.Unlock()
 	m.setNote(cur.ID, note{})
-	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.stamped = StateReserved, asker, Owner{} })
+	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.stamped = record.StateReserved, asker, record.Owner{} })
 	m.Kick() // record the owner, off the asker's path
 	return cur.Dataset, nil
 }
@@ -313,7 +314,7 @@ func (m *Manager) voidPreps(v *View) {
 			continue
 		}
 		i, ok := m.byID[id]
-		if !ok || m.slots[i].Dataset != p.dataset || m.slots[i].State != StateReserved {
+		if !ok || m.slots[i].Dataset != p.dataset || m.slots[i].State != record.StateReserved {
 			void = append(void, id)
 			continue
 		}
@@ -397,7 +398,7 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, p.asker)
 		}
 		cur, found := m.slot(id)
-		if !found || cur.State != StateReserved || cur.Dataset != p.dataset ||
+		if !found || cur.State != record.StateReserved || cur.Dataset != p.dataset ||
 			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
 			return nil, false, "the slot changed since it was prepared"
 		}

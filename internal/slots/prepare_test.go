@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -43,7 +44,7 @@ func newPrepareCase(t *testing.T, n int) *prepareCase {
 func (c *prepareCase) legacy(t *testing.T) {
 	t.Helper()
 	for _, s := range c.e.mgr.Slots() {
-		c.e.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateFree), s.Dataset)
+		c.e.pool.ZFS(t, "set", record.PropState+"="+string(record.StateFree), s.Dataset)
 	}
 	c.e.sync(t)
 	c.since = len(c.w.Calls())
@@ -95,7 +96,7 @@ func (c *prepareCase) reserve(t *testing.T, timeout time.Duration, ids ...string
 func sets(calls []zfstest.Call) []string {
 	var out []string
 	for _, c := range calls {
-		if c.Cmd == "zfs" && len(c.Args) >= 3 && c.Args[0] == "set" && !strings.HasPrefix(c.Args[1], slots.PropOwner+"=") {
+		if c.Cmd == "zfs" && len(c.Args) >= 3 && c.Args[0] == "set" && !strings.HasPrefix(c.Args[1], record.PropOwner+"=") {
 			out = append(out, strings.Join(c.Args[1:], " "))
 		}
 	}
@@ -129,10 +130,10 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	c.prepare(t)
 	for _, id := range []string{"scratch-0", "scratch-2"} {
 		s := slotByID(t, e, id)
-		must.Eq(t, slots.StateReserved, s.State)
+		must.Eq(t, record.StateReserved, s.State)
 		// Prepared in memory: the dataset is armed (slots/armed.go), and
 		// its owner is recorded behind.
-		must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s.Dataset, slots.PropState))
+		must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s.Dataset, record.PropState))
 		must.Eq(t, B.AllocID, s.Owner.AllocID)
 		must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
 	}
@@ -186,7 +187,7 @@ func TestPrepare_SpareOfAnEndedTenant(t *testing.T) {
 	got := slotByID(t, e, "scratch-0")
 	must.Eq(t, spare, got.Dataset)
 	// Reserved for o2 in memory (the spare is armed), recorded behind it.
-	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, record.StateReserved, got.State)
 	must.Eq(t, o2.AllocID, got.Owner.AllocID)
 
 	r, err := c.reserve(t, 10*time.Second, "scratch-0")
@@ -220,7 +221,7 @@ func TestPrepare_NothingFromAnIncompleteView(t *testing.T) {
 	c.a.hold("scratch-0", owner(1))
 	c.prepare(t)
 	s := slotByID(t, c.e, "scratch-0")
-	must.Eq(t, slots.StateFree, s.State)
+	must.Eq(t, record.StateFree, s.State)
 	must.Eq(t, "free", stateOf(t, c.e, s.Dataset))
 }
 
@@ -305,7 +306,7 @@ func TestPrepare_VoidWhenAnIncompleteViewShowsTheEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		then  func(a *allocs) // after the view becomes incomplete
-		asker slots.Owner
+		asker record.Owner
 		void  bool
 	}{
 		{"the prepared allocation ended, another asks", func(a *allocs) { a.end(B); a.hold("scratch-0", C) }, C, true},
@@ -317,7 +318,7 @@ func TestPrepare_VoidWhenAnIncompleteViewShowsTheEnd(t *testing.T) {
 			a.hold("scratch-0", B)
 			c.prepare(t)
 			prepared := slotByID(t, e, "scratch-0").Dataset
-			must.Eq(t, slots.StateReserved, slotByID(t, e, "scratch-0").State)
+			must.Eq(t, record.StateReserved, slotByID(t, e, "scratch-0").State)
 
 			a.setIncomplete("namespace other is not readable")
 			tc.then(a)
@@ -330,7 +331,7 @@ func TestPrepare_VoidWhenAnIncompleteViewShowsTheEnd(t *testing.T) {
 				s := slotByID(t, e, "scratch-0")
 				must.Eq(t, prepared, s.Dataset)
 				must.Eq(t, B.AllocID, s.Owner.AllocID, must.Sprint("still B's while the view cannot prove more"))
-				must.Eq(t, slots.StateReserved, s.State)
+				must.Eq(t, record.StateReserved, s.State)
 				return
 			}
 			must.NoError(t, err)
@@ -453,7 +454,7 @@ func TestPrepare_NotForAStoppingAllocation(t *testing.T) {
 	c.a.setStopping(B)
 	c.prepare(t)
 	s := slotByID(t, c.e, "scratch-0")
-	must.Eq(t, slots.StateFree, s.State)
+	must.Eq(t, record.StateFree, s.State)
 	must.Eq(t, "free", stateOf(t, c.e, s.Dataset))
 }
 
@@ -485,17 +486,17 @@ func TestReserve_AMarkThatLandedThoughItFailedIsUndone(t *testing.T) {
 			ds := slotByID(t, e, "scratch-0").Dataset
 			o := owner(70)
 			a.hold("scratch-0", o)
-			mark := slots.PropState + "=reserved"
+			mark := record.PropState + "=reserved"
 			c.w.FailAfterFor("set", mark, "signal: killed")
 
 			tc.mark(t, c)
-			must.Eq(t, []string{mark + " " + ds, slots.PropState + "=free " + ds}, setsOn(c.calls(), ds),
+			must.Eq(t, []string{mark + " " + ds, record.PropState + "=free " + ds}, setsOn(c.calls(), ds),
 				must.Sprint("the mark ran (and landed), then its undoing"))
 			c.w.Unfail("set")
 			must.Eq(t, "free", stateOf(t, e, ds), must.Sprint("the mark is undone on ZFS"))
 
 			s := e.sync(t)[0]
-			must.Eq(t, slots.StateFree, s.State)
+			must.Eq(t, record.StateFree, s.State)
 			must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
 			r, err := c.reserve(t, 10*time.Second, "scratch-0")
 			must.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -68,7 +69,7 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	c := newSpareCase(t)
 	w, e, a, o2, spare := c.w, c.e, c.a, c.o2, c.spare
 	w.Resume("rename")
-	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, slots.PropState))
+	must.StrHasPrefix(t, "armed:", e.pool.Prop(t, spare, record.PropState))
 	e.mgr.SetSpareHold(time.Minute) // the zfs reads before the Reserve may outlast the default
 	kickedPass(t, e, "scratch-0")   // Run goes on: its owner loop records what Reserve queues
 	must.Eq(t, "reserved", stateOf(t, e, c.s0.Dataset), must.Sprint("held for the next tenant"))
@@ -105,7 +106,7 @@ func TestRecord_OwnerIdentifiedWhileTheHandoverIsRecorded(t *testing.T) {
 	// Read again from ZFS: the tenant's dataset, its owner known.
 	must.NoError(t, e.mgr.Sync(ctx))
 	s := slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateReserved, s.State)
+	must.Eq(t, record.StateReserved, s.State)
 	must.Eq(t, o2.AllocID, s.Owner.AllocID)
 	must.True(t, s.Healthy, must.Sprint(s.HealthDesc))
 }

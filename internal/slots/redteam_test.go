@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -28,7 +29,7 @@ func (a *allocs) setIncomplete(why string) {
 	a.incomplete = why
 }
 
-func (a *allocs) setStopping(o slots.Owner) {
+func (a *allocs) setStopping(o record.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stopping[o.AllocID] = true
@@ -77,7 +78,7 @@ func TestRedTeam_IncompleteView_RepeatReserveHandsOwnerDataToInvisibleAsker(t *t
 	a.end(A)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	cur := slotByID(t, e, "scratch-0")
-	if e.guid(t, cur.Dataset) != guid || cur.State != slots.StateReserved {
+	if e.guid(t, cur.Dataset) != guid || cur.State != record.StateReserved {
 		t.Errorf("the dataset was released under the invisible running tenant: state %s, slot guid %s (was %s), archive %v",
 			cur.State, e.guid(t, cur.Dataset), guid, archived(t, e))
 	}
@@ -105,14 +106,14 @@ func TestRedTeam_IncompleteView_FreshSlotOwnerMisidentified(t *testing.T) {
 	guid := e.guid(t, res[0].Dataset)
 
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
-	if o := e.pool.Prop(t, res[0].Dataset, slots.PropOwner); o != "-" && o != "" {
+	if o := e.pool.Prop(t, res[0].Dataset, record.PropOwner); o != "-" && o != "" {
 		t.Errorf("owner recorded from an incomplete view (the sole visible holder is not proof): %q", o)
 	}
 
 	a.end(C)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	cur := slotByID(t, e, "scratch-0")
-	if e.guid(t, cur.Dataset) != guid || cur.State != slots.StateReserved {
+	if e.guid(t, cur.Dataset) != guid || cur.State != record.StateReserved {
 		t.Errorf("B's dataset was released while B runs: state %s, archive %v", cur.State, archived(t, e))
 	}
 }
@@ -238,11 +239,11 @@ func stalePendingOwner(t *testing.T, onView bool) {
 		must.NoError(t, e.mgr.Sync(context.Background()))
 	}
 
-	if o, err := slots.DecodeOwner(e.pool.Prop(t, res2[0].Dataset, slots.PropOwner)); err == nil && o.AllocID == B.AllocID {
+	if o, err := record.DecodeOwner(e.pool.Prop(t, res2[0].Dataset, record.PropOwner)); err == nil && o.AllocID == B.AllocID {
 		t.Errorf("B's owner (a stale copy) was recorded on C's dataset")
 	}
 	cur := slotByID(t, e, "scratch-0")
-	if e.guid(t, cur.Dataset) != guidC || cur.State != slots.StateReserved {
+	if e.guid(t, cur.Dataset) != guidC || cur.State != record.StateReserved {
 		t.Errorf("C's dataset was released right after it was handed to C: state %s, archive %v", cur.State, archived(t, e))
 	}
 	for _, name := range archived(t, e) {
@@ -273,7 +274,7 @@ func TestRedTeam_Safe_FreshSlotTwoVisibleHoldersOwnerUnknown(t *testing.T) {
 	must.NoError(t, os.WriteFile(filepath.Join(res[0].Mountpoint, "data.txt"), []byte("tenant B"), 0o644))
 	guid := e.guid(t, res[0].Dataset)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
-	must.Eq(t, "", e.pool.Prop(t, res[0].Dataset, slots.PropOwner))
+	must.Eq(t, "", e.pool.Prop(t, res[0].Dataset, record.PropOwner))
 	s := slotByID(t, e, "scratch-0")
 	must.False(t, s.Healthy)
 	must.StrContains(t, s.HealthDesc, "owner unknown")
@@ -281,7 +282,7 @@ func TestRedTeam_Safe_FreshSlotTwoVisibleHoldersOwnerUnknown(t *testing.T) {
 	a.end(C)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	s = slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateReserved, s.State)
+	must.Eq(t, record.StateReserved, s.State)
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 }
 

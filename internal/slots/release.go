@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -102,12 +103,12 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 		switch {
 		case s.unreadable:
 			continue
-		case s.old != nil || s.State == StateReleasing || s.State == StateDestroying:
+		case s.old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
 			// Begun: the old dataset first, then the slot's own. Before
 			// any read of the API: finishing it needs none.
-			runs = append(runs, m.goRelease(ctx, s, false, Owner{}))
+			runs = append(runs, m.goRelease(ctx, s, false, record.Owner{}))
 		}
-		if s.State == StateReserved {
+		if s.State == record.StateReserved {
 			reserved = append(reserved, s)
 		}
 	}
@@ -167,7 +168,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 				// Not fresh, and nobody holds it: released as any slot
 				// whose owner was never identified.
 				m.log.Info("releasing an earlier run's armed dataset that is not known to be fresh; no allocation holds it", "device", s.ID, "reason", why)
-				runs = append(runs, m.goRelease(ctx, s, true, Owner{}))
+				runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 			default:
 				m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
 			}
@@ -178,7 +179,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 				continue
 			}
 			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.reason)
-			runs = append(runs, m.goRelease(ctx, s, true, Owner{}))
+			runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 		default:
 			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: d.reason})
 		}
@@ -284,7 +285,7 @@ func (m *Manager) carry(ctx context.Context, id string, r *releaseRun, what stri
 // made for it: created reserved, with it as owner. The run ends when the
 // release is done, fails (logged at error level, and retried by a later
 // pass) or ctx is done. Runs on different slots go side by side.
-func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner) *releaseRun {
+func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker record.Owner) *releaseRun {
 	m.mu.Lock()
 	prev, ok := m.runs[s.ID]
 	if ok && prev.release {
@@ -326,7 +327,7 @@ func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker Owner
 // still what ZFS has when the first steps are decided from it. worked is
 // false when there was nothing to release (the slot changed since s was
 // read).
-func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool, asker Owner) (worked bool, err error) {
+func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool, asker record.Owner) (worked bool, err error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "release")
 	if err != nil {
 		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
@@ -366,7 +367,7 @@ func releasingOf(cur Slot, name string) (Slot, bool) {
 	switch {
 	case cur.old != nil && cur.old.Dataset == name:
 		return *cur.old, true
-	case cur.Dataset == name && (cur.State == StateReleasing || cur.State == StateDestroying):
+	case cur.Dataset == name && (cur.State == record.StateReleasing || cur.State == record.StateDestroying):
 		return cur, true
 	}
 	return Slot{}, false
@@ -380,7 +381,7 @@ const ownerLockWait = 100 * time.Millisecond
 // (one zfs command), unless the slot changed since; a zero o records that
 // an armed dataset whose owner was never identified was handed over. When other work holds
 // the slot, the owner stays pending for the next pass.
-func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
+func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) error {
 	if err := m.fateFirst(id); err != nil {
 		return fmt.Errorf("recording the owner of %s: %w", id, err)
 	}
@@ -403,7 +404,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 		// an earlier dataset of this slot.
 		return nil
 	}
-	if !ok || s.State != StateReserved || s.stamped.Known() {
+	if !ok || s.State != record.StateReserved || s.stamped.Known() {
 		m.dropOwner(id, o)
 		return nil
 	}
@@ -412,14 +413,14 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 	}
 	switch {
 	case o.Known():
-		if err := m.zfs.Set(ctx, s.Dataset, PropOwner, o.Encode()); err != nil {
+		if err := m.zfs.Set(ctx, s.Dataset, record.PropOwner, o.Encode()); err != nil {
 			return fmt.Errorf("recording the owner of %s: %w", id, err)
 		}
 	case s.armed != "":
 		// A handover whose owner was never identified: what is recorded
 		// is that the dataset was handed over (armed.go). A dataset not
 		// armed says so already.
-		if err := m.zfs.Set(ctx, s.Dataset, PropState, string(StateReserved)); err != nil {
+		if err := m.zfs.Set(ctx, s.Dataset, record.PropState, string(record.To(record.RecordHandover))); err != nil {
 			return fmt.Errorf("recording the handover of %s: %w", id, err)
 		}
 	}
@@ -440,7 +441,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o Owner) error {
 // handover of an armed spare (a zero owner) before its read tells who
 // asked, and the owner that read identifies, queued while the handover
 // was written, stays pending for the next pass.
-func (m *Manager) dropOwner(id string, o Owner) {
+func (m *Manager) dropOwner(id string, o record.Owner) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.owners[id] == o {
@@ -480,7 +481,7 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		x.setHealth(false, releasingReason(*x))
 		x.inRelease = true
 		if spare != "" && x.Spare == spare {
-			promoteSpare(x, StateFree)
+			promoteSpare(x, record.StateFree)
 		}
 	})
 	return true, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -23,8 +24,8 @@ import (
 // allocwatch, and the handover rules end to end with a real agent.
 type allocs struct {
 	mu       sync.Mutex
-	holders  map[string][]slots.Owner // by device, with the holding task
-	ended    map[string]bool          // by allocation ID: complete
+	holders  map[string][]record.Owner // by device, with the holding task
+	ended    map[string]bool           // by allocation ID: complete
 	stopping map[string]bool
 	started  map[string]bool
 	gone     map[string]bool // Gone answers yes for these
@@ -37,7 +38,7 @@ type allocs struct {
 }
 
 func newAllocs() *allocs {
-	return &allocs{holders: map[string][]slots.Owner{}, ended: map[string]bool{}, stopping: map[string]bool{},
+	return &allocs{holders: map[string][]record.Owner{}, ended: map[string]bool{}, stopping: map[string]bool{},
 		started: map[string]bool{}, gone: map[string]bool{}}
 }
 
@@ -74,7 +75,7 @@ func (a *allocs) Latest(ctx context.Context) (*slots.View, error) { return a.Vie
 
 // Holds answers from the same state as View: o is live (not ended, not
 // stopping) and holds every one of ids with its task.
-func (a *allocs) Holds(ctx context.Context, o slots.Owner, ids []string) error {
+func (a *allocs) Holds(ctx context.Context, o record.Owner, ids []string) error {
 	a.holdsCalls.Add(1)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -102,7 +103,7 @@ func (a *allocs) Incomplete(context.Context) string {
 	return a.incomplete
 }
 
-func (a *allocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
+func (a *allocs) Gone(ctx context.Context, o record.Owner) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.goneErr != nil {
@@ -112,21 +113,21 @@ func (a *allocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
 }
 
 // hold makes o a live holder of device id (beside any others).
-func (a *allocs) hold(id string, o slots.Owner) {
+func (a *allocs) hold(id string, o record.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.holders[id] = append(a.holders[id], o)
 }
 
 // start marks o's task as started (it was handed its dataset).
-func (a *allocs) start(o slots.Owner) {
+func (a *allocs) start(o record.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.started[o.AllocID] = true
 }
 
 // end marks o complete: it stays in the node's list, holding nothing live.
-func (a *allocs) end(o slots.Owner) {
+func (a *allocs) end(o record.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ended[o.AllocID] = true
@@ -134,11 +135,11 @@ func (a *allocs) end(o slots.Owner) {
 
 // collect makes o vanish from the node's list (garbage collected); Gone
 // then answers yes for it.
-func (a *allocs) collect(o slots.Owner) {
+func (a *allocs) collect(o record.Owner) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, hs := range a.holders {
-		var keep []slots.Owner
+		var keep []record.Owner
 		for _, h := range hs {
 			if h.AllocID != o.AllocID {
 				keep = append(keep, h)
@@ -166,15 +167,15 @@ func newReleaseEnv(t *testing.T, n int) (*env, *allocs) {
 	return e, a
 }
 
-func owner(n int) slots.Owner {
-	return slots.Owner{AllocID: fmt.Sprintf("%08d-0000-0000-0000-000000000000", n), Namespace: "default",
+func owner(n int) record.Owner {
+	return record.Owner{AllocID: fmt.Sprintf("%08d-0000-0000-0000-000000000000", n), Namespace: "default",
 		Job: "job", Group: "grp", Task: "task", AllocName: fmt.Sprintf("job.grp[%d]", n)}
 }
 
 // reserveAndWrite reserves device id for o (a new allocation holding it),
 // writes a file into it as the started task would, and lets the manager
 // record the owner.
-func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) slots.Slot {
+func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o record.Owner) slots.Slot {
 	t.Helper()
 	a.hold(id, o)
 	res, err := e.mgr.Reserve(context.Background(), []string{id})
@@ -196,7 +197,7 @@ func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o slots.Owner) 
 // withoutSpare is reserveAndWrite for a slot left without a spare: the
 // `zfs create` that would make it fails (w, a wrapper first on PATH), so
 // that the slot's next release is one that Reserve waits for.
-func withoutSpare(t *testing.T, e *env, w *zfstest.Wrapper, a *allocs, id string, o slots.Owner) slots.Slot {
+func withoutSpare(t *testing.T, e *env, w *zfstest.Wrapper, a *allocs, id string, o record.Owner) slots.Slot {
 	t.Helper()
 	w.Fail("create", "cannot create: made to fail by the test")
 	s := reserveAndWrite(t, e, a, id, o)
@@ -213,13 +214,13 @@ func withoutSpare(t *testing.T, e *env, w *zfstest.Wrapper, a *allocs, id string
 // and one in use shows its owner).
 func stateOf(t *testing.T, e *env, ds string) string {
 	t.Helper()
-	return string(slots.StateOf(e.pool.Prop(t, ds, slots.PropState), e.pool.Prop(t, ds, slots.PropOwner)))
+	return string(record.StateOf(e.pool.Prop(t, ds, record.PropState), e.pool.Prop(t, ds, record.PropOwner)))
 }
 
 // recordedOwner decodes the owner recorded on a dataset.
-func recordedOwner(t *testing.T, e *env, ds string) slots.Owner {
+func recordedOwner(t *testing.T, e *env, ds string) record.Owner {
 	t.Helper()
-	o, err := slots.DecodeOwner(e.pool.Prop(t, ds, slots.PropOwner))
+	o, err := record.DecodeOwner(e.pool.Prop(t, ds, record.PropOwner))
 	must.NoError(t, err)
 	return o
 }
@@ -260,7 +261,7 @@ func checkFresh(t *testing.T, e *env, id string, oldGUID string) slots.Slot {
 	}
 	must.Eq(t, id, s.ID)
 	must.True(t, s.Healthy, must.Sprintf("%s: %s", s.ID, s.HealthDesc))
-	must.Eq(t, slots.StateFree, s.State)
+	must.Eq(t, record.StateFree, s.State)
 	must.NotEq(t, oldGUID, e.guid(t, s.Dataset))
 	entries, err := os.ReadDir(s.Mountpoint)
 	must.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
@@ -45,7 +46,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	must.Eq(t, "no", e.pool.Prop(t, arch, "mounted"))
 	must.Eq(t, o, recordedOwner(t, e, arch))
 	// The release time is in the name (no property records it).
-	must.Eq(t, "", e.pool.Prop(t, arch, slots.PropReleasedAt))
+	must.Eq(t, "", e.pool.Prop(t, arch, record.PropReleasedAt))
 	// The data is intact: look inside as docs/operations.md says.
 	must.Eq(t, "tenant "+o.AllocID, readArchived(t, e, arch, "data.txt"))
 
@@ -54,7 +55,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	s2 := reserveAndWrite(t, e, a, "scratch-0", o2)
 	must.Eq(t, o2.AllocID, recordedOwner(t, e, s2.Dataset).AllocID)
 	// The untouched neighbour was never disturbed.
-	must.Eq(t, slots.StateFree, e.mgr.Slots()[1].State)
+	must.Eq(t, record.StateFree, e.mgr.Slots()[1].State)
 }
 
 // A release reads only the datasets it touches, by name. When one of them
@@ -255,7 +256,7 @@ func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
 	must.True(t, got.Healthy)
 	must.StrContains(t, got.HealthDesc, "busy")
 	must.NotEq(t, s.Dataset, got.Dataset)
-	must.Eq(t, slots.StateFree, got.State)
+	must.Eq(t, record.StateFree, got.State)
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))
 	must.Eq(t, "archived", stateOf(t, e, s.Dataset)) // its fate, recorded first

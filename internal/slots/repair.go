@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -64,10 +65,10 @@ func (m *Manager) readExact(ctx context.Context, name string) (zfs.Dataset, bool
 		}
 		d.Props[p] = v
 	}
-	if _, managed := d.Local(PropManaged); !managed {
+	if _, managed := d.Local(record.PropManaged); !managed {
 		return d, true, nil
 	}
-	for _, p := range legacyOwnerProps {
+	for _, p := range record.LegacyOwnerProps {
 		v, ok := d.Local(p)
 		if !ok || oneLine(v) == v {
 			continue

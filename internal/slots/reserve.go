@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -179,7 +180,7 @@ func (m *Manager) checkIDs(ids []string) error {
 // allocation asking for it.
 type decidedRelease struct {
 	slot  Slot
-	asker Owner
+	asker record.Owner
 }
 
 // tryReserve reserves the slots if that is safe now. Otherwise it starts
@@ -206,18 +207,18 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 		if !ok {
 			return nil, "", fmt.Errorf("device %s is no longer offered by this node", id)
 		}
-		if s.State == StateFree {
+		if s.State == record.StateFree {
 			if !s.ok || s.Mountpoint == "" {
 				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
 			}
 			fresh = append(fresh, id)
 			continue
 		}
-		if s.State == StateReleasing || s.State == StateDestroying {
+		if s.State == record.StateReleasing || s.State == record.StateDestroying {
 			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
 			continue
 		}
-		if s.State != StateReserved || s.unreadable {
+		if s.State != record.StateReserved || s.unreadable {
 			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
 		}
 		if m.heldForNext(s) {
@@ -262,7 +263,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			res = append(res, back)
 		case startRelease:
 			if c := m.classOf([]string{id}); restores(c) {
-				if d.asker.Known() && SameIdentity(d.asker, s.Owner) {
+				if d.asker.Known() && record.SameIdentity(d.asker, s.Owner) {
 					// The replacement of an ended allocation: it keeps
 					// the dataset, data and all.
 					got, err := m.handOverInPlace(ctx, s, d.asker)
@@ -275,7 +276,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 				}
 				// Another identity: the dataset is archived, and the
 				// asker gets the fresh slot, with its own archive if any.
-				d.asker = Owner{}
+				d.asker = record.Owner{}
 			}
 			if d.asker.Known() {
 				var err error

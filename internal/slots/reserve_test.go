@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -57,8 +58,8 @@ func TestReserve_MadeForItsOwnerIsReadiedAfterARestart(t *testing.T) {
 	next := owner(8)
 	s := slotByID(t, e, "scratch-0")
 	// What the stopped plugin left: reserved for next, root as zfs made it.
-	e.pool.ZFS(t, "set", slots.PropOwner+"="+next.Encode(), s.Dataset)
-	e.pool.ZFS(t, "set", slots.PropState+"=reserved", s.Dataset)
+	e.pool.ZFS(t, "set", record.PropOwner+"="+next.Encode(), s.Dataset)
+	e.pool.ZFS(t, "set", record.PropState+"=reserved", s.Dataset)
 	must.NoError(t, os.Chown(s.Mountpoint, 0, 0))
 	must.NoError(t, os.Chmod(s.Mountpoint, 0o755))
 
@@ -166,13 +167,13 @@ func TestReserve_FailsClosed(t *testing.T) {
 	cases := []struct {
 		name string
 		// setup runs after o reserved and wrote scratch-0; next then asks.
-		setup   func(a *allocs, o, next slots.Owner)
+		setup   func(a *allocs, o, next record.Owner)
 		wantErr string
 		// wantHealth is in the slot's health after a release pass.
 		wantHealth string
 	}{{
 		name: "API unreachable",
-		setup: func(a *allocs, o, next slots.Owner) {
+		setup: func(a *allocs, o, next record.Owner) {
 			a.end(o)
 			a.setErr(errors.New("dial tcp 127.0.0.1:4646: connection refused"))
 		},
@@ -180,7 +181,7 @@ func TestReserve_FailsClosed(t *testing.T) {
 		wantHealth: "owner unverified: the node's allocations cannot be read",
 	}, {
 		name: "owner in a namespace the token cannot read",
-		setup: func(a *allocs, o, next slots.Owner) {
+		setup: func(a *allocs, o, next record.Owner) {
 			a.collect(o) // not in the node's list as the token sees it
 			a.mu.Lock()
 			a.goneErr = errors.New("permission denied by the Nomad API: 403")
@@ -191,7 +192,7 @@ func TestReserve_FailsClosed(t *testing.T) {
 		wantHealth: "owner unverified",
 	}, {
 		name: "owner's allocation cannot be looked up",
-		setup: func(a *allocs, o, next slots.Owner) {
+		setup: func(a *allocs, o, next record.Owner) {
 			a.collect(o)
 			a.mu.Lock()
 			a.goneErr = errors.New("permission denied by the Nomad API: 403")
@@ -201,12 +202,12 @@ func TestReserve_FailsClosed(t *testing.T) {
 		wantHealth: "owner unverified",
 	}, {
 		name:       "owner still running",
-		setup:      func(a *allocs, o, next slots.Owner) {},
+		setup:      func(a *allocs, o, next record.Owner) {},
 		wantErr:    "still in use by allocation 00000020",
 		wantHealth: "still in use by allocation 00000020",
 	}, {
 		name: "two live holders besides the ended owner",
-		setup: func(a *allocs, o, next slots.Owner) {
+		setup: func(a *allocs, o, next record.Owner) {
 			a.end(o)
 			a.hold("scratch-0", owner(99))
 		},
@@ -214,7 +215,7 @@ func TestReserve_FailsClosed(t *testing.T) {
 		wantHealth: "", // the background pass may release: neither has started
 	}, {
 		name: "ended owner, but another holder has started",
-		setup: func(a *allocs, o, next slots.Owner) {
+		setup: func(a *allocs, o, next record.Owner) {
 			a.end(o)
 			a.start(next)
 		},

@@ -7,15 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// PropBackup records on an archive the GUID of its snapshot that is in
-// backup_dir (package backup), so that it is sent once; BackupNone (a
-// restored dataset's) says it is in none: zfs-fuse cannot set a property
-// to "".
-const (
-	PropBackup = "nomad-device-zfs:backup"
-	BackupNone = "none"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // Archives finds the archived data of an identity for a restore, and holds
@@ -27,7 +21,7 @@ type Archives interface {
 	// identity's newest released allocation, in the order of the slots
 	// they came from; none when there are none. They are not pruned until
 	// release is called, which the caller must do.
-	Claim(ctx context.Context, class string, o Owner) (names []string, release func(), err error)
+	Claim(ctx context.Context, class string, o record.Owner) (names []string, release func(), err error)
 }
 
 // SetArchives sets where Reserve finds archives to restore (nil for none).
@@ -94,7 +88,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 	if !(*view).Complete {
 		return fail("the asker cannot be identified: the token may not see every namespace (see the warning)", true)
 	}
-	var asker Owner
+	var asker record.Owner
 	for _, id := range ids {
 		h := (*view).Holders(id)
 		if len(h) != 1 || (asker.Known() && h[0].Owner != asker) {
@@ -105,7 +99,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 	switch {
 	case asker.Truncated():
 		// Its recorded identity could be another's.
-		return fail(fmt.Sprintf("the names of %s are too long (%d bytes or more) to tell its data from another's", asker, maxOwnerField), false)
+		return fail(fmt.Sprintf("the names of %s are too long (%d bytes or more) to tell its data from another's", asker, record.MaxOwnerField), false)
 	case asker.AllocIndex() < 0:
 		// Its identity cannot be known, so neither can its data.
 		return fail(fmt.Sprintf("the index of %s in its group cannot be read from its name %q", asker, asker.AllocName), false)
@@ -155,7 +149,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 			}
 			// A slot the asker now holds (the rename went through) is
 			// handed to it by the next round, data and all.
-			if s, ok := m.slot(id); ok && s.State == StateReserved {
+			if s, ok := m.slot(id); ok && s.State == record.StateReserved {
 				return restoreOutcome{wait: fmt.Sprintf("device %s: %s; the data is in the slot, reserved for %s", id, why, asker), renew: true}
 			}
 			out.notes[id] = "started empty: " + why
@@ -177,14 +171,14 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 // were written, unchanged with the archive back in place. It returns
 // errChanged, having done nothing, when the slot is no longer free or its
 // other name is still on its way to the archive: the caller decides again.
-func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Owner) (Slot, error) {
+func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker record.Owner) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, id, "restore")
 	if err != nil {
 		return Slot{}, err
 	}
 	defer unlock()
 	cur, ok := m.slot(id)
-	if !ok || cur.State != StateFree || !cur.ok || cur.Mountpoint == "" {
+	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" {
 		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
 	}
 	if cur.old != nil || cur.sib == nameReleasing {
@@ -206,10 +200,10 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 		return Slot{}, fmt.Errorf("renaming %s to %s: %w", archive, target, err)
 	}
 	marks := map[string]string{
-		PropState: string(StateReserved), PropOwner: asker.Encode(),
+		record.PropState: string(record.To(record.Restore)), record.PropOwner: asker.Encode(),
 		"canmount": "on", "refquota": strconv.FormatUint(c.Quota, 10),
 		// What the new tenant writes is backed up anew at its release.
-		PropBackup: BackupNone,
+		record.PropBackup: record.BackupNone,
 	}
 	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
 		// Some marks may have been written (one property at a time, or a
@@ -220,7 +214,7 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 		rctx := context.WithoutCancel(ctx)
 		if rerr := m.zfs.Rename(rctx, target, archive); rerr != nil {
 			m.log.Error("a restored dataset could not be marked nor renamed back", "dataset", target, "error", rerr)
-		} else if rerr := m.zfs.SetMany(rctx, archive, map[string]string{PropState: string(StateArchived), "canmount": "noauto"}); rerr != nil {
+		} else if rerr := m.zfs.SetMany(rctx, archive, map[string]string{record.PropState: string(record.To(record.RestoreUndone)), "canmount": "noauto"}); rerr != nil {
 			m.log.Error("a restored dataset renamed back could not be marked archived again", "dataset", archive, "error", rerr)
 		}
 		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
@@ -230,9 +224,9 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker Own
 		// Not known without a read: an archive's mountpoint of its own
 		// (set by hand) would follow it; the next read says.
 		x.Dataset, x.Mountpoint, x.ownMount = target, "", true
-		x.State, x.Owner, x.stamped = StateReserved, asker, asker
+		x.State, x.Owner, x.stamped = record.StateReserved, asker, asker
 		x.sib, x.present = nameFresh, true
-		x.Usage = Usage{}
+		x.Usage = zfs.Usage{}
 		x.setHealth(true, "")
 	})
 	s, _ := m.slot(id)
@@ -263,7 +257,7 @@ func restores(c Class) bool { return c.Restore == RestoreBestEffort || c.Restore
 // class with restore on. One zfs command records the new owner; the
 // dataset is then mounted for it. It returns errChanged when the slot is no
 // longer what s says.
-func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slot, error) {
+func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "hand over in place")
 	if err != nil {
 		return Slot{}, err
@@ -273,7 +267,7 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slo
 	if !ok || !sameTenancy(cur, s) || cur.old != nil {
 		return Slot{}, errChanged
 	}
-	if err := m.zfs.Set(ctx, cur.Dataset, PropOwner, asker.Encode()); err != nil {
+	if err := m.zfs.Set(ctx, cur.Dataset, record.PropOwner, asker.Encode()); err != nil {
 		return Slot{}, fmt.Errorf("recording %s as the owner of %s: %w", asker, cur.Dataset, err)
 	}
 	m.mu.Lock()
@@ -300,7 +294,7 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker Owner) (Slo
 // this Reserve) shows ended, stopping or gone from the node's list, whose
 // release the next pass starts. That is weak evidence on purpose: it only
 // ever makes the asker wait (restoreSlotWait), never hands anything over.
-func (m *Manager) predecessorSlot(class string, ids []string, asker Owner, v *View) (id string, leaving bool) {
+func (m *Manager) predecessorSlot(class string, ids []string, asker record.Owner, v *View) (id string, leaving bool) {
 	mine := map[string]bool{}
 	for _, id := range ids {
 		mine[id] = true
@@ -310,14 +304,14 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker Owner, v *Vi
 		if s.Class != class {
 			continue
 		}
-		held := s.State == StateReserved || s.State == StateReleasing || s.State == StateDestroying
-		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && SameIdentity(s.Owner, asker) {
+		held := s.State == record.StateReserved || s.State == record.StateReleasing || s.State == record.StateDestroying
+		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && record.SameIdentity(s.Owner, asker) {
 			if id == "" {
 				id = s.ID
 			}
-			leaving = leaving && (s.State != StateReserved || endedIn(v, s.Owner))
+			leaving = leaving && (s.State != record.StateReserved || endedIn(v, s.Owner))
 		}
-		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && SameIdentity(s.old.Owner, asker) && id == "" {
+		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && record.SameIdentity(s.old.Owner, asker) && id == "" {
 			id = s.ID
 		}
 	}
@@ -329,7 +323,7 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker Owner, v *Vi
 
 // endedIn reports whether read v shows o's allocation ended for its task,
 // told to stop, or not in the node's list at all.
-func endedIn(v *View, o Owner) bool {
+func endedIn(v *View, o record.Owner) bool {
 	a, ok := v.Allocs[o.AllocID]
 	return !ok || a.Stopping || a.ended(o.Task)
 }

@@ -11,6 +11,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -34,7 +35,7 @@ func newRestoreEnv(t *testing.T, n int, restore string) (*env, *allocs) {
 }
 
 // tenant is an allocation of job.grp[index] (one identity per index).
-func tenant(n, index int) slots.Owner {
+func tenant(n, index int) record.Owner {
 	o := owner(n)
 	o.AllocName = "job.grp[" + itoa(index) + "]"
 	return o
@@ -43,7 +44,7 @@ func tenant(n, index int) slots.Owner {
 // archivedTenant reserves device id for o, writes into it, ends o and
 // waits for its dataset to be archived, the only archive; it returns the
 // dataset's guid.
-func archivedTenant(t *testing.T, e *env, a *allocs, id string, o slots.Owner) string {
+func archivedTenant(t *testing.T, e *env, a *allocs, id string, o record.Owner) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -87,7 +88,7 @@ func (h *hungAPI) Latest(ctx context.Context) (*slots.View, error) {
 	return h.allocs.Latest(ctx)
 }
 
-func (h *hungAPI) Holds(ctx context.Context, o slots.Owner, ids []string) error {
+func (h *hungAPI) Holds(ctx context.Context, o record.Owner, ids []string) error {
 	if err := h.wait(ctx, "Holds"); err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func (h *hungAPI) Incomplete(ctx context.Context) string {
 	return h.allocs.Incomplete(ctx)
 }
 
-func (h *hungAPI) Gone(ctx context.Context, o slots.Owner) (bool, error) {
+func (h *hungAPI) Gone(ctx context.Context, o record.Owner) (bool, error) {
 	if err := h.wait(ctx, "Gone"); err != nil {
 		return false, err
 	}
@@ -147,7 +148,7 @@ func TestRun_AHungAPIHoldsUpNoZFSWork(t *testing.T) {
 			if !tc.late {
 				reserve()
 				must.NoError(t, e.mgr.Wait(context.Background())) // the spare made behind it
-				must.Eq(t, "", e.pool.Prop(t, ds, slots.PropOwner), must.Sprint("identified, not recorded yet: Run records it"))
+				must.Eq(t, "", e.pool.Prop(t, ds, record.PropOwner), must.Sprint("identified, not recorded yet: Run records it"))
 			}
 
 			h.hang(t, tc.hang...)
@@ -159,7 +160,7 @@ func TestRun_AHungAPIHoldsUpNoZFSWork(t *testing.T) {
 				reserve()
 			}
 			must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-				return e.pool.Prop(t, ds, slots.PropOwner) != ""
+				return e.pool.Prop(t, ds, record.PropOwner) != ""
 			}), wait.Timeout(30*time.Second), wait.Gap(100*time.Millisecond)), must.Sprint("the owner is recorded while the API hangs"))
 			must.Eq(t, o, recordedOwner(t, e, ds))
 		})

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -28,7 +29,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 		// In-use slots beyond the count stay visible until released.
 		for _, d := range datasets {
 			if parent, idx, ok := cutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
-				if n, _ := SlotIndex(idx); n >= max && (d.Err != nil || isManaged(d, ManagedSlot) && slotState(d) != StateFree) {
+				if n, _ := record.SlotIndex(idx); n >= max && (d.Err != nil || record.IsManaged(d, record.ManagedSlot) && record.Recorded(d) != record.StateFree) {
 					max = n + 1
 				}
 			}
@@ -40,7 +41,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			s := slotFrom(cfg, c, i, pr.names[cur], d, exists)
 			s.present, s.sib = exists, pr.kinds[1-cur]
 			if i >= c.Slots {
-				if !exists || d.Err == nil && (!isManaged(d, ManagedSlot) || s.State == StateFree) {
+				if !exists || d.Err == nil && (!record.IsManaged(d, record.ManagedSlot) || s.State == record.StateFree) {
 					continue // a gap, someone else's, or destroyed
 				}
 				s.Surplus = true
@@ -87,15 +88,15 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 // slotFrom is slot index of class c as dataset d (under name) shows it,
 // health aside.
 func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists bool) Slot {
-	s := Slot{ID: DeviceID(c.Name, index), Class: c.Name, Index: index, Dataset: name}
+	s := Slot{ID: record.DeviceID(c.Name, index), Class: c.Name, Index: index, Dataset: name}
 	if !exists || d.Err != nil {
 		return s
 	}
-	s.State = slotState(d)
-	if s.State == StateArchived {
-		s.State = StateReleasing // on its way to the archive
+	s.State = record.Recorded(d)
+	if s.State == record.StateArchived {
+		s.State = record.StateReleasing // on its way to the archive
 	}
-	s.Owner, _ = ownerOf(d)
+	s.Owner, _ = record.RecordedOwner(d)
 	s.stamped = s.Owner
 	s.armed, _ = d.Local(PropArmed)
 	_, s.ownMount = d.Local("mountpoint")
@@ -104,7 +105,7 @@ func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists
 			s.Mountpoint = mp
 		}
 	}
-	s.Usage = usageOf(d)
+	s.Usage = d.Usage()
 	s.Origin, _ = d.Value("origin")
 	return s
 }
@@ -164,13 +165,13 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 		return false, failed[s.Dataset]
 	case containerOK && container.Err != nil:
 		return false, fmt.Sprintf("properties of %s cannot be read (%v); left alone", cfg.ClassDataset(c.Name), container.Err)
-	case containerOK && !isManaged(container, ManagedClass):
+	case containerOK && !record.IsManaged(container, record.ManagedClass):
 		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", cfg.ClassDataset(c.Name))
 	case !exists:
 		return false, fmt.Sprintf("dataset %s is missing", s.Dataset)
-	case !isManaged(d, ManagedSlot):
+	case !record.IsManaged(d, record.ManagedSlot):
 		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
-	case s.State == StateReleasing || s.State == StateDestroying:
+	case s.State == record.StateReleasing || s.State == record.StateDestroying:
 		return false, releasingReason(s)
 	case s.Surplus:
 		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
@@ -178,9 +179,9 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 		mounted, _ := d.Value("mounted")
 		mp, _ := d.Value("mountpoint")
 		return false, fmt.Sprintf("dataset %s is not mounted (mounted=%s, mountpoint=%s)", s.Dataset, orDash(mounted), orDash(mp))
-	case s.State != StateFree && s.State != StateReserved:
+	case s.State != record.StateFree && s.State != record.StateReserved:
 		return false, fmt.Sprintf("dataset %s has unknown state %q", s.Dataset, s.State)
-	case s.State == StateFree && r.known && r.bytes < c.Quota:
+	case s.State == record.StateFree && r.known && r.bytes < c.Quota:
 		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.bytes), humanBytes(c.Quota))
 	}
 	return true, ""
@@ -188,22 +189,10 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 
 // releasingReason is the health of a sound slot being released.
 func releasingReason(s Slot) string {
-	if s.State != StateReleasing && s.State != StateDestroying {
+	if s.State != record.StateReleasing && s.State != record.StateDestroying {
 		return ""
 	}
-	return fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[State]string{StateReleasing: "archived", StateDestroying: "destroyed"}[s.State])
-}
-
-func usageOf(d zfs.Dataset) Usage {
-	var u Usage
-	u.Used, _ = d.Bytes("used")
-	u.Available, _ = d.Bytes("available")
-	u.Referenced, _ = d.Bytes("referenced")
-	u.Quota, _ = d.Bytes("refquota")
-	if v, ok := d.Value("compressratio"); ok {
-		u.CompressRatio, _ = zfs.ParseRatio(v)
-	}
-	return u
+	return fmt.Sprintf("releasing: %s has ended; its dataset is being %s", s.Owner, map[record.State]string{record.StateReleasing: "archived", record.StateDestroying: "destroyed"}[s.State])
 }
 
 // humanBytes prints a byte count in binary units, as ZFS does ("55.0MiB").

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -18,20 +19,20 @@ var errChanged = errors.New("the slot changed since it was read")
 // owner. What else may have changed since (the owner recorded, a spare
 // made, a remount) does not bear on the decision.
 func sameTenancy(cur, s Slot) bool {
-	return cur.Dataset == s.Dataset && cur.State == StateReserved && s.State == StateReserved && cur.Owner.AllocID == s.Owner.AllocID
+	return cur.Dataset == s.Dataset && cur.State == record.StateReserved && s.State == record.StateReserved && cur.Owner.AllocID == s.Owner.AllocID
 }
 
 // promoteSpare makes the spare of x serve, in state, and its dataset x's
 // old one (being released). x is the slot's view right after its release
 // began.
-func promoteSpare(x *Slot, state State) {
+func promoteSpare(x *Slot, state record.State) {
 	rs := *x
 	rs.Spare, rs.spareMount, rs.spareArmed, rs.old = "", "", "", nil
 	x.Dataset, x.Mountpoint, x.ownMount, x.armed = x.Spare, x.spareMount, x.spareOwn, x.spareArmed
-	x.State, x.Owner, x.stamped = state, Owner{}, Owner{}
+	x.State, x.Owner, x.stamped = state, record.Owner{}, record.Owner{}
 	x.Spare, x.spareMount, x.spareOwn, x.spareArmed = "", "", false, ""
 	x.old, x.sib, x.present = &rs, nameReleasing, true
-	x.Usage = Usage{}
+	x.Usage = zfs.Usage{}
 	x.setHealth(true, "")
 }
 
@@ -73,7 +74,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // when ZFS refuses a fate or mark written before the handover; the
 // owner's data is kept either way, and the spare stays fresh
 // (unmarkSpare).
-func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot, error) {
+func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "hand over the spare")
 	if err != nil {
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
@@ -92,7 +93,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
 		return Slot{}, errChanged
 	}
-	var state State
+	var state record.State
 	var herr error // the spare's mark
 	// r is the old dataset's release run, registered under the slot's lock
 	// before it is given up; behind: its first step is the old dataset's
@@ -112,7 +113,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		// registered already (it waits for the lock), the fate is
 		// written first, as below.
 		if r, created = m.newRun(s.ID, true); created {
-			behind, state = true, StateReserved
+			behind, state = true, record.StateReserved
 			m.forgetTenancy(cur.ID)
 		}
 	}
@@ -134,7 +135,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 		// use, a conflict that keeps both until one is released (pair.go).
 		fg := zfs.Foreground(ctx)
 		marked := make(chan error, 1)
-		go func() { marked <- m.zfs.Set(fg, cur.Spare, PropState, string(StateReserved)) }()
+		go func() { marked <- m.zfs.Set(fg, cur.Spare, record.PropState, string(record.To(record.Reserve))) }()
 		state, err = m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
 		herr = <-marked
 		// The spare is recorded free again when its mark took effect but the
@@ -163,20 +164,20 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 			return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
 		}
 	}
-	given := StateReserved
+	given := record.StateReserved
 	if herr != nil {
-		given = StateFree // the spare serves as a fresh slot: the next round takes it so
+		given = record.StateFree // the spare serves as a fresh slot: the next round takes it so
 	}
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.State, x.Owner, x.stamped = state, cur.Owner, cur.Owner
 		promoteSpare(x, given) // behind: x.old is reserved, its fate due
-		if given == StateReserved {
+		if given == record.StateReserved {
 			x.Owner = asker
 		}
 		out = *x
 	})
-	if given == StateReserved && (asker.Known() || cur.spareArmed != "") {
+	if given == record.StateReserved && (asker.Known() || cur.spareArmed != "") {
 		// The owner to record, or that an armed spare was handed over
 		// (recordOwner).
 		m.mu.Lock()
@@ -202,7 +203,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker Owner) (Slot,
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
 			if rs := now.old; rs != nil && !now.fateDue() {
-				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, Owner{}), outside: true, run: r}, unlock)
+				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, record.Owner{}), outside: true, run: r}, unlock)
 			} else {
 				unlock()
 				m.Kick() // the old dataset is gone: a read settles the slot

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -58,13 +59,13 @@ func TestSpare_FateRefusedBehindTheHandover(t *testing.T) {
 		must.NoError(t, e.mgr.Wait(ctx))
 		got = slotByID(t, e, "scratch-0")
 		must.Eq(t, spare, got.Dataset, must.Sprint(step.name))
-		must.Eq(t, slots.StateReserved, got.State, must.Sprint(step.name))
+		must.Eq(t, record.StateReserved, got.State, must.Sprint(step.name))
 		must.Eq(t, o2.AllocID, got.Owner.AllocID, must.Sprint(step.name))
 		must.True(t, got.Healthy, must.Sprint(step.name, ": ", got.HealthDesc))
 		must.StrContains(t, got.HealthDesc, "release blocked", must.Sprint(step.name))
 		must.StrNotContains(t, got.HealthDesc, "conflict", must.Sprint(step.name))
 		must.Eq(t, "reserved", stateOf(t, e, s0.Dataset), must.Sprint(step.name))
-		must.EqOp(t, "", e.pool.Prop(t, spare, slots.PropOwner), must.Sprint(step.name, ": no owner before the fate"))
+		must.EqOp(t, "", e.pool.Prop(t, spare, record.PropOwner), must.Sprint(step.name, ": no owner before the fate"))
 	}
 
 	w.Unfail("set")
@@ -124,8 +125,8 @@ func TestSpare_MarkCutShortIsUndone(t *testing.T) {
 			spareMarks = append(spareMarks, c.Args[1])
 		}
 	}
-	must.SliceContains(t, spareMarks, slots.PropState+"=reserved", must.Sprint("the spare's mark ran, and was cut short"))
-	must.Eq(t, slots.PropState+"=free", spareMarks[len(spareMarks)-1], must.Sprint("the spare is recorded free again: ", spareMarks))
+	must.SliceContains(t, spareMarks, record.PropState+"=reserved", must.Sprint("the spare's mark ran, and was cut short"))
+	must.Eq(t, record.PropState+"=free", spareMarks[len(spareMarks)-1], must.Sprint("the spare is recorded free again: ", spareMarks))
 	must.Eq(t, "free", stateOf(t, e, spare))
 }
 
@@ -165,8 +166,8 @@ func TestSpare_RefusedFateLeavesTheSpareFresh(t *testing.T) {
 			spareMarks = append(spareMarks, c.Args[1])
 		}
 	}
-	must.SliceContains(t, spareMarks, slots.PropState+"=reserved", must.Sprint("the spare was marked beside the fate"))
-	must.Eq(t, slots.PropState+"=free", spareMarks[len(spareMarks)-1], must.Sprint("and recorded free again"))
+	must.SliceContains(t, spareMarks, record.PropState+"=reserved", must.Sprint("the spare was marked beside the fate"))
+	must.Eq(t, record.PropState+"=free", spareMarks[len(spareMarks)-1], must.Sprint("and recorded free again"))
 
 	w.Unfail("set")
 	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
@@ -208,7 +209,7 @@ func TestSpare_DeadlineAfterARefusalNamesTheRefusal(t *testing.T) {
 	// the next one hangs.
 	refused := func() bool {
 		for _, c := range w.Calls()[setUp:] {
-			if c.Cmd == "zfs" && len(c.Args) == 3 && c.Args[0] == "set" && c.Args[1] == slots.PropState+"=free" && c.Args[2] == spare {
+			if c.Cmd == "zfs" && len(c.Args) == 3 && c.Args[0] == "set" && c.Args[1] == record.PropState+"=free" && c.Args[2] == spare {
 				return true
 			}
 		}
@@ -273,7 +274,7 @@ func TestSpare_AHungWriteBackIsBounded(t *testing.T) {
 	c := newLegacySpareCase(t)
 	w, e, o1, s0, spare, guid := c.w, c.e, c.o1, c.s0, c.spare, c.guid
 	c.refuseFate()
-	w.PauseFor("set", slots.PropState+"=free")
+	w.PauseFor("set", record.PropState+"=free")
 	t.Cleanup(func() { w.Resume("set") })
 	// Long enough for the spare's real mark to land on a loaded machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -359,7 +360,7 @@ func TestSpare_StoppedBetweenTheMarks(t *testing.T) {
 	c := newSpareCase(t)
 	w, e, a, o1, o2, spare, guid := c.w, c.e, c.a, c.o1, c.o2, c.spare, c.guid
 	w.Resume("rename")
-	e.pool.ZFS(t, "set", slots.PropState+"=reserved", spare)
+	e.pool.ZFS(t, "set", record.PropState+"=reserved", spare)
 
 	e.restart(t)
 	e.mgr.SetNomad(a)
@@ -389,5 +390,5 @@ func TestSpare_StoppedBetweenTheMarks(t *testing.T) {
 	must.SliceLen(t, 2, archived(t, e))
 	got = slotByID(t, e, "scratch-0")
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
-	must.Eq(t, slots.StateFree, got.State)
+	must.Eq(t, record.StateFree, got.State)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -17,7 +18,7 @@ import (
 // withSpare reserves device id for o and writes into it (reserveAndWrite),
 // then waits for the slot's spare, made in the background, and returns
 // the slot as reserved and the spare's name.
-func withSpare(t *testing.T, e *env, a *allocs, id string, o slots.Owner) (slots.Slot, string) {
+func withSpare(t *testing.T, e *env, a *allocs, id string, o record.Owner) (slots.Slot, string) {
 	t.Helper()
 	s := reserveAndWrite(t, e, a, id, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -37,7 +38,7 @@ type spareCase struct {
 	w      *zfstest.Wrapper
 	e      *env
 	a      *allocs
-	o1, o2 slots.Owner
+	o1, o2 record.Owner
 	s0     slots.Slot // as o1 had it
 	spare  string
 	guid   string // of o1's dataset
@@ -62,7 +63,7 @@ func newSpareCase(t *testing.T) *spareCase {
 func newLegacySpareCase(t *testing.T) *spareCase {
 	t.Helper()
 	c := newSpareCase(t)
-	c.e.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateFree), c.spare)
+	c.e.pool.ZFS(t, "set", record.PropState+"="+string(record.StateFree), c.spare)
 	c.e.sync(t)
 	return c
 }
@@ -101,7 +102,7 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 	must.Less(t, 3*time.Second, took, must.Sprint("the handover waits for no zfs command"))
 	must.Eq(t, spare, res[0].Dataset)
 	must.Eq(t, creates, w.Count("create"))
-	must.Eq(t, slots.StateReserved, slotByID(t, e, "scratch-0").State)
+	must.Eq(t, record.StateReserved, slotByID(t, e, "scratch-0").State)
 	entries, err := os.ReadDir(res[0].Mountpoint)
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries)
@@ -110,12 +111,12 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 	// Behind it, the owner's dataset's fate (paused: the Reserve did not
 	// wait for it), then its way to the archive.
 	fate := w.WaitPaused(t, "set", 30*time.Second)
-	must.Eq(t, []string{"set", slots.PropState + "=archived", s0.Dataset}, fate, must.Sprint("the owner's dataset's fate, its owner recorded already"))
+	must.Eq(t, []string{"set", record.PropState + "=archived", s0.Dataset}, fate, must.Sprint("the owner's dataset's fate, its owner recorded already"))
 	must.Eq(t, "reserved", stateOf(t, e, s0.Dataset), must.Sprint("kept as the owner's until the fate lands"))
 	must.NoError(t, e.mgr.Sync(ctx)) // a read meanwhile leaves the slot to its release
 	got := slotByID(t, e, "scratch-0")
 	must.Eq(t, spare, got.Dataset)
-	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, record.StateReserved, got.State)
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 	w.Resume("set")
 	w.WaitPaused(t, "rename", 30*time.Second)
@@ -132,7 +133,7 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 	must.Eq(t, "tenant "+o1.AllocID, readArchived(t, e, names[0], "data.txt"))
 
 	got = slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, record.StateReserved, got.State)
 	must.Eq(t, spare, got.Dataset)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
@@ -199,7 +200,7 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 				must.Eq(t, o2.AllocID, res[0].Owner.AllocID, must.Sprint("identified by the read made beside the handover"))
 				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
 					for _, c := range w.Calls()[before:] {
-						if slices.Equal(c.Args, []string{"set", slots.PropState + "=archived", s0.Dataset}) {
+						if slices.Equal(c.Args, []string{"set", record.PropState + "=archived", s0.Dataset}) {
 							return true
 						}
 					}
@@ -208,9 +209,9 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 			} else {
 				// Released by the pass at the end of the hold, not before.
 				must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-					st, err := e.pool.TryProp(s0.Dataset, slots.PropState)
-					owner, _ := e.pool.TryProp(s0.Dataset, slots.PropOwner)
-					return err != nil || slots.StateOf(st, owner) != slots.StateReserved
+					st, err := e.pool.TryProp(s0.Dataset, record.PropState)
+					owner, _ := e.pool.TryProp(s0.Dataset, record.PropOwner)
+					return err != nil || record.StateOf(st, owner) != record.StateReserved
 				}), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
 				must.GreaterEq(t, hold-100*time.Millisecond, time.Since(kicked), must.Sprint("released before the hold was over"))
 			}
@@ -225,11 +226,11 @@ func TestSpare_KickedPassLeavesTheSpareToTheNextTenant(t *testing.T) {
 			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 			must.Eq(t, spare, got.Dataset)
 			if next {
-				must.Eq(t, slots.StateReserved, got.State)
+				must.Eq(t, record.StateReserved, got.State)
 				must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 				must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
 			} else {
-				must.Eq(t, slots.StateFree, got.State)
+				must.Eq(t, record.StateFree, got.State)
 			}
 		})
 	}
@@ -250,7 +251,7 @@ func TestSpare_HeldPairHandedOverInPart(t *testing.T) {
 	_, spare0 := withSpare(t, e, a, "scratch-0", o1)
 	s1, spare1 := withSpare(t, e, a, "scratch-1", o1)
 	for _, sp := range []string{spare0, spare1} {
-		e.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateFree), sp)
+		e.pool.ZFS(t, "set", record.PropState+"="+string(record.StateFree), sp)
 	}
 	e.sync(t)
 	a.end(o1)
@@ -294,7 +295,7 @@ func TestSpare_ReleasedSlotServesAtOnce(t *testing.T) {
 	w.WaitPaused(t, "rename", 30*time.Second)
 	got := slotByID(t, e, "scratch-0")
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
-	must.Eq(t, slots.StateFree, got.State)
+	must.Eq(t, record.StateFree, got.State)
 	must.Eq(t, spare, got.Dataset)
 
 	a.hold("scratch-0", o2)
@@ -321,7 +322,7 @@ func TestSpare_ReleasedSlotServesAtOnce(t *testing.T) {
 	defer wcancel()
 	must.NoError(t, e.mgr.Wait(wctx))
 	got = slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateReserved, got.State)
+	must.Eq(t, record.StateReserved, got.State)
 	must.Eq(t, spare, got.Dataset)
 	must.Eq(t, s0.Dataset, got.Spare)
 	must.NotEq(t, guid, e.guid(t, got.Spare))
@@ -341,7 +342,7 @@ func TestSpare_ReleaseWithTheOwnerStillPending(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
 	e, a := newReleaseEnv(t, 1)
-	e.pool.ZFS(t, "set", slots.PropState+"="+string(slots.StateFree), slotByID(t, e, "scratch-0").Dataset)
+	e.pool.ZFS(t, "set", record.PropState+"="+string(record.StateFree), slotByID(t, e, "scratch-0").Dataset)
 	e.sync(t)
 	o := owner(1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -352,7 +353,7 @@ func TestSpare_ReleaseWithTheOwnerStillPending(t *testing.T) {
 	must.NoError(t, err)
 	w.WaitPaused(t, "create", 30*time.Second)
 	must.NoError(t, e.mgr.ReleaseEnded(ctx))
-	must.Eq(t, "", e.pool.Prop(t, res[0].Dataset, slots.PropOwner), must.Sprint("pending while the spare is made"))
+	must.Eq(t, "", e.pool.Prop(t, res[0].Dataset, record.PropOwner), must.Sprint("pending while the spare is made"))
 	w.Resume("create")
 	must.NoError(t, e.mgr.Wait(ctx))
 	spare := slotByID(t, e, "scratch-0").Spare
@@ -362,7 +363,7 @@ func TestSpare_ReleaseWithTheOwnerStillPending(t *testing.T) {
 	a.end(o)
 	must.NoError(t, e.mgr.ReleaseEnded(ctx))
 	got := slotByID(t, e, "scratch-0")
-	must.Eq(t, slots.StateFree, got.State, must.Sprint(got.HealthDesc))
+	must.Eq(t, record.StateFree, got.State, must.Sprint(got.HealthDesc))
 	must.Eq(t, spare, got.Dataset)
 	names := archived(t, e)
 	must.SliceLen(t, 1, names)

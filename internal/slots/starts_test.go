@@ -9,6 +9,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
@@ -20,7 +21,7 @@ type startsCase struct {
 	w     *zfstest.Wrapper
 	e     *env
 	a     *allocs
-	o1    slots.Owner
+	o1    record.Owner
 	s0    slots.Slot // as o1 had it
 	spare string
 	// running: the manager's loops run (recordedWithin).
@@ -43,7 +44,7 @@ func newStartsCase(t *testing.T, yield time.Duration) *startsCase {
 
 // recordedWithin runs the manager's loops (Run) until the test ends, and
 // waits until o is recorded as the owner of dataset ds, no later than by.
-func (c *startsCase) recordedWithin(t *testing.T, ds string, o slots.Owner, by time.Time) {
+func (c *startsCase) recordedWithin(t *testing.T, ds string, o record.Owner, by time.Time) {
 	t.Helper()
 	if !c.running {
 		c.running = true
@@ -60,7 +61,7 @@ func (c *startsCase) recordedWithin(t *testing.T, ds string, o slots.Owner, by t
 }
 
 // reserve reserves id for o and returns how long the Reserve took.
-func (c *startsCase) reserve(t *testing.T, id string, o slots.Owner) (slots.Slot, time.Duration) {
+func (c *startsCase) reserve(t *testing.T, id string, o record.Owner) (slots.Slot, time.Duration) {
 	t.Helper()
 	c.a.hold(id, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -182,12 +183,12 @@ func slotOf(cfg Config, name string) string {
 	switch {
 	case !ok || strings.Contains(rest, "/"):
 		return ""
-	case first == ArchiveName:
+	case first == record.ArchiveName:
 		id, _, _ := strings.Cut(rest, ".")
 		return id
 	}
-	if i, _ := SlotIndex(rest); i >= 0 {
-		return DeviceID(first, i)
+	if i, _ := record.SlotIndex(rest); i >= 0 {
+		return record.DeviceID(first, i)
 	}
 	return ""
 }
@@ -214,7 +215,7 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 	}()
 	for i := range slots {
 		s := &slots[i]
-		if (s.State != StateFree || !s.ok) && s.Spare == "" || skipped[s.ID] {
+		if (s.State != record.StateFree || !s.ok) && s.Spare == "" || skipped[s.ID] {
 			continue
 		}
 		c.readTable()
@@ -251,7 +252,7 @@ func splitActions(cfg Config, actions []Action) (tree []Action, bySlot map[strin
 		switch {
 		case a.Kind == CreateClass || a.Kind == CreateArchive:
 		case a.Index >= 0 && a.Class != "":
-			id = DeviceID(a.Class, a.Index)
+			id = record.DeviceID(a.Class, a.Index)
 		default:
 			if leaf, ok := strings.CutPrefix(a.Dataset, cfg.ArchiveDataset()+"/"); ok {
 				id, _, _ = strings.Cut(leaf, ".")

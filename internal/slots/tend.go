@@ -12,6 +12,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -30,7 +31,7 @@ import (
 // slot's other name holds something other than a spare or the dataset in
 // use, or the host's mount table does not say plainly whether rs is
 // mounted at its mountpoint, or shows it mounted somewhere else too.
-func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
+func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []Action {
 	m.mu.Lock()
 	ready, unmounted, cfg := m.archiveReady, m.archiveUnmounted, m.cfg
 	m.mu.Unlock()
@@ -43,9 +44,9 @@ func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 	case cur.Dataset == rs.Dataset && cur.sib == nameAbsent:
 		again = true
 	case cur.Dataset == rs.Dataset && cur.sib == nameFresh:
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == StateReserved:
+	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateReserved:
 		again = true // the slot's next spare
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == StateFree:
+	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateFree:
 	default:
 		return nil
 	}
@@ -75,7 +76,7 @@ func (m *Manager) knownRelease(cur, rs Slot, asker Owner) []Action {
 				// Made for the asker: reserved, its owner recorded, in
 				// the one command that creates it.
 				props := maps.Clone(a.Props)
-				props[PropState], props[PropOwner] = string(StateReserved), asker.Encode()
+				props[record.PropState], props[record.PropOwner] = string(record.To(record.Reserve)), asker.Encode()
 				actions[i].Props = props
 			}
 		}
@@ -95,13 +96,13 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 		yes = "yes"
 	}
 	props := map[string]zfs.Prop{
-		PropManaged: local(ManagedSlot),
-		PropState:   local(string(fateOf(s.State))),
-		"mounted":   {Value: yes, Source: "-"},
-		"canmount":  {Value: "on", Source: "default"},
+		record.PropManaged: local(record.ManagedSlot),
+		record.PropState:   local(string(record.FateOf(s.State))),
+		"mounted":          {Value: yes, Source: "-"},
+		"canmount":         {Value: "on", Source: "default"},
 	}
 	if s.Owner.Known() {
-		props[PropOwner] = local(s.Owner.Encode())
+		props[record.PropOwner] = local(s.Owner.Encode())
 	}
 	if s.ownMount {
 		props["mountpoint"] = local(s.Mountpoint)
@@ -112,16 +113,16 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 // setProps writes props on a dataset; the state goes last, so that a
 // crash in between leaves the slot in its old state with the new facts.
 func (m *Manager) setProps(ctx context.Context, name string, props map[string]string) error {
-	state, hasState := props[PropState]
+	state, hasState := props[record.PropState]
 	rest := maps.Clone(props)
-	delete(rest, PropState)
+	delete(rest, record.PropState)
 	if len(rest) > 0 {
 		if err := m.zfs.SetMany(ctx, name, rest); err != nil {
 			return err
 		}
 	}
 	if hasState {
-		return m.zfs.Set(ctx, name, PropState, state)
+		return m.zfs.Set(ctx, name, record.PropState, state)
 	}
 	return nil
 }
@@ -153,7 +154,7 @@ type tend struct {
 	// asker, when known, is the allocation that waits for the work:
 	// only the release of focus is carried out then, so that it waits
 	// for nothing else.
-	asker Owner
+	asker record.Owner
 	// outside: focus is the slot's old dataset, and first's steps up to
 	// its rename run without the slot's lock, so that work on the
 	// dataset that serves (a Reserve) does not wait for them. Nothing
@@ -307,14 +308,14 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	// would be, before Reserve hands it over.
 	made := make([]bool, len(fresh))
 	for i, x := range fresh {
-		if t.asker.Known() && x.State == StateReserved && x.stamped.AllocID == t.asker.AllocID {
-			made[i], fresh[i].State = true, StateFree
+		if t.asker.Known() && x.State == record.StateReserved && x.stamped.AllocID == t.asker.AllocID {
+			made[i], fresh[i].State = true, record.StateFree
 		}
 	}
 	errs = append(errs, prepareFree(cfg, fresh)...)
 	for i := range fresh {
 		if made[i] {
-			fresh[i].State = StateReserved
+			fresh[i].State = record.StateReserved
 		}
 	}
 	m.mu.Lock()
@@ -355,7 +356,7 @@ func follow(done []Action, names, chains map[string]bool) {
 // otherwise.
 func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
 	c := classByName(cfg, cur.Class)
-	if cur.old == nil || cur.old.Dataset != focus || cur.State != StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
+	if cur.old == nil || cur.old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
 		return nil
 	}
 	return []Action{{Kind: CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
@@ -382,7 +383,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 	}
 	x := cur
 	if t.focus != "" {
-		if cur.old == nil || cur.old.Dataset != t.focus || cur.old.State != StateReleasing || !renamed {
+		if cur.old == nil || cur.old.Dataset != t.focus || cur.old.State != record.StateReleasing || !renamed {
 			return false
 		}
 		x.old, x.sib = nil, nameAbsent
@@ -399,7 +400,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 			return false
 		}
 		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.tokenOf(made)
-	case t.focus == "" || cur.State != StateFree && !unrecordedSlot(cur):
+	case t.focus == "" || cur.State != record.StateFree && !unrecordedSlot(cur):
 		// Nothing made, or a slot in use left without a spare (but one
 		// whose handover is not recorded yet: none is made beside it on
 		// purpose, remake): read.
@@ -432,7 +433,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 // slot: that run, or the next Sync, sees to it.
 func (m *Manager) goTend(ctx context.Context, id string) {
 	s, ok := m.slot(id)
-	if !ok || s.State != StateReserved || s.sib != nameAbsent || s.Surplus || unrecordedSlot(s) {
+	if !ok || s.State != record.StateReserved || s.sib != nameAbsent || s.Surplus || unrecordedSlot(s) {
 		return
 	}
 	r, created := m.newRun(id, false)
@@ -446,7 +447,7 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 			return fmt.Errorf("making the spare of %s: %w", id, err)
 		}
 		cur, ok := m.slot(id)
-		if !ok || cur.State != StateReserved || cur.sib != nameAbsent || cur.Surplus || unrecordedSlot(cur) {
+		if !ok || cur.State != record.StateReserved || cur.sib != nameAbsent || cur.Surplus || unrecordedSlot(cur) {
 			unlock()
 			return nil
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
 // Nomad is what the manager needs to know of allocations. Every method takes
@@ -19,7 +21,7 @@ type Nomad interface {
 	// Gone reports whether an allocation that a view does not list
 	// positively no longer exists, from a read the token is allowed to make
 	// in the allocation's namespace. Any doubt is an error.
-	Gone(ctx context.Context, o Owner) (bool, error)
+	Gone(ctx context.Context, o record.Owner) (bool, error)
 	// Incomplete returns why the token may not see the allocations of
 	// every namespace, or "" when it is known to see them all. It is asked
 	// on every release pass, so it answers from a cache and calls the API
@@ -33,7 +35,7 @@ type Nomad interface {
 	// live on this node (pending or running, and wanted running) and its
 	// task o.Task holds every device of ids: nil only then, any doubt an
 	// error. One small read, whatever the node's history.
-	Holds(ctx context.Context, o Owner, ids []string) error
+	Holds(ctx context.Context, o record.Owner, ids []string) error
 }
 
 // View is one read of the node's allocations.
@@ -52,7 +54,7 @@ type View struct {
 
 // Alloc is what a view says of one allocation.
 type Alloc struct {
-	Owner Owner // Task is empty: see Devices
+	Owner record.Owner // Task is empty: see Devices
 	// ClientStatus is Nomad's client status (pending, running, complete,
 	// failed, lost).
 	ClientStatus string
@@ -83,7 +85,7 @@ func (a Alloc) ended(task string) bool {
 
 // Holding is one live allocation's task that holds a device.
 type Holding struct {
-	Owner Owner
+	Owner record.Owner
 	// Started: the holding task has started, so it was handed a dataset.
 	Started bool
 }
@@ -117,22 +119,22 @@ type Fate struct {
 // fate says what the view, and when it does not list the owner a
 // namespace-scoped lookup, say of o. It makes a Nomad call only for an
 // owner that the view does not list; any doubt is an error.
-func fate(ctx context.Context, n Nomad, v *View, o Owner) (Fate, error) {
+func fate(ctx context.Context, n Nomad, v *View, o record.Owner) (Fate, error) {
 	if o.NodeID != "" && v.NodeID != "" && o.NodeID != v.NodeID {
-		return Fate{}, fmt.Errorf("%s was recorded on node %s, but this plugin now watches node %s", o, short(o.NodeID), short(v.NodeID))
+		return Fate{}, fmt.Errorf("%s was recorded on node %s, but this plugin now watches node %s", o, record.ShortID(o.NodeID), record.ShortID(v.NodeID))
 	}
 	if a, ok := v.Allocs[o.AllocID]; ok {
 		if a.ended(o.Task) {
-			return Fate{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", short(o.AllocID), a.ClientStatus)}, nil
+			return Fate{Ended: true, Reason: fmt.Sprintf("allocation %s is %s", record.ShortID(o.AllocID), a.ClientStatus)}, nil
 		}
-		return Fate{Stopping: a.Stopping, Reason: fmt.Sprintf("allocation %s is %s", short(o.AllocID), a.ClientStatus)}, nil
+		return Fate{Stopping: a.Stopping, Reason: fmt.Sprintf("allocation %s is %s", record.ShortID(o.AllocID), a.ClientStatus)}, nil
 	}
 	gone, err := n.Gone(ctx, o)
 	switch {
 	case err != nil:
 		return Fate{}, err
 	case gone:
-		return Fate{Ended: true, Reason: fmt.Sprintf("allocation %s no longer exists", short(o.AllocID))}, nil
+		return Fate{Ended: true, Reason: fmt.Sprintf("allocation %s no longer exists", record.ShortID(o.AllocID))}, nil
 	}
 	return Fate{}, fmt.Errorf("%s exists but is not in the node's allocation list", o)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -47,7 +48,7 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 			must.ErrorIs(t, e.mgr.ReleaseEnded(ctx), zfs.ErrNoSpace)
 			must.NoError(t, e.mgr.Wait(ctx))
 			must.Eq(t, "reserved", stateOf(t, e, s0.Dataset))
-			must.EqOp(t, "", e.pool.Prop(t, spare, slots.PropOwner), must.Sprint("the new tenant's owner waits for the fate"))
+			must.EqOp(t, "", e.pool.Prop(t, spare, record.PropOwner), must.Sprint("the new tenant's owner waits for the fate"))
 
 			e.restart(t)
 			e.mgr.SetNomad(a)
@@ -98,7 +99,7 @@ func TestWithheld_ARestartBeforeTheFateBehindAHandover(t *testing.T) {
 				}
 				slices.Sort(data)
 				got = slotByID(t, e, "scratch-0")
-				return slices.Equal(want, data) && got.State == slots.StateFree
+				return slices.Equal(want, data) && got.State == record.StateFree
 			}), wait.Timeout(30*time.Second), wait.Gap(100*time.Millisecond)), must.Sprint("both tenants' data archived, the slot free"))
 			must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 		})
@@ -131,7 +132,7 @@ func TestWithheld_AReplacementsOwnerIsNoProof(t *testing.T) {
 	e.sync(t)
 	a.end(o2)
 	again := tenant(5, o1.AllocIndex()) // o1's replacement
-	must.True(t, slots.SameIdentity(o1, again))
+	must.True(t, record.SameIdentity(o1, again))
 	a.hold("scratch-0", again)
 	got, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
 	must.NoError(t, err)
@@ -176,7 +177,7 @@ func TestWithheld_AFateDueOnADatasetDestroyedByHand(t *testing.T) {
 		}
 		must.NoError(t, e.mgr.Wait(ctx))
 		got = slotByID(t, e, "scratch-0")
-		return got.Dataset == spare && !strings.Contains(got.HealthDesc, "kept") && e.pool.Prop(t, spare, slots.PropOwner) != ""
+		return got.Dataset == spare && !strings.Contains(got.HealthDesc, "kept") && e.pool.Prop(t, spare, record.PropOwner) != ""
 	}), wait.Timeout(30*time.Second), wait.Gap(100*time.Millisecond)), must.Sprint("the slot settles without the destroyed dataset"))
 	must.True(t, got.Healthy, must.Sprint(got.HealthDesc))
 	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)

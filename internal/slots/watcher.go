@@ -1,7 +1,8 @@
-package device
+package slots
 
-// What the slot manager asks of the node's allocations, answered from the
-// watcher's reads.
+// What the manager asks of the node's allocations (Nomad), answered from
+// the allocation watcher's reads: the proof a Reserve reads (Holds) goes
+// from here to allocwatch and the Nomad API, nothing in between.
 
 import (
 	"context"
@@ -9,17 +10,21 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
-// nomadAllocs adapts the watcher to what the slot manager asks.
+// FromWatcher returns the Nomad that the running plugin gives the manager
+// (SetNomad): the node's allocations as w reads them.
+func FromWatcher(w *allocwatch.Watcher) Nomad { return nomadAllocs{w} }
+
+// nomadAllocs adapts the watcher to what the manager asks.
 type nomadAllocs struct{ w *allocwatch.Watcher }
 
 // View returns a read of the node's allocations that began after since,
 // with whether the token is known to see every namespace (see
 // completeSince: a read that began before the token was known to is never
 // complete).
-func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, error) {
+func (n nomadAllocs) View(ctx context.Context, since time.Time) (*View, error) {
 	snap, err := n.w.Fresh(ctx, since)
 	if err != nil {
 		return nil, err
@@ -30,7 +35,7 @@ func (n nomadAllocs) View(ctx context.Context, since time.Time) (*slots.View, er
 // Latest returns the watcher's latest read, without reading again, but
 // when it began before the token was known to see every namespace (see
 // completeSince).
-func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
+func (n nomadAllocs) Latest(ctx context.Context) (*View, error) {
 	snap, err := n.w.Snapshot()
 	switch {
 	case err != nil:
@@ -48,7 +53,7 @@ func (n nomadAllocs) Latest(ctx context.Context) (*slots.View, error) {
 // widened or the token file replaced since), even though the check that
 // follows it passes. Such a read is replaced by a new one, which is then
 // complete or not on the same terms.
-func (n nomadAllocs) completeSince(ctx context.Context, snap *allocwatch.Snapshot) (*slots.View, error) {
+func (n nomadAllocs) completeSince(ctx context.Context, snap *allocwatch.Snapshot) (*View, error) {
 	v, err := n.view(ctx, snap) // checks the token's visibility when due
 	if err != nil || !v.Complete {
 		return v, err
@@ -71,26 +76,26 @@ func (n nomadAllocs) completeSince(ctx context.Context, snap *allocwatch.Snapsho
 
 // Holds asks the API whether allocation o is live on this node with its
 // task holding every device of ids.
-func (n nomadAllocs) Holds(ctx context.Context, o slots.Owner, ids []string) error {
+func (n nomadAllocs) Holds(ctx context.Context, o record.Owner, ids []string) error {
 	return n.w.Holds(ctx, o.Namespace, o.AllocID, o.Task, ids)
 }
 
 // view is snap as the slot manager reads it, with whether the token is
 // known to see every namespace.
-func (n nomadAllocs) view(ctx context.Context, snap *allocwatch.Snapshot) (*slots.View, error) {
+func (n nomadAllocs) view(ctx context.Context, snap *allocwatch.Snapshot) (*View, error) {
 	nodeID, err := n.w.NodeID(ctx)
 	if err != nil {
 		return nil, err
 	}
 	vis := n.w.Visibility(ctx)
-	v := &slots.View{Began: snap.Began, NodeID: nodeID, Allocs: make(map[string]slots.Alloc, len(snap.Allocs)),
+	v := &View{Began: snap.Began, NodeID: nodeID, Allocs: make(map[string]Alloc, len(snap.Allocs)),
 		Complete: vis.All, Incomplete: vis.Reason}
 	if vis.All {
 		v.Incomplete = ""
 	}
 	for id, a := range snap.Allocs {
-		v.Allocs[id] = slots.Alloc{
-			Owner:        slots.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, AllocName: a.Name, NodeID: nodeID},
+		v.Allocs[id] = Alloc{
+			Owner:        record.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, AllocName: a.Name, NodeID: nodeID},
 			ClientStatus: a.ClientStatus, Stopping: a.Stopping, Devices: a.Devices,
 			Dead: a.DeadTasks, Started: a.StartedTasks,
 		}
@@ -109,6 +114,6 @@ func (n nomadAllocs) Incomplete(ctx context.Context) string {
 
 // Gone asks the API whether an allocation absent from the node's list
 // positively no longer exists.
-func (n nomadAllocs) Gone(ctx context.Context, o slots.Owner) (bool, error) {
+func (n nomadAllocs) Gone(ctx context.Context, o record.Owner) (bool, error) {
 	return n.w.Gone(ctx, o.Namespace, o.AllocID, o.Task)
 }

@@ -1,4 +1,4 @@
-package slots
+package record
 
 import (
 	"fmt"
@@ -12,19 +12,19 @@ import (
 // slot was handed to. Its value is URL query encoding (keys sorted), so that
 // what a job submitter chose (job, group and task names, namespaces) is data
 // and never structure: no TAB, newline or other control character reaches
-// ZFS, and every field is bounded (maxOwnerField bytes before encoding).
+// ZFS, and every field is bounded (MaxOwnerField bytes before encoding).
 // One property costs one `zfs set` on every ZFS.
 const PropOwner = "nomad-device-zfs:owner"
 
-// maxOwnerField bounds each field of an owner before it is encoded. Nomad's
+// MaxOwnerField bounds each field of an owner before it is encoded. Nomad's
 // own IDs are 36 bytes; names longer than this are cut (matching uses the
 // allocation ID only).
-const maxOwnerField = 256
+const MaxOwnerField = 256
 
-// legacyOwnerProps are the one-property-per-field owner marks that earlier
+// LegacyOwnerProps are the one-property-per-field owner marks that earlier
 // versions wrote. They are read (never written) so that datasets reserved or
 // archived by an earlier version keep their owner.
-var legacyOwnerProps = []string{
+var LegacyOwnerProps = []string{
 	"nomad-device-zfs:alloc-id", "nomad-device-zfs:namespace", "nomad-device-zfs:job",
 	"nomad-device-zfs:group", "nomad-device-zfs:task", "nomad-device-zfs:alloc-name",
 	"nomad-device-zfs:node-id",
@@ -45,7 +45,7 @@ func (o Owner) String() string {
 	if !o.Known() {
 		return "an unknown allocation"
 	}
-	return fmt.Sprintf("allocation %s (%q/%q, group %q, task %q)", short(o.AllocID), o.Namespace, o.Job, o.Group, o.Task)
+	return fmt.Sprintf("allocation %s (%q/%q, group %q, task %q)", ShortID(o.AllocID), o.Namespace, o.Job, o.Group, o.Task)
 }
 
 // Encode returns the value of PropOwner for o.
@@ -74,52 +74,30 @@ func DecodeOwner(s string) (Owner, error) {
 }
 
 func bound(s string) string {
-	if len(s) > maxOwnerField {
-		return s[:maxOwnerField]
+	if len(s) > MaxOwnerField {
+		return s[:MaxOwnerField]
 	}
 	return s
 }
 
-// ownerOf returns the owner recorded on d: PropOwner, else the legacy
-// properties of earlier versions. A PropOwner that does not decode is an
-// error: the owner is then unknown, never guessed.
-func ownerOf(d zfs.Dataset) (Owner, error) {
+// RecordedOwner returns the owner recorded on d (read with OwnerProps):
+// PropOwner, else the legacy properties of earlier versions; a zero Owner
+// when none is recorded. A PropOwner that does not decode is an error: the
+// owner is then unknown, never guessed.
+func RecordedOwner(d zfs.Dataset) (Owner, error) {
 	if v, ok := d.Local(PropOwner); ok {
 		return DecodeOwner(v)
 	}
 	var v [7]string
-	for i, p := range legacyOwnerProps {
+	for i, p := range LegacyOwnerProps {
 		v[i], _ = d.Local(p)
 	}
 	return Owner{AllocID: v[0], Namespace: v[1], Job: v[2], Group: v[3], Task: v[4], AllocName: v[5], NodeID: v[6]}, nil
 }
 
-func short(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
-}
-
-// oneLine makes a text safe for a health description or a log line: control
-// characters are replaced, so nothing a job submitter chose can add lines.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s)
-}
-
 // OwnerProps are the properties RecordedOwner reads: PropOwner, then the
 // legacy ones of earlier versions.
-var OwnerProps = append([]string{PropOwner}, legacyOwnerProps...)
-
-// RecordedOwner returns the owner recorded on d (read with OwnerProps): a
-// zero Owner when none is recorded, an error when PropOwner does not
-// decode (the owner is then unknown, never guessed).
-func RecordedOwner(d zfs.Dataset) (Owner, error) { return ownerOf(d) }
+var OwnerProps = append([]string{PropOwner}, LegacyOwnerProps...)
 
 // AllocIndex returns the allocation's index in its group, read from its
 // name ("job.group[3]" → 3), or -1 when the name does not end in one.
@@ -132,7 +110,7 @@ func (o Owner) AllocIndex() int {
 	if i < 0 {
 		return -1
 	}
-	return parseIndex(name[i+1:])
+	return ParseIndex(name[i+1:])
 }
 
 // SameIdentity reports whether a and b are the same task of the same
@@ -148,7 +126,7 @@ func SameIdentity(a, b Owner) bool {
 }
 
 // Bounded returns o as PropOwner records it: each field cut to
-// maxOwnerField bytes. Compare what a view says with what ZFS recorded
+// MaxOwnerField bytes. Compare what a view says with what ZFS recorded
 // through it.
 func (o Owner) Bounded() Owner {
 	return Owner{AllocID: bound(o.AllocID), Namespace: bound(o.Namespace), Job: bound(o.Job), Group: bound(o.Group),
@@ -156,11 +134,11 @@ func (o Owner) Bounded() Owner {
 }
 
 // Truncated reports whether a field of o may have been cut to
-// maxOwnerField bytes when recorded (it is that long or longer): two such
+// MaxOwnerField bytes when recorded (it is that long or longer): two such
 // owners could be of different identities, so none is taken for another.
 func (o Owner) Truncated() bool {
 	for _, f := range []string{o.Namespace, o.Job, o.Group, o.Task, o.AllocName} {
-		if len(f) >= maxOwnerField {
+		if len(f) >= MaxOwnerField {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package slots
+package record
 
 import (
 	"io/fs"

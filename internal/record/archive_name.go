@@ -1,4 +1,4 @@
-package slots
+package record
 
 // The names of released datasets in the archive: made from the owner's
 // identity and the release time, shortened to fit ZFS's limit, and read
@@ -15,11 +15,12 @@ import (
 // MaxNameLen is the longest dataset name ZFS accepts, in bytes.
 const MaxNameLen = 255
 
-// ArchivedName returns the full name a released dataset is renamed to:
-// <parent>/.archive/<ArchiveLeaf>, shortened to fit MaxNameLen when the
-// parent and the names are long (see ArchiveLeaf).
-func ArchivedName(cfg Config, class string, index int, o Owner, releasedAt time.Time) string {
-	prefix := cfg.ArchiveDataset() + "/"
+// ArchivedName returns the full name a released dataset is renamed to in
+// the archive container archive (<parent>/.archive): <archive>/<ArchiveLeaf>,
+// shortened to fit MaxNameLen when the parent and the names are long (see
+// ArchiveLeaf).
+func ArchivedName(archive string, class string, index int, o Owner, releasedAt time.Time) string {
+	prefix := archive + "/"
 	return prefix + ArchiveLeaf(class, index, o, releasedAt, MaxNameLen-len(prefix))
 }
 
@@ -32,7 +33,7 @@ func ArchivedName(cfg Config, class string, index int, o Owner, releasedAt time.
 // hash of the whole name ("scratch-0.h3f9a0c1d2e.1a2b3c4d.20261121T143000Z"),
 // which stays unique and fits any parent that SetConfig accepts.
 func ArchiveLeaf(class string, index int, o Owner, releasedAt time.Time, max int) string {
-	id := short(o.AllocID)
+	id := ShortID(o.AllocID)
 	when := releasedAt.UTC().Format(archiveTimeLayout)
 	parts := []string{DeviceID(class, index), o.Namespace, o.Job, o.Group, o.Task, id, when}
 	for i, part := range parts {
@@ -63,7 +64,7 @@ func ParseArchiveLeaf(leaf string) (class string, index int, releasedAt time.Tim
 	if cut <= 0 {
 		return "", 0, time.Time{}, false
 	}
-	class, index = dev[:cut], parseIndex(dev[cut+1:])
+	class, index = dev[:cut], ParseIndex(dev[cut+1:])
 	at, err := time.Parse(archiveTimeLayout, parts[len(parts)-1])
 	if index < 0 || err != nil {
 		return "", 0, time.Time{}, false
