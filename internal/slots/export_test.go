@@ -8,16 +8,16 @@ import "time"
 // can outlast the default. It applies to holds under way too (their time
 // left is counted from when their owner's end was seen).
 func (m *Manager) SetSpareHold(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.spareHold = d
+	m.holds.mu.Lock()
+	defer m.holds.mu.Unlock()
+	m.holds.d = d
 }
 
 // HeldForNext reports whether slot id is held for its next tenant now: a
 // kicked pass found its owner ended less than the hold ago (holdFor).
 func (m *Manager) HeldForNext(id string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, ok := m.held[id]
-	return ok && time.Since(h.seen) < m.spareHold
+	m.holds.mu.Lock()
+	defer m.holds.mu.Unlock()
+	h, ok := m.holds.bySlot[id]
+	return ok && time.Since(h.seen) < m.holds.d
 }

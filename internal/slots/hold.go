@@ -3,9 +3,12 @@ package slots
 // A slot whose tenant ended, held with its spare for the allocation placed
 // on it next (DefaultSpareHold).
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
-// DefaultSpareHold is the default of Manager.spareHold: how long a release
+// DefaultSpareHold is the default of holds.d: how long a release
 // pass started by a kick leaves a slot whose owner has ended and whose spare
 // is ready to the slot's next tenant.
 // Nomad hands a freed device to the next allocation at once, and its
@@ -15,8 +18,23 @@ import "time"
 // made at the same time (reserveFresh). Had the pass begun the release,
 // the Reserve would wait for the fate to be written. A held slot
 // is offered no less than before, and its data is kept meanwhile.
-// NewManager sets it; tests may set another (Manager.spareHold).
+// Tests may set another (SetSpareHold, export_test.go).
 const DefaultSpareHold = 500 * time.Millisecond
+
+// holds are the slots held for their next tenant: one part of the
+// manager, with its own lock. mu guards bySlot and d; it is never held
+// while anything else is locked or a command runs.
+type holds struct {
+	mu sync.Mutex
+	// bySlot are the slots whose owner a kicked release pass found ended
+	// and left to the next tenant's Reserve for d, by ID (holdFor).
+	bySlot map[string]heldSlot
+	// d is how long a slot is held (DefaultSpareHold; tests set another:
+	// export_test.go).
+	d time.Duration
+}
+
+func newHolds() *holds { return &holds{bySlot: map[string]heldSlot{}, d: DefaultSpareHold} }
 
 // heldSlot is a slot held for its next tenant: whose end was seen when,
 // and whether a kick is set for when the hold is over.
@@ -29,38 +47,39 @@ type heldSlot struct {
 // holdFor reports whether a kicked pass leaves slot s (whose owner has
 // ended, decided from a read that showed no other live holder) alone for
 // now: its spare is ready, and its owner's end was first seen less than
-// m.spareHold ago. A kick is set for the end of the hold, so that the slot
+// the hold (holds.d) ago. A kick is set for the end of the hold, so that the slot
 // is released then if no Reserve came for it.
 func (m *Manager) holdFor(s Slot) bool {
 	if !m.holdable(s) {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, ok := m.held[s.ID]
+	hs := m.holds
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h, ok := hs.bySlot[s.ID]
 	if !ok || h.owner != s.Owner.AllocID {
 		h = heldSlot{owner: s.Owner.AllocID, seen: time.Now()}
-		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", m.spareHold)
+		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", hs.d)
 	}
-	left := m.spareHold - time.Since(h.seen)
+	left := hs.d - time.Since(h.seen)
 	if left <= 0 {
-		delete(m.held, s.ID)
+		delete(hs.bySlot, s.ID)
 		return false
 	}
 	if !h.kickSet {
 		h.kickSet = true
 		id := s.ID
 		time.AfterFunc(left, func() {
-			m.mu.Lock()
-			if h, ok := m.held[id]; ok {
+			hs.mu.Lock()
+			if h, ok := hs.bySlot[id]; ok {
 				h.kickSet = false // a pass that finds time left sets another
-				m.held[id] = h
+				hs.bySlot[id] = h
 			}
-			m.mu.Unlock()
+			hs.mu.Unlock()
 			m.Kick()
 		})
 	}
-	m.held[s.ID] = h
+	hs.bySlot[s.ID] = h
 	return true
 }
 
@@ -73,15 +92,15 @@ func (m *Manager) holdable(s Slot) bool {
 
 // heldForNext reports whether reserved slot s is held for its next tenant
 // (holdFor) now: a release pass found its owner, still the one s shows,
-// ended less than m.spareHold ago, from a complete view with no other live
+// ended less than the hold (holds.d) ago, from a complete view with no other live
 // holder, and the slot still qualifies (a spare ready, not surplus, its
 // class not restoring).
 func (m *Manager) heldForNext(s Slot) bool {
 	if !s.Owner.Known() || !m.holdable(s) {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, ok := m.held[s.ID]
-	return ok && h.owner == s.Owner.AllocID && time.Since(h.seen) < m.spareHold
+	m.holds.mu.Lock()
+	defer m.holds.mu.Unlock()
+	h, ok := m.holds.bySlot[s.ID]
+	return ok && h.owner == s.Owner.AllocID && time.Since(h.seen) < m.holds.d
 }

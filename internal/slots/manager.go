@@ -32,75 +32,6 @@ type ZFS interface {
 	PoolHealth(ctx context.Context, pool string) (string, error)
 }
 
-// Slot is one device instance as last observed.
-type Slot struct {
-	ID    string // "<class>-<index>"
-	Class string
-	Index int
-	// Dataset is the slot's dataset that serves (in use, or free and
-	// offered), or stands for it (being released, missing): one of the
-	// slot's two names (see pair.go).
-	Dataset    string
-	Mountpoint string // host path; empty when not mounted
-	State      record.State
-	Owner      record.Owner // zero while unknown
-	Healthy    bool
-	HealthDesc string
-	// Surplus is true for an in-use slot whose index is at or beyond the
-	// configured count: it is kept until released, and offered to no one.
-	Surplus bool
-	Usage   zfs.Usage
-	// Origin is the snapshot Dataset was cloned from ("" when it was
-	// made empty): a class's source, or an older one (see Class.Source).
-	Origin string
-	// Spare is the slot's fresh dataset beside the one in use, mounted
-	// and ready: the next tenant gets it in memory when it is armed, its
-	// predecessor's fate written behind it (handOverSpare). "" when there
-	// is none.
-	Spare      string
-	spareMount string
-	spareArmed string // the spare's token when ZFS shows it armed
-	// ownMount: Dataset has a mountpoint of its own (set by hand), which
-	// a rename keeps; spareOwn the same of Spare. A release unmounts such
-	// a dataset before its rename (releaseSteps).
-	ownMount, spareOwn bool
-	// old is the slot's other dataset while it is on its way to the
-	// archive (or to be destroyed) and Dataset serves; nil when none.
-	// Reserved, it is the dataset an armed spare was handed over in place
-	// of, whose fate is written behind the handover (fateDue).
-	old *Slot
-	// withheld is the slot's other dataset when an earlier run armed it
-	// and may have handed it over (pair.roles): not the spare until
-	// adoptWithheld proves that nobody has it; nil when none.
-	withheld *Slot
-	// present: Dataset exists. sib is what the slot's other name holds.
-	present bool
-	sib     nameKind
-
-	// stamped is the owner as recorded on the dataset.
-	stamped record.Owner
-	// armed is the token of Dataset when ZFS shows it armed (armed.go).
-	armed string
-	// ok and why are the slot's health as ZFS shows it; Healthy and
-	// HealthDesc add what the manager knows beyond ZFS (see derive).
-	ok  bool
-	why string
-	// unreadable: the dataset's properties did not parse; it is left alone.
-	unreadable bool
-	// inRelease: unhealthy only because it is being released (sound).
-	inRelease bool
-	// whyWithheld: why says that the slot's other dataset is withheld
-	// (withheldReason), and nothing else.
-	whyWithheld bool
-}
-
-// setHealth sets the slot's health as ZFS shows it.
-func (s *Slot) setHealth(ok bool, why string) {
-	s.ok, s.why = ok, why
-	s.Healthy, s.HealthDesc = ok, why
-	s.inRelease, s.whyWithheld = false, false
-}
-
 // Manager owns the slots of one plugin instance. Its methods are safe for
 // concurrent use.
 //
@@ -133,6 +64,21 @@ type Manager struct {
 
 	// kick wakes Run to record owners and release ended slots.
 	kick chan struct{}
+
+	// The manager's parts, each with a lock of its own that guards its
+	// own fields only, taken after mu when both are held, and never held
+	// while a command runs:
+	//   - arm is what this run knows of armed datasets (armed.go); m.zfs
+	//     reads and creates through it.
+	//   - starts is when tasks' starts are under way, which background
+	//     slot work yields to (starts.go).
+	//   - holds are the slots held for their next tenant (hold.go).
+	//   - preps are the slots prepared at placement and not claimed by a
+	//     Reserve yet, and the Reserves under way (prepare.go).
+	arm    *arming
+	starts startYield
+	holds  *holds
+	preps  *preparations
 
 	mu       sync.Mutex
 	cfg      Config
@@ -168,18 +114,6 @@ type Manager struct {
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
 	// restore = "best-effort" started empty; gone when its release starts.
 	emptyStarts map[string]string
-	// held are the slots whose owner a kicked release pass found ended and
-	// left to the next tenant's Reserve for spareHold, by ID (holdFor).
-	held map[string]heldSlot
-	// spareHold is how long a slot is held (DefaultSpareHold; tests set
-	// another: export_test.go).
-	spareHold time.Duration
-	// preps are the slots prepared (or being prepared) for the allocation
-	// Nomad placed on them and not claimed by a Reserve yet, by ID;
-	// reserving counts, by ID, the Reserves under way, during which no
-	// preparation starts (prepare.go).
-	preps     map[string]*prep
-	reserving map[string]int
 	// asked is when the latest Reserve arrived. A release pass started by
 	// a kick decides from any read of the allocations that began after
 	// it (see Run): that read shows every allocation a dataset may have
@@ -203,12 +137,6 @@ type Manager struct {
 	obs Observer
 	// archives finds what a restore brings back (SetArchives); nil for none.
 	archives Archives
-	// arm is what this run knows of armed datasets (armed.go); m.zfs
-	// reads and creates through it.
-	arm *arming
-	// starts is when tasks' starts are under way, which background slot
-	// work yields to (starts.go); it has a lock of its own.
-	starts startYield
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -219,8 +147,8 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
-		held: map[string]heldSlot{}, preps: map[string]*prep{}, reserving: map[string]int{},
-		starts: startYield{d: DefaultStartYield}, spareHold: DefaultSpareHold,
+
+		starts: startYield{d: DefaultStartYield}, holds: newHolds(), preps: newPreparations(),
 	}
 }
 

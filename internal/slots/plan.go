@@ -1,11 +1,8 @@
-// Package slots holds the slot state machine: for each configured class, the
-// datasets <parent>/<class>/<index> (and their spares, <index>.alt: see
-// pair.go) that the plugin offers as device instances. It adopts what exists, creates what is missing, destroys free
-// slots beyond the configured count, and records reservations. All durable
-// state lives in ZFS user properties on the datasets themselves, never in a
-// side file, so the plugin can be killed at any point and start again from
-// what ZFS says.
 package slots
+
+// The reconcile plan: what Sync must do to bring ZFS to the configuration,
+// decided by a pure function of the configuration and one read (MakePlan)
+// and carried out by apply.go.
 
 import (
 	"fmt"

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
-	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -20,95 +17,6 @@ import (
 // release of one of them, and the making of the slot's fresh dataset or
 // spare. Both are the loop Sync runs (converge), on the slot's own
 // datasets read by name.
-
-// knownRelease returns the first steps of the release of rs, a dataset of
-// slot cur whose release this run has just begun, decided from what the
-// plugin knows rather than from a read (see releasingDataset): down to the
-// rename into the archive, then a fresh dataset under its name when the
-// slot has no other (the asker's, when asker is known). It returns nil
-// when the plugin is not sure enough: the archive container was not
-// confirmed by the last full read, the class is no longer configured, the
-// slot's other name holds something other than a spare or the dataset in
-// use, or the host's mount table does not say plainly whether rs is
-// mounted at its mountpoint, or shows it mounted somewhere else too.
-func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []Action {
-	m.mu.Lock()
-	ready, unmounted, cfg := m.archiveReady, m.archiveUnmounted, m.cfg
-	m.mu.Unlock()
-	c := classByName(cfg, rs.Class)
-	if !ready || c.Name != rs.Class || rs.Mountpoint == "" {
-		return nil
-	}
-	var again bool
-	switch {
-	case cur.Dataset == rs.Dataset && cur.sib == nameAbsent:
-		again = true
-	case cur.Dataset == rs.Dataset && cur.sib == nameFresh:
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateReserved:
-		again = true // the slot's next spare
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateFree:
-	default:
-		return nil
-	}
-	table, err := hostfs.ReadTable()
-	if err != nil {
-		return nil
-	}
-	mounted := false
-	if mnt, ok := table.At(rs.Mountpoint); ok {
-		if mnt.Source != rs.Dataset {
-			return nil
-		}
-		mounted = true
-	}
-	for _, mnt := range table.Of(rs.Dataset) {
-		if mnt.MountPoint != rs.Mountpoint {
-			// Mounted where the plugin did not put it: a mountpoint set
-			// by hand since the last read, which a rename would keep and
-			// mount again. A read decides the steps (unmounted first).
-			return nil
-		}
-	}
-	actions := releaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
-	if asker.Known() {
-		for i, a := range actions {
-			if a.Kind == CreateSlot && a.Dataset == rs.Dataset {
-				// Made for the asker: reserved, its owner recorded, in
-				// the one command that creates it.
-				props := maps.Clone(a.Props)
-				props[record.PropState], props[record.PropOwner] = string(record.To(record.Reserve)), asker.Encode()
-				actions[i].Props = props
-			}
-		}
-	}
-	return actions
-}
-
-// releasingDataset is slot dataset s (being released) as ZFS has it once
-// its release has begun: its fate as its state, its owner, mounted or not,
-// its mountpoint when it is its own, and canmount not yet changed. The
-// release's first steps are decided from it without reading ZFS again; a
-// step that finds ZFS otherwise fails, and the next attempt reads.
-func releasingDataset(s Slot, mounted bool) zfs.Dataset {
-	local := func(v string) zfs.Prop { return zfs.Prop{Value: v, Source: "local"} }
-	yes := "no"
-	if mounted {
-		yes = "yes"
-	}
-	props := map[string]zfs.Prop{
-		record.PropManaged: local(record.ManagedSlot),
-		record.PropState:   local(string(record.FateOf(s.State))),
-		"mounted":          {Value: yes, Source: "-"},
-		"canmount":         {Value: "on", Source: "default"},
-	}
-	if s.Owner.Known() {
-		props[record.PropOwner] = local(s.Owner.Encode())
-	}
-	if s.ownMount {
-		props["mountpoint"] = local(s.Mountpoint)
-	}
-	return zfs.Dataset{Name: s.Dataset, Props: props}
-}
 
 // setProps writes props on a dataset; the state goes last, so that a
 // crash in between leaves the slot in its old state with the new facts.
@@ -348,83 +256,6 @@ func follow(done []Action, names, chains map[string]bool) {
 			delete(names, a.Dataset)
 		}
 	}
-}
-
-// remake returns the step that makes the name of focus, the slot's old
-// dataset, again as its spare once it is renamed: when the dataset that
-// serves is in use, its handover recorded (unrecordedSlot). Nothing
-// otherwise.
-func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
-	c := classByName(cfg, cur.Class)
-	if cur.old == nil || cur.old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
-		return nil
-	}
-	return []Action{{Kind: CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
-}
-
-// settleKnown installs the outcome of work decided without a read (done,
-// all of which succeeded) when it needs no read either: the old dataset
-// of the slot, bound for the archive, renamed there, and the spare made
-// under its name (or none needed, the slot serving from a fresh dataset)
-// and mounted where the dataset that serves says, as the host's mount
-// table shows. It reports whether it did; otherwise the caller reads.
-func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool {
-	if t.asker.Known() || cur.Mountpoint == "" {
-		return false
-	}
-	renamed, made := false, ""
-	for _, a := range done {
-		switch {
-		case a.Kind == RenameToArchive && a.Dataset == t.focus:
-			renamed = true
-		case a.Kind == CreateSlot && a.Dataset != cur.Dataset:
-			made = a.Dataset
-		}
-	}
-	x := cur
-	if t.focus != "" {
-		if cur.old == nil || cur.old.Dataset != t.focus || cur.old.State != record.StateReleasing || !renamed {
-			return false
-		}
-		x.old, x.sib = nil, nameAbsent
-	}
-	switch {
-	case made != "":
-		_, leaf, _ := cutLast(made)
-		mp := filepath.Join(filepath.Dir(cur.Mountpoint), leaf)
-		table, err := hostfs.ReadTable()
-		if err != nil {
-			return false
-		}
-		if mnt, ok := table.At(mp); !ok || mnt.Source != made {
-			return false
-		}
-		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.tokenOf(made)
-	case t.focus == "" || cur.State != record.StateFree && !unrecordedSlot(cur):
-		// Nothing made, or a slot in use left without a spare (but one
-		// whose handover is not recorded yet: none is made beside it on
-		// purpose, remake): read.
-		return false
-	}
-	ready := []Slot{x}
-	if errs := prepareFree(cfg, ready); len(errs) > 0 {
-		m.log.Warn("spare not readied; the slot's next release waits for one", "device", cur.ID, "error", errors.Join(errs...))
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	i, ok := m.byID[cur.ID]
-	if !ok {
-		return false
-	}
-	// Onto the current view (the pool's health may have been marked
-	// meanwhile): only what this work changed.
-	slots := append([]Slot(nil), m.slots...)
-	now := &slots[i]
-	now.old, now.sib = nil, ready[0].sib
-	now.Spare, now.spareMount, now.spareOwn, now.spareArmed = ready[0].Spare, ready[0].spareMount, ready[0].spareOwn, ready[0].spareArmed
-	m.vers[cur.ID]++
-	m.setSlotsLocked(slots)
-	return true
 }
 
 // goTend makes, in a run of its own, the spare of slot id when it is in

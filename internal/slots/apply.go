@@ -1,0 +1,148 @@
+package slots
+
+// Applying a plan: the tree-wide actions first, then each slot's under
+// its lock, a chain's later steps skipped when one fails.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// splitActions sorts a plan's actions into the tree-wide ones (class and
+// archive containers) and those of each slot, by device ID. The steps left
+// for a dataset in the archive belong to the slot it came from (its name
+// starts with the device ID).
+func splitActions(cfg Config, actions []Action) (tree []Action, bySlot map[string][]Action) {
+	bySlot = map[string][]Action{}
+	for _, a := range actions {
+		id := ""
+		switch {
+		case a.Kind == CreateClass || a.Kind == CreateArchive:
+		case a.Index >= 0 && a.Class != "":
+			id = record.DeviceID(a.Class, a.Index)
+		default:
+			if leaf, ok := strings.CutPrefix(a.Dataset, cfg.ArchiveDataset()+"/"); ok {
+				id, _, _ = strings.Cut(leaf, ".")
+			}
+		}
+		if id == "" {
+			tree = append(tree, a)
+			continue
+		}
+		bySlot[id] = append(bySlot[id], a)
+	}
+	return tree, bySlot
+}
+
+// applyAll runs the actions in order and returns those that succeeded. A
+// failed action records why in failed (by slot dataset) and skips the rest
+// of its chain.
+func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, failed map[string]string) (done []Action, errs []error) {
+	broken := map[string]bool{}
+	for _, a := range actions {
+		if a.Chain != "" && broken[a.Chain] {
+			continue
+		}
+		if err := m.apply(ctx, cfg, a); err != nil {
+			if a.Chain != "" {
+				broken[a.Chain] = true
+			}
+			reason := fmt.Sprintf("%s failed: %v", a.Kind, err)
+			switch {
+			case errors.Is(err, zfs.ErrBusy):
+				reason = fmt.Sprintf("%s: dataset is busy (a process still has it open); retrying", a.Kind)
+			case errors.Is(err, zfs.ErrNoSpace):
+				reason = fmt.Sprintf("%s: the pool is out of space (%v); retrying once space is freed", a.Kind, err)
+			}
+			m.log.Error("slot change failed", "action", a.Kind.String(), "dataset", a.Dataset, "error", err)
+			failed[a.Dataset] = reason
+			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Dataset, err))
+			if a.Kind == CreateClass {
+				for i := 0; i < classByName(cfg, a.Class).Slots; i++ {
+					failed[cfg.SlotDataset(a.Class, i)] = fmt.Sprintf("%s %s failed: %v", a.Kind, a.Dataset, err)
+				}
+			}
+			continue
+		}
+		m.log.Info("slot changed", "action", a.Kind.String(), "dataset", a.Dataset, "prop", a.Prop, "value", a.Value, "target", a.Target)
+		done = append(done, a)
+	}
+	return done, errs
+}
+
+// dropFailed removes actions on datasets that already failed in this Sync,
+// so that a dataset that cannot be changed is not retried within one Sync.
+func dropFailed(actions []Action, failed map[string]string) []Action {
+	out := actions[:0]
+	for _, a := range actions {
+		if _, bad := failed[a.Dataset]; !bad {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
+	switch a.Kind {
+	case CreateSlot:
+		c := classByName(cfg, a.Class)
+		switch {
+		case c.Source != "":
+			return m.zfs.Clone(ctx, c.Source, a.Dataset, a.Props)
+		case c.Encrypted:
+			return m.createEncrypted(ctx, cfg, a)
+		}
+		return m.zfs.Create(ctx, a.Dataset, a.Props)
+	case CreateClass, CreateArchive:
+		return m.zfs.Create(ctx, a.Dataset, a.Props)
+	case DestroySlot:
+		if a.CheckSource != "" {
+			if _, err := m.zfs.GetExact(ctx, a.CheckSource, "guid"); err != nil {
+				return fmt.Errorf("not made again (%s): source %s cannot be read, so the free dataset is kept: %w", a.Why, a.CheckSource, err)
+			}
+		}
+		if err := m.zfs.Destroy(ctx, a.Dataset); err != nil {
+			return err
+		}
+		return m.removeKey(cfg, a)
+	case SetQuota:
+		return m.zfs.Set(ctx, a.Dataset, "refquota", a.Value)
+	case SetProp:
+		return m.zfs.Set(ctx, a.Dataset, a.Prop, a.Value)
+	case MountSlot:
+		if classByName(cfg, a.Class).Encrypted {
+			return m.zfs.MountLoadKey(ctx, a.Dataset)
+		}
+		return m.zfs.Mount(ctx, a.Dataset)
+	case Unmount:
+		err := m.zfs.Unmount(ctx, a.Dataset)
+		if err != nil {
+			// The plan sets canmount=noauto after the unmount (plan.go,
+			// releaseSteps). While the unmount waits (a process still has
+			// the dataset open), set it now, so that a reboot meanwhile
+			// does not mount the released data again by itself.
+			if serr := m.zfs.Set(context.WithoutCancel(ctx), a.Dataset, "canmount", "noauto"); serr != nil {
+				m.log.Warn("released dataset's unmount failed, and so did canmount=noauto", "dataset", a.Dataset, "error", serr)
+			}
+		}
+		return err
+	case RenameToArchive:
+		err := m.zfs.Rename(ctx, a.Dataset, a.Target)
+		if errors.Is(err, zfs.ErrNoSpace) {
+			return fmt.Errorf("%w (no room in %s, under its quota or in the pool: the data stays in its slot; with archive_quota, retention prunes the oldest archives to make room)", err, cfg.ArchiveDataset())
+		}
+		return err
+	case DestroyArchived:
+		// -r only ever inside the plugin's own archive tree.
+		if err := m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset()); err != nil {
+			return err
+		}
+		return m.removeKey(cfg, a)
+	}
+	return fmt.Errorf("unknown action %d", a.Kind)
+}

@@ -1,0 +1,175 @@
+package slots
+
+// A Reserve of a prepared slot: the preparations claimed by the Reserve
+// of their allocation (claimPreps, reservePrepared), and voided when the
+// view no longer shows their allocation placed and not started.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+)
+
+// voidPreps forgets the finished preparations that view v, begun after
+// them, no longer supports: their allocation is not the device's only
+// live holder, or no longer one a slot is prepared for (preparable: it
+// failed, say, or is told to stop), or the slot no longer serves the
+// dataset prepared. Their slot stays recorded in use by that allocation, and is
+// released as any other once it has ended. A preparation a Reserve has
+// claimed is not in m.preps.
+//
+// An incomplete view (a namespace the token cannot read) proves nothing
+// of an allocation it does not list, but what it shows of one it lists is
+// so: a preparation whose allocation it lists is judged as above. Voiding
+// never hands anything over: the asker's Reserve takes the usual path,
+// which, while the views stay incomplete, hands over nothing (decide keeps
+// the slot). A void is so final for its asker, and is right only because
+// every reason for it is one for which reservePrepared would refuse too:
+// the slot changed, or its allocation ended, is stopping, is not pending
+// or running, or no longer holds the device (Nomad.Holds). Kept past its
+// allocation's end, a preparation costs the next Reserve of the device a
+// read of that allocation (up to identifyGrace) before the usual path.
+func (m *Manager) voidPreps(v *View) {
+	// The finished preparations the view began after, then the slots they
+	// prepared as the manager sees them now: each under its own lock.
+	m.preps.mu.Lock()
+	cand := map[string]*prep{}
+	for id, p := range m.preps.byID {
+		if done, err := p.finished(); done && err == nil && v.Began.After(p.began) {
+			cand[id] = p
+		}
+	}
+	m.preps.mu.Unlock()
+	if len(cand) == 0 {
+		return
+	}
+	var void []string
+	for _, id := range slices.Sorted(maps.Keys(cand)) {
+		p := cand[id]
+		s, ok := m.slot(id)
+		if !ok || s.Dataset != p.dataset || s.State != record.StateReserved {
+			void = append(void, id)
+			continue
+		}
+		if _, listed := v.Allocs[p.asker.AllocID]; !listed && !v.Complete {
+			continue
+		}
+		hs := v.Holders(id)
+		if len(hs) != 1 || hs[0].Owner.AllocID != p.asker.AllocID || hs[0].Owner.Task != p.asker.Task || !preparable(v, hs[0]) {
+			void = append(void, id)
+		}
+	}
+	m.preps.mu.Lock()
+	var voided []string
+	for _, id := range void {
+		if m.preps.byID[id] == cand[id] { // not claimed or replaced meanwhile
+			delete(m.preps.byID, id)
+			voided = append(voided, id)
+		}
+	}
+	m.preps.mu.Unlock()
+	for _, id := range voided {
+		m.log.Debug("preparation void: its allocation is no longer the device's only live holder", "device", id)
+	}
+}
+
+// claimPreps marks a Reserve of ids under way (no preparation starts for
+// them until release is called) and takes the preparations of ids, in the
+// order of ids; ok is false when some id has none. release must be called
+// once the Reserve is over.
+func (m *Manager) claimPreps(ids []string) (ps []*prep, ok bool, release func()) {
+	m.preps.mu.Lock()
+	defer m.preps.mu.Unlock()
+	ok = true
+	for _, id := range ids {
+		m.preps.reserving[id]++
+		p := m.preps.byID[id]
+		delete(m.preps.byID, id)
+		if p == nil {
+			ok = false
+		}
+		ps = append(ps, p)
+	}
+	return ps, ok, func() {
+		m.preps.mu.Lock()
+		defer m.preps.mu.Unlock()
+		for _, id := range ids {
+			if m.preps.reserving[id]--; m.preps.reserving[id] <= 0 {
+				delete(m.preps.reserving, id)
+			}
+		}
+	}
+}
+
+// reservePrepared hands the slots of ids, each prepared for the one
+// allocation in ps, to the asker once a read made after the Reserve
+// arrived shows that allocation still live, wanted running and holding
+// them (see the top of this file): no zfs command, one small read. ok is
+// false, with the reason, when it cannot: a preparation failed or does not
+// match the slot any more, they are for different allocations, or the read
+// does not show it (including a read that fails or takes longer than
+// identifyGrace). The caller then takes the usual path. It waits for the
+// preparations still under way, at most until ctx is done.
+func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*prep, arrived time.Time) (res []Slot, ok bool, why string) {
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, false, fmt.Sprintf("its preparation did not end in time (%v)", ctx.Err())
+		}
+		if p.err != nil {
+			return nil, false, fmt.Sprintf("its preparation failed (%v)", p.err)
+		}
+	}
+	asker := ps[0].asker
+	if restores(m.classOf(ids)) {
+		// Its Reserve decides which dataset the asker gets (restore was
+		// turned on since the preparation).
+		return nil, false, "the class restores"
+	}
+	m.mu.Lock()
+	cfg := m.cfg
+	m.mu.Unlock()
+	for i, id := range ids {
+		p := ps[i]
+		if p.asker != asker {
+			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, p.asker)
+		}
+		cur, found := m.slot(id)
+		if !found || cur.State != record.StateReserved || cur.Dataset != p.dataset ||
+			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
+			return nil, false, "the slot changed since it was prepared"
+		}
+		// As every handover does: the kernel's mount table, not what was
+		// true at the preparation (unmounted by hand since, say).
+		if !cur.ok || cur.unreadable || cur.Mountpoint == "" {
+			return nil, false, fmt.Sprintf("device %s is not sound now: %s", id, orDash(cur.why))
+		}
+		if err := checkMounted(cur.Mountpoint, hostfs.FlagsFor(classByName(cfg, cur.Class).SlotProps())); err != nil {
+			return nil, false, fmt.Sprintf("device %s: %v", id, err)
+		}
+		res = append(res, cur)
+	}
+	if nomad == nil {
+		return nil, false, "no Nomad API to verify the asker"
+	}
+	hctx, cancel := context.WithTimeout(ctx, identifyGrace)
+	err := nomad.Holds(hctx, asker, ids)
+	cancel()
+	if err != nil {
+		return nil, false, fmt.Sprintf("the read made for this Reserve does not show %s live and holding it: %v", asker, err)
+	}
+	for i, s := range res {
+		m.setNote(s.ID, note{})
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].how, "prepared", true, "took", time.Since(arrived))
+	}
+	for _, s := range res {
+		m.goTend(ctx, s.ID) // the spare, for the next tenant
+	}
+	return res, true, ""
+}
