@@ -60,7 +60,12 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 type leanAlloc struct {
 	ID, Namespace, JobID, TaskGroup, Name string
 	ClientStatus, DesiredStatus           string
-	AllocatedResources                    *struct {
+	// Job is kept only for its parent: the job that launched a periodic
+	// or dispatched child.
+	Job *struct {
+		ParentID string
+	}
+	AllocatedResources *struct {
 		Tasks map[string]*struct {
 			Devices []*struct {
 				Vendor, Type string
@@ -79,6 +84,9 @@ func convert(a *leanAlloc) *Alloc {
 		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, TaskGroup: a.TaskGroup, Name: a.Name,
 		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{}, StartedTasks: map[string]bool{},
 		Stopping: a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict,
+	}
+	if a.Job != nil {
+		out.ParentJobID = a.Job.ParentID
 	}
 	if a.AllocatedResources != nil {
 		for task, tr := range a.AllocatedResources.Tasks {

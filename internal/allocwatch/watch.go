@@ -86,6 +86,9 @@ type Config struct {
 type Alloc struct {
 	ID, Namespace, JobID, TaskGroup, Name string
 	ClientStatus                          string
+	// ParentJobID is the job that launched JobID when it is a periodic
+	// or dispatched child; "" otherwise.
+	ParentJobID string
 	// Stopping is true when the servers want the allocation stopped or
 	// evicted: a Reserve for its devices then comes from a new allocation.
 	Stopping bool

@@ -31,9 +31,22 @@ var LegacyOwnerProps = []string{
 }
 
 // Owner identifies the allocation and task that hold a slot, and the Nomad
-// node the allocation was seen on.
+// node the allocation was seen on. Parent is the job that launched Job when
+// Job is a periodic or dispatched child ("" otherwise): the children of one
+// parent are one identity (IdentityJob).
 type Owner struct {
 	AllocID, Namespace, Job, Group, Task, AllocName, NodeID string
+	Parent                                                  string
+}
+
+// IdentityJob is the job that owner o's data belongs to: the parent of a
+// periodic or dispatched child (each run is a new job, "batch/periodic-
+// 1733400000", whose data is its parent's), otherwise the job itself.
+func (o Owner) IdentityJob() string {
+	if o.Parent != "" {
+		return o.Parent
+	}
+	return o.Job
 }
 
 // Known reports whether the owner's allocation is known.
@@ -53,7 +66,7 @@ func (o Owner) Encode() string {
 	v := url.Values{}
 	for _, f := range []struct{ k, v string }{
 		{"alloc", o.AllocID}, {"ns", o.Namespace}, {"job", o.Job}, {"group", o.Group},
-		{"task", o.Task}, {"name", o.AllocName}, {"node", o.NodeID},
+		{"task", o.Task}, {"name", o.AllocName}, {"node", o.NodeID}, {"parent", o.Parent},
 	} {
 		if f.v != "" {
 			v.Set(f.k, bound(f.v))
@@ -70,7 +83,7 @@ func DecodeOwner(s string) (Owner, error) {
 		return Owner{}, fmt.Errorf("%s: %w", PropOwner, err)
 	}
 	return Owner{AllocID: q.Get("alloc"), Namespace: q.Get("ns"), Job: q.Get("job"), Group: q.Get("group"),
-		Task: q.Get("task"), AllocName: q.Get("name"), NodeID: q.Get("node")}, nil
+		Task: q.Get("task"), AllocName: q.Get("name"), NodeID: q.Get("node"), Parent: q.Get("parent")}, nil
 }
 
 func bound(s string) string {
@@ -114,15 +127,16 @@ func (o Owner) AllocIndex() int {
 }
 
 // SameIdentity reports whether a and b are the same task of the same
-// allocation slot of a job: namespace, job, group, task and allocation
-// index, all known. A replacement allocation (a job update, a reschedule,
-// a stop and run) has its predecessor's identity.
+// allocation slot of a job: namespace, job (IdentityJob: the parent of a
+// periodic or dispatched child), group, task and allocation index, all
+// known. A replacement allocation (a job update, a reschedule, a stop and
+// run, the next run of a periodic job) has its predecessor's identity.
 func SameIdentity(a, b Owner) bool {
 	if a.Truncated() || b.Truncated() {
 		return false // a cut name could be another's: no proof
 	}
 	return a.Known() && b.Known() && a.AllocIndex() >= 0 && a.AllocIndex() == b.AllocIndex() &&
-		a.Namespace == b.Namespace && a.Job == b.Job && a.Group == b.Group && a.Task == b.Task
+		a.Namespace == b.Namespace && a.IdentityJob() == b.IdentityJob() && a.Group == b.Group && a.Task == b.Task
 }
 
 // Bounded returns o as PropOwner records it: each field cut to
@@ -130,14 +144,14 @@ func SameIdentity(a, b Owner) bool {
 // through it.
 func (o Owner) Bounded() Owner {
 	return Owner{AllocID: bound(o.AllocID), Namespace: bound(o.Namespace), Job: bound(o.Job), Group: bound(o.Group),
-		Task: bound(o.Task), AllocName: bound(o.AllocName), NodeID: bound(o.NodeID)}
+		Task: bound(o.Task), AllocName: bound(o.AllocName), NodeID: bound(o.NodeID), Parent: bound(o.Parent)}
 }
 
 // Truncated reports whether a field of o may have been cut to
 // MaxOwnerField bytes when recorded (it is that long or longer): two such
 // owners could be of different identities, so none is taken for another.
 func (o Owner) Truncated() bool {
-	for _, f := range []string{o.Namespace, o.Job, o.Group, o.Task, o.AllocName} {
+	for _, f := range []string{o.Namespace, o.Job, o.Group, o.Task, o.AllocName, o.Parent} {
 		if len(f) >= MaxOwnerField {
 			return true
 		}

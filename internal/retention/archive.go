@@ -20,7 +20,8 @@ import (
 )
 
 // Identity is what makes archives the data of the same task: the
-// allocation's namespace, job, group and task, its index in the group
+// allocation's namespace, job (the parent job of a periodic or dispatched
+// child: record.Owner.IdentityJob), group and task, its index in the group
 // (job.group[N]) and the class. Archives whose owner is unknown are
 // grouped by the slot they came from instead (Unknown, Slot).
 type Identity struct {
@@ -42,7 +43,7 @@ type Identity struct {
 // owner is recorded (each field bounded: see slots.Owner.Bounded).
 func IdentityOf(class string, o record.Owner) Identity {
 	b := o.Bounded()
-	return Identity{Namespace: b.Namespace, Job: b.Job, Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
+	return Identity{Namespace: b.Namespace, Job: b.IdentityJob(), Group: b.Group, Task: b.Task, Index: b.AllocIndex(), Class: class}
 }
 
 // String is the identity for logs and tables: "ns/job/group[N]/task

@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -84,4 +85,36 @@ func TestIdentity_String(t *testing.T) {
 			must.Eq(t, tc.want, tc.id.String())
 		})
 	}
+}
+
+// TestIdentityOf_RunsOfOneParent: the runs of a periodic or dispatched job
+// (each a new job) are their parent's identity, so keep counts them
+// together; an archive an earlier build recorded without the parent stays
+// the run's own identity.
+func TestIdentityOf_RunsOfOneParent(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	run := func(n int, parent string) record.Owner {
+		job := fmt.Sprintf("nightly/periodic-%d", 1733400000+n)
+		return record.Owner{AllocID: fmt.Sprintf("a%d", n), Namespace: "default", Job: job, Group: "g", Task: "t",
+			AllocName: job + ".g[0]", Parent: parent}
+	}
+	parentID := Identity{Namespace: "default", Job: "nightly", Group: "g", Task: "t", Index: 0, Class: "state"}
+	must.Eq(t, parentID, IdentityOf("state", run(1, "nightly")))
+	must.Eq(t, "nightly/periodic-1733400001", IdentityOf("state", run(1, "")).Job)
+
+	var archives []Archive
+	for n, parent := range []string{"nightly", "nightly", "nightly", ""} {
+		o := run(n, parent)
+		at := now.Add(-time.Duration(n) * time.Hour)
+		archives = append(archives, Archive{Name: record.ArchivedName("p/.archive", "state", 0, o, at), AllocID: o.AllocID,
+			Class: "state", Identity: IdentityOf("state", o), ReleasedAt: at, UsedBytes: 1 << 20})
+	}
+	pruned := Plan(archives, 0, Rules{Classes: map[string]Policy{"state": {Keep: 1}}}, now)
+	var names []string
+	for _, p := range pruned {
+		names = append(names, p.Archive.Name)
+	}
+	// The newest run is kept; the two older runs of the parent go; the
+	// run recorded without its parent is an identity of its own, kept.
+	must.Eq(t, []string{archives[2].Name, archives[1].Name}, names)
 }

@@ -95,7 +95,8 @@ func (n nomadAllocs) view(ctx context.Context, snap *allocwatch.Snapshot) (*View
 	}
 	for id, a := range snap.Allocs {
 		v.Allocs[id] = Alloc{
-			Owner:        record.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, AllocName: a.Name, NodeID: nodeID},
+			Owner: record.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, AllocName: a.Name, NodeID: nodeID,
+				Parent: a.ParentJobID},
 			ClientStatus: a.ClientStatus, Stopping: a.Stopping, Devices: a.Devices,
 			Dead: a.DeadTasks, Started: a.StartedTasks,
 		}
