@@ -124,6 +124,9 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	inc := sent[0]
 	must.Eq(t, full.GUID, inc.BaseGUID)
 	must.Less(t, full.Size, inc.Size, must.Sprint("an incremental stream carries the change, not the whole"))
+	// The first backup's snapshot is no base any more: released, the
+	// newest kept for the next increment.
+	must.Eq(t, []string{arch + "@" + inc.Snapshot}, snapshotsOf(t, a.pool, arch))
 	want := a.sum(t, arch)
 
 	// Node b has no archive of the identity: Fetch receives the chain
@@ -140,6 +143,7 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	must.Eq(t, "archived", b.pool.Prop(t, got, record.PropState))
 	must.Eq(t, tenant(1).AllocID, ownerOf(t, b.pool, got).AllocID)
 	must.Eq(t, itoa(inc.GUID), b.pool.Prop(t, got, retention.PropBackup), must.Sprint("not sent back"))
+	must.Eq(t, []string{got + "@" + inc.Snapshot}, snapshotsOf(t, b.pool, got), must.Sprint("the chain's older snapshot released"))
 	// Another identity finds nothing.
 	other := tenant(3)
 	other.AllocName = "db.g[1]"
@@ -194,3 +198,10 @@ func ownerOf(t *testing.T, pool *zfstest.Pool, ds string) record.Owner {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// snapshotsOf lists the snapshots of ds, oldest first.
+func snapshotsOf(t *testing.T, pool *zfstest.Pool, ds string) []string {
+	t.Helper()
+	out := pool.ZFS(t, "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-r", "-d", "1", ds)
+	return strings.Fields(out)
+}

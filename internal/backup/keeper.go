@@ -31,6 +31,7 @@ type ZFS interface {
 	Sender
 	Receiver
 	Snapshot(ctx context.Context, name string) error
+	DestroySnapshot(ctx context.Context, name string) error
 	Snapshots(ctx context.Context, dataset string) ([]zfs.Snap, error)
 	SnapshotGUID(ctx context.Context, name string) (uint64, error)
 	Set(ctx context.Context, name, prop, value string) error
@@ -223,7 +224,36 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 		}
 		return m, err
 	}
-	return m, k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10))
+	if err := k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10)); err != nil {
+		return m, err
+	}
+	k.releaseSnapshots(ctx, a.Name, snap.Name)
+	return m, nil
+}
+
+// releaseSnapshots destroys the keeper's own snapshots of dataset but keep,
+// the newest one backup_dir holds: the base of the next increment, the
+// only one a later send needs. So the keeper's snapshots on a dataset stay
+// at one between passes, however often it comes back and goes again,
+// rather than pile up outside its quota. A snapshot that cannot be
+// destroyed (ZFS refuses, say, one with a clone) is logged and tried again
+// at the dataset's next backup; the backup itself stands.
+func (k *Keeper) releaseSnapshots(ctx context.Context, dataset, keep string) {
+	snaps, err := k.zfs.Snapshots(ctx, dataset)
+	if err != nil {
+		k.log.Warn("the keeper's older snapshots were not read; they go at the next backup", "dataset", dataset, "error", err)
+		return
+	}
+	for _, s := range snaps {
+		if s.Name == keep || !strings.HasPrefix(s.Name, dataset+"@"+SnapshotPrefix) {
+			continue
+		}
+		if err := k.zfs.DestroySnapshot(ctx, s.Name); err != nil {
+			k.log.Warn("an older snapshot of the keeper's was not destroyed; tried again at the next backup", "snapshot", s.Name, "error", err)
+			continue
+		}
+		k.log.Debug("older snapshot released", "snapshot", s.Name, "kept", keep)
+	}
 }
 
 // Fetch receives the newest backup of owner o's identity in class from
@@ -309,6 +339,9 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 	if err := k.zfs.Set(ctx, target, retention.PropBackup, strconv.FormatUint(newest.GUID, 10)); err != nil {
 		return "", err
 	}
+	// The chain's older snapshots came with it; the newest is the base
+	// of the next increment, the rest are released.
+	k.releaseSnapshots(ctx, target, target+"@"+newest.Snapshot)
 	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node)
 	return target, nil
 }

@@ -28,6 +28,16 @@ func (c *Client) Snapshot(ctx context.Context, name string) error {
 	return err
 }
 
+// DestroySnapshot runs `zfs destroy dataset@snapshot` (never -r, -R or -f):
+// a snapshot with clones or holds is refused by ZFS, and kept.
+func (c *Client) DestroySnapshot(ctx context.Context, name string) error {
+	if err := checkSnapshot(name); err != nil {
+		return err
+	}
+	_, err := c.Runner.ZFSCmd(ctx, "destroy", name)
+	return err
+}
+
 // SnapshotGUID returns the GUID of a snapshot (dataset@snapshot), which is
 // the same on every pool that received it.
 func (c *Client) SnapshotGUID(ctx context.Context, name string) (uint64, error) {
