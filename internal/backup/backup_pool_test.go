@@ -205,3 +205,59 @@ func snapshotsOf(t *testing.T, pool *zfstest.Pool, ds string) []string {
 	out := pool.ZFS(t, "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-r", "-d", "1", ds)
 	return strings.Fields(out)
 }
+
+// TestBackup_ACutSendLeavesNoStreamAndIsSentAgain: a `zfs send` cut off
+// mid-stream (the wrapper passes on its first 64 KiB, then fails) leaves
+// nothing in backup_dir that a reader takes for a backup (no stream, no
+// manifest, no temporary file) and the archive unmarked; the next pass
+// sends the same snapshot again, whole, and another node receives it byte
+// for byte. zfs-fuse has no resumable receive: a cut send starts again
+// from its beginning.
+func TestBackup_ACutSendLeavesNoStreamAndIsSentAgain(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	a, b := newNode(t, dir), newNode(t, dir)
+	arch := a.archive(t, tenant(1), 2)
+	want := a.sum(t, arch)
+
+	w.CutAfter("send", 64<<10)
+	sent, _, err := a.keeper.Pass(ctx)
+	must.Error(t, err)
+	must.StrContains(t, err.Error(), "cut off after")
+	must.SliceEmpty(t, sent)
+	must.SliceEmpty(t, filesUnder(t, dir), must.Sprint("nothing of the cut stream is left"))
+	must.EqOp(t, "-", a.pool.Prop(t, arch, retention.PropBackup), must.Sprint("not marked backed up"))
+	snaps := snapshotsOf(t, a.pool, arch)
+	must.SliceLen(t, 1, snaps, must.Sprint("the snapshot taken for the send stays for the next pass"))
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	must.NoError(t, err)
+	must.EqOp(t, "", got, must.Sprint("no backup to receive"))
+
+	w.Unfail("send")
+	sent, _, err = a.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+	must.EqOp(t, uint64(0), sent[0].BaseGUID)
+	must.Eq(t, snaps, snapshotsOf(t, a.pool, arch), must.Sprint("the same snapshot, sent again, no new one taken"))
+	must.NoError(t, backup.Verify(sent[0]))
+	got, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	must.NoError(t, err)
+	must.EqOp(t, want, b.sum(t, got))
+}
+
+// filesUnder lists the regular files under dir, at any depth.
+func filesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return err
+	})
+	must.NoError(t, err)
+	return files
+}

@@ -29,7 +29,8 @@ const pausePoll = 100 * time.Millisecond
 // the control directory: pause.<cmd>.<sub> pauses, fail.<cmd>.<sub> holds
 // the stderr of a failure, failfor.<cmd>.<sub> the argument that fails a
 // run, then its stderr, failafter.<cmd>.<sub> the same for a run that
-// fails after the real command ran. It records the call, then pauses, then
+// fails after the real command ran, cut.<cmd>.<sub> the bytes of output a
+// run passes on before it fails. It records the call, then pauses, then
 // fails, and otherwise execs the real command with the arguments as given, so that
 // the PID its caller started becomes the real command.
 const wrapperScript = `#!/bin/sh
@@ -84,6 +85,16 @@ fi
 # A failfor file names an argument on its first line, the stderr after it.
 if [ -e "$ctl/failfor.$name.$sub" ] && given "$(head -n 1 "$ctl/failfor.$name.$sub" 2>/dev/null)" "$@"; then
 	tail -n +2 "$ctl/failfor.$name.$sub" >&2
+	exit 1
+fi
+
+# A cut file holds a byte count: the runs pass on only that much of the
+# real command's output (the command is cut off mid-stream by the closed
+# pipe, as by a lost connection or a killed process), then fail.
+if [ -e "$ctl/cut.$name.$sub" ]; then
+	n=$(cat "$ctl/cut.$name.$sub" 2>/dev/null)
+	"$real" "$@" | head -c "$n"
+	echo "$name $sub: cut off after $n bytes (zfstest)" >&2
 	exit 1
 fi
 
@@ -247,8 +258,16 @@ func (w *Wrapper) FailAfterFor(sub, arg, stderr string) {
 	w.writeControl("failafter", sub, []byte(arg+"\n"+stderr+"\n"))
 }
 
-// Unfail ends Fail, FailFor and FailAfterFor for sub.
+// CutAfter makes every later run of sub (a `zfs send`, say) pass on only
+// the first n bytes of the real command's output, then exit 1: the real
+// command is cut off mid-stream by the closed pipe. Unfail ends it.
+func (w *Wrapper) CutAfter(sub string, n int) {
+	w.writeControl("cut", sub, []byte(strconv.Itoa(n)))
+}
+
+// Unfail ends Fail, FailFor, FailAfterFor and CutAfter for sub.
 func (w *Wrapper) Unfail(sub string) {
+	w.removeControl("cut", sub)
 	w.removeControl("fail", sub)
 	w.removeControl("failfor", sub)
 	w.removeControl("failafter", sub)

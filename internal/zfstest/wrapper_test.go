@@ -454,3 +454,30 @@ func TestWrapperCallsPanicsOnALogThatStaysBroken(t *testing.T) {
 	must.Error(t, err)
 	must.GreaterEq(t, 900*time.Millisecond, time.Since(began), must.Sprint("read again before it counts as broken"))
 }
+
+// TestWrapperCutAfter: a cut run passes on only the first bytes of the real
+// command's output, then fails; Unfail ends it.
+func TestWrapperCutAfter(t *testing.T) {
+	p := NewPool(t, 0)
+	w := NewWrapper(t)
+	ds := p.Dataset("a")
+	p.ZFS(t, "create", ds)
+	p.ZFS(t, "snapshot", ds+"@s")
+	env := w.Env(os.Environ())
+
+	whole, stderr, err := run(t, viaPATH(env, "zfs", "send", ds+"@s"))
+	must.NoError(t, err, must.Sprint(stderr))
+	must.Greater(t, 1000, len(whole))
+
+	w.CutAfter("send", 1000)
+	cut, stderr, err := run(t, viaPATH(env, "zfs", "send", ds+"@s"))
+	var exitErr *exec.ExitError
+	must.True(t, errors.As(err, &exitErr), must.Sprintf("error %v", err))
+	must.StrContains(t, stderr, "cut off after 1000 bytes")
+	must.EqOp(t, whole[:1000], cut)
+
+	w.Unfail("send")
+	again, stderr, err := run(t, viaPATH(env, "zfs", "send", ds+"@s"))
+	must.NoError(t, err, must.Sprint(stderr))
+	must.EqOp(t, len(whole), len(again))
+}
