@@ -313,3 +313,47 @@ func TestBackup_AChainReceivedByHand(t *testing.T) {
 	}
 	must.EqOp(t, want, b.sum(t, target))
 }
+
+// TestBackup_ChainsRestartAndOldChainsArePrunedWhole: with a chain of at
+// most one increment (FullEvery = 1) and keep = 1, the third backup of an
+// identity starts a new chain, and the older chain (a full stream and its
+// increment, neither of the newest allocation) is deleted from backup_dir
+// whole, manifests and streams; the new chain alone restores the data.
+func TestBackup_ChainsRestartAndOldChainsArePrunedWhole(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	a, b := newNode(t, dir), newNode(t, dir)
+	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+		Rules: retention.Rules{Classes: map[string]retention.Policy{"state": {Keep: 1}}}, FullEvery: 1})
+	arch := a.archive(t, tenant(1), 2)
+	var sent []backup.Manifest
+	for round := 1; round <= 3; round++ {
+		if round > 1 {
+			// The identity's next allocation had the data, and released it.
+			a.pool.ZFS(t, "set", record.PropOwner+"="+tenant(round).Encode(), arch)
+			a.pool.ZFS(t, "set", record.PropBackup+"="+record.BackupNone, arch)
+			a.write(t, arch, 1)
+		}
+		got, _, err := a.keeper.Pass(ctx)
+		must.NoError(t, err)
+		must.SliceLen(t, 1, got, must.Sprintf("round %d", round))
+		sent = append(sent, got[0])
+	}
+	must.EqOp(t, uint64(0), sent[0].BaseGUID, must.Sprint("the first backup is whole"))
+	must.EqOp(t, sent[0].GUID, sent[1].BaseGUID, must.Sprint("the second is an increment"))
+	must.EqOp(t, uint64(0), sent[2].BaseGUID, must.Sprint("the third starts a new chain"))
+
+	left, problems, err := backup.List(dir, nil)
+	must.NoError(t, err)
+	must.SliceEmpty(t, problems)
+	must.SliceLen(t, 1, left, must.Sprint("the older chain is pruned whole"))
+	must.EqOp(t, sent[2].GUID, left[0].GUID)
+	must.SliceLen(t, 2, filesUnder(t, dir), must.Sprint("one stream and its manifest"))
+	must.Eq(t, []string{arch + "@" + sent[2].Snapshot}, snapshotsOf(t, a.pool, arch))
+
+	want := a.sum(t, arch)
+	got, err := b.keeper.Fetch(ctx, "state", tenant(4), time.Time{})
+	must.NoError(t, err)
+	must.EqOp(t, want, b.sum(t, got))
+}

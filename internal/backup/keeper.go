@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +50,20 @@ type Config struct {
 	// KeyDir holds the keys of encrypted archives: sent beside their raw
 	// streams, installed there at a receive.
 	KeyDir string
+	// Rules are the archive's retention rules; backup_dir keeps each
+	// identity's streams by the same keep and max_age, by whole chains
+	// (PlanPrune). Only the identities of Classes are pruned: backup_dir
+	// may be shared with nodes that have other classes.
+	Rules retention.Rules
+	// FullEvery is how many increments a chain holds before the next
+	// backup starts a new one (DefaultFullEvery when 0).
+	FullEvery int
 }
+
+// PruneScanPeriod is how often a pass reads the whole of backup_dir for
+// chains to prune (max_age); in between, a pass prunes the identities it
+// sent a backup of.
+const PruneScanPeriod = time.Hour
 
 // Keeper sends archives into backup_dir in the background, and receives
 // an identity's backup at a restore on a node that has no archive of it.
@@ -67,6 +81,9 @@ type Keeper struct {
 	mu   sync.Mutex
 	cfg  Config
 	node string
+	// scanned is when a pass last pruned the whole of backup_dir; only
+	// passes (under passMu) touch it.
+	scanned time.Time
 }
 
 // NewKeeper returns a keeper that reaches ZFS through z. It does nothing
@@ -151,7 +168,7 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 	}
 	var errs []error
 	for _, a := range todo {
-		m, err := k.send(ctx, cfg.Dir, node, a)
+		m, err := k.send(ctx, cfg, node, a)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("backing up %s: %w", a.Name, err))
 			continue
@@ -163,11 +180,73 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 		}
 		k.log.Info("archive backed up", "dataset", a.Name, "identity", a.Identity.String(), "stream", m.StreamPath(), "bytes", m.Size, "kind", kind)
 	}
+	if time.Since(k.scanned) >= PruneScanPeriod {
+		if err := k.prune(cfg, nil); err != nil {
+			errs = append(errs, err)
+		} else {
+			k.scanned = time.Now()
+		}
+	} else {
+		for _, m := range sent {
+			if err := k.prune(cfg, &m.Identity); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	return sent, more, errors.Join(errs...)
 }
 
+// prune deletes the chains of streams in backup_dir that retention lets
+// go (PlanPrune), of identity only (nil: of every identity of the
+// configured classes).
+func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
+	ms, _, err := List(cfg.Dir, only)
+	if err != nil {
+		return fmt.Errorf("pruning backup_dir: %w", err)
+	}
+	byID := map[retention.Identity][]Manifest{}
+	var ids []retention.Identity
+	for _, m := range ms {
+		if !cfg.Classes[m.Identity.Class] || m.Identity.Unknown {
+			continue
+		}
+		if _, seen := byID[m.Identity]; !seen {
+			ids = append(ids, m.Identity)
+		}
+		byID[m.Identity] = append(byID[m.Identity], m) // newest first, as List
+	}
+	var errs []error
+	now := time.Now()
+	for _, id := range ids {
+		p, ok := cfg.Rules.Classes[id.Class]
+		if !ok {
+			p = cfg.Rules.Default
+		}
+		if p.Keep <= 0 {
+			p.Keep = retention.DefaultKeep
+		}
+		left := byID[id]
+		for _, c := range PlanPrune(byID[id], p, now) {
+			gone := map[uint64]bool{}
+			var bytes int64
+			for _, m := range c.Streams {
+				gone[m.GUID] = true
+				bytes += m.Size
+			}
+			left = slices.DeleteFunc(left, func(m Manifest) bool { return gone[m.GUID] })
+			if err := deleteChain(c, left); err != nil {
+				errs = append(errs, fmt.Errorf("pruning a backup chain of %s: %w", id, err))
+				continue
+			}
+			k.log.Info("backup chain pruned", "identity", id.String(), "rule", c.Rule, "streams", len(c.Streams), "bytes", bytes)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // send backs up one archive: see Pass.
-func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive) (Manifest, error) {
+func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.Archive) (Manifest, error) {
+	dir := cfg.Dir
 	have, _, err := List(dir, &a.Identity)
 	if err != nil {
 		return Manifest{}, err
@@ -194,6 +273,21 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 			snap = s
 		}
 	}
+	if base.Name != "" {
+		// A long chain, or one whose increments weigh as much as its full
+		// stream, restarts from a full stream, so that retention can
+		// delete the older chain whole.
+		var last Manifest
+		for _, m := range have {
+			if m.GUID == base.GUID {
+				last = m
+				break
+			}
+		}
+		if chain, err := chainOf(have, last); err != nil || restartChain(chain, cfg.FullEvery) {
+			base = zfs.Snap{}
+		}
+	}
 	if snap.Name == "" {
 		snap.Name = a.Name + "@" + SnapshotPrefix + time.Now().UTC().Format("20060102T150405.000000000Z")
 		if err := k.zfs.Snapshot(ctx, snap.Name); err != nil {
@@ -210,7 +304,6 @@ func (k *Keeper) send(ctx context.Context, dir, node string, a retention.Archive
 		KeyID: a.KeyID}
 	keySaved := false
 	if a.KeyID != "" {
-		cfg, _ := k.config()
 		if keySaved, err = saveKey(cfg.KeyDir, dir, a.Identity, a.KeyID); err != nil {
 			return m, fmt.Errorf("saving its key: %w", err)
 		}

@@ -184,21 +184,26 @@ func Chain(ms []Manifest) ([]Manifest, error) {
 	if len(ms) == 0 {
 		return nil, nil
 	}
+	return chainOf(ms, ms[0])
+}
+
+// chainOf returns the chain of streams among ms that rebuilds the snapshot
+// of last: a full stream and the incrementals after it, last at the end.
+func chainOf(ms []Manifest, last Manifest) ([]Manifest, error) {
 	byGUID := map[uint64]Manifest{}
 	for _, m := range ms {
 		if _, dup := byGUID[m.GUID]; !dup {
 			byGUID[m.GUID] = m
 		}
 	}
-	newest := ms[0]
-	chain := []Manifest{newest}
-	for cur := newest; cur.BaseGUID != 0; {
+	chain := []Manifest{last}
+	for cur := last; cur.BaseGUID != 0; {
 		base, ok := byGUID[cur.BaseGUID]
 		if !ok {
 			return nil, fmt.Errorf("the chain of %s is broken: its base (snapshot GUID %d) is not in backup_dir", cur.Path(), cur.BaseGUID)
 		}
 		if len(chain) > len(ms) {
-			return nil, fmt.Errorf("the chain of %s loops", newest.Path())
+			return nil, fmt.Errorf("the chain of %s loops", last.Path())
 		}
 		chain = append(chain, base)
 		cur = base

@@ -1,0 +1,165 @@
+package backup
+
+// backup_dir retention: an identity's streams are kept and deleted by
+// whole chains (a full stream and the incrementals after it), with the
+// same rules as its archives (keep, max_age), and only once a newer
+// complete chain exists. A chain restarts from a full stream after
+// FullEvery increments, or once its increments weigh as much as its full
+// stream, so that older chains can go.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/durable"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+)
+
+// DefaultFullEvery is how many incremental streams follow a full one
+// before the next backup of an identity starts a new chain.
+const DefaultFullEvery = 8
+
+// restartChain reports whether the next backup of an identity whose
+// newest chain is chain (full stream first) is sent whole: the chain holds
+// fullEvery increments already, or its increments weigh as much as its
+// full stream (they no longer save anything).
+func restartChain(chain []Manifest, fullEvery int) bool {
+	if len(chain) == 0 {
+		return false
+	}
+	if fullEvery <= 0 {
+		fullEvery = DefaultFullEvery
+	}
+	var inc int64
+	for _, m := range chain[1:] {
+		inc += m.Size
+	}
+	return len(chain)-1 >= fullEvery || inc >= chain[0].Size
+}
+
+// PrunedChain is a chain of one identity's streams that retention deletes,
+// full stream first, with the rule that deletes it.
+type PrunedChain struct {
+	Streams []Manifest
+	Rule    string
+}
+
+// PlanPrune decides which chains of one identity's streams (ms, as List
+// returns them for that identity: newest first) retention deletes under
+// policy p at now. It is a pure function. Nothing is deleted unless the
+// newest stream's chain is complete; that chain is never deleted. An older
+// chain is deleted whole when none of its streams is of the newest p.Keep
+// allocations (rule "keep"), or when every stream of it was released
+// longer ago than p.MaxAge (rule "max_age"). A stream whose chain is
+// broken (its base missing) is never deleted: it is reported by `backups
+// verify`, and left to the operator.
+func PlanPrune(ms []Manifest, p retention.Policy, now time.Time) []PrunedChain {
+	if len(ms) == 0 {
+		return nil
+	}
+	newest, err := Chain(ms)
+	if err != nil {
+		return nil // no complete newest chain: nothing goes
+	}
+	byGUID := map[uint64]Manifest{}
+	for _, m := range ms {
+		if _, dup := byGUID[m.GUID]; !dup {
+			byGUID[m.GUID] = m
+		}
+	}
+	// rootOf is the GUID of the full stream a stream's chain starts from;
+	// 0 for a broken chain.
+	rootOf := func(m Manifest) uint64 {
+		for steps := 0; m.BaseGUID != 0; steps++ {
+			base, ok := byGUID[m.BaseGUID]
+			if !ok || steps > len(ms) {
+				return 0
+			}
+			m = base
+		}
+		return m.GUID
+	}
+	// The newest p.Keep allocations, newest first, as retention counts
+	// archives.
+	kept := map[string]bool{}
+	for _, m := range ms {
+		if len(kept) >= p.Keep {
+			break
+		}
+		kept[m.AllocID] = true
+	}
+	chains := map[uint64][]Manifest{}
+	var roots []uint64
+	for _, m := range ms {
+		r := rootOf(m)
+		if r == 0 || r == newest[0].GUID {
+			continue
+		}
+		if _, seen := chains[r]; !seen {
+			roots = append(roots, r) // newest first, as ms
+		}
+		chains[r] = append(chains[r], m)
+	}
+	var out []PrunedChain
+	for _, r := range roots {
+		c := chains[r]
+		sort.SliceStable(c, func(i, j int) bool { return c[i].Created.Before(c[j].Created) })
+		inKeep, allOld := false, p.MaxAge > 0
+		for _, m := range c {
+			inKeep = inKeep || kept[m.AllocID]
+			allOld = allOld && now.Sub(m.ReleasedAt) > p.MaxAge
+		}
+		switch {
+		case !inKeep:
+			out = append(out, PrunedChain{Streams: c, Rule: "keep"})
+		case allOld:
+			out = append(out, PrunedChain{Streams: c, Rule: "max_age"})
+		}
+	}
+	return out
+}
+
+// deleteChain removes the streams of c from backup_dir, each manifest
+// before its stream (a reader never finds a manifest whose stream is
+// gone), then the key copies no remaining manifest of the identity names.
+// left are the identity's manifests that stay.
+func deleteChain(c PrunedChain, left []Manifest) error {
+	var errs []error
+	dirs := map[string]bool{}
+	for _, m := range c.Streams {
+		dirs[filepath.Dir(m.Path())] = true
+		if err := os.Remove(m.Path()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue // the stream stays with its manifest
+		}
+		if err := os.Remove(m.StreamPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	keys := map[string]bool{}
+	for _, m := range c.Streams {
+		if m.KeyID != "" {
+			keys[m.KeyID] = true
+		}
+	}
+	for _, m := range left {
+		delete(keys, m.KeyID)
+	}
+	for dir := range dirs {
+		for id := range keys {
+			if err := record.RemoveKey(dir, id); err != nil {
+				errs = append(errs, fmt.Errorf("key copy %s: %w", id, err))
+			}
+		}
+		if err := durable.SyncDir(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

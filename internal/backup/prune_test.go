@@ -1,0 +1,86 @@
+package backup
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+)
+
+func TestRestartChain(t *testing.T) {
+	full := Manifest{GUID: 1, Size: 100}
+	inc := func(guid uint64, size int64) Manifest { return Manifest{GUID: guid, BaseGUID: guid - 1, Size: size} }
+	for _, tc := range []struct {
+		name      string
+		chain     []Manifest
+		fullEvery int
+		restart   bool
+	}{
+		{"no chain yet", nil, 8, false},
+		{"a full stream alone", []Manifest{full}, 8, false},
+		{"short increments", []Manifest{full, inc(2, 10), inc(3, 10)}, 8, false},
+		{"fullEvery increments", []Manifest{full, inc(2, 10), inc(3, 10)}, 2, true},
+		{"the default", []Manifest{full, inc(2, 1), inc(3, 1), inc(4, 1), inc(5, 1), inc(6, 1), inc(7, 1), inc(8, 1), inc(9, 1)}, 0, true},
+		{"increments as heavy as the full stream", []Manifest{full, inc(2, 60), inc(3, 40)}, 8, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.EqOp(t, tc.restart, restartChain(tc.chain, tc.fullEvery))
+		})
+	}
+}
+
+func TestPlanPrune(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	// b makes a backup: guid, its base (0: full), its allocation, released
+	// hoursAgo; List's order is newest first, so cases list them so.
+	b := func(guid, base uint64, alloc string, hoursAgo int) Manifest {
+		at := now.Add(-time.Duration(hoursAgo) * time.Hour)
+		return Manifest{GUID: guid, BaseGUID: base, AllocID: alloc, ReleasedAt: at, Created: at,
+			path: fmt.Sprintf("/b/id/%d.json", guid), Stream: fmt.Sprintf("%d.zstream", guid)}
+	}
+	guids := func(cs []PrunedChain) [][]uint64 {
+		var out [][]uint64
+		for _, c := range cs {
+			var g []uint64
+			for _, m := range c.Streams {
+				g = append(g, m.GUID)
+			}
+			out = append(out, append(g, map[string]uint64{"keep": 0, "max_age": 1}[c.Rule]))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		ms   []Manifest
+		p    retention.Policy
+		want [][]uint64 // each chain's GUIDs, oldest first, then 0 for keep, 1 for max_age
+	}{
+		{"one chain is never pruned",
+			[]Manifest{b(3, 2, "c", 1), b(2, 1, "b", 2), b(1, 0, "a", 3)}, retention.Policy{Keep: 1}, nil},
+		{"an older chain outside keep goes whole",
+			[]Manifest{b(5, 4, "e", 1), b(4, 0, "d", 2), b(3, 2, "c", 3), b(2, 1, "b", 4), b(1, 0, "a", 5)}, retention.Policy{Keep: 2},
+			[][]uint64{{1, 2, 3, 0}}},
+		{"an older chain with a kept allocation stays",
+			[]Manifest{b(5, 4, "e", 1), b(4, 0, "d", 2), b(3, 2, "c", 3), b(2, 1, "b", 4), b(1, 0, "a", 5)}, retention.Policy{Keep: 3}, nil},
+		{"max_age takes a kept chain when all of it is old",
+			[]Manifest{b(4, 0, "d", 1), b(3, 2, "c", 30), b(2, 1, "b", 40), b(1, 0, "a", 50)}, retention.Policy{Keep: 3, MaxAge: 24 * time.Hour},
+			[][]uint64{{1, 2, 3, 1}}},
+		{"max_age never takes the newest chain",
+			[]Manifest{b(2, 1, "b", 40), b(1, 0, "a", 50)}, retention.Policy{Keep: 1, MaxAge: time.Hour}, nil},
+		{"a broken newest chain: nothing goes",
+			[]Manifest{b(5, 99, "e", 1), b(4, 0, "d", 2), b(1, 0, "a", 5)}, retention.Policy{Keep: 1}, nil},
+		{"a broken older stream is never deleted",
+			[]Manifest{b(5, 0, "e", 1), b(3, 77, "c", 3), b(1, 0, "a", 5)}, retention.Policy{Keep: 1},
+			[][]uint64{{1, 0}}},
+		{"several older chains, newest first",
+			[]Manifest{b(6, 0, "f", 1), b(5, 4, "e", 2), b(4, 0, "d", 3), b(3, 2, "c", 4), b(2, 1, "b", 5), b(1, 0, "a", 6)}, retention.Policy{Keep: 1},
+			[][]uint64{{4, 5, 0}, {1, 2, 3, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, guids(PlanPrune(tc.ms, tc.p, now)))
+		})
+	}
+}
