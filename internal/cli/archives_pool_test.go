@@ -149,6 +149,21 @@ plugin "nomad-device-zfs" {
 	must.EqOp(t, 0, code, must.Sprint(errb.String(), out.String()))
 	must.StrContains(t, out.String(), "3 streams, 1 identity")
 	must.StrContains(t, out.String(), "All streams match")
+	// Per identity, the newest backup's age and the chain that restores it.
+	newest := sent[len(sent)-1]
+	must.StrContains(t, out.String(), "NEWEST RELEASE")
+	must.StrContains(t, out.String(), newest.ReleasedAt.UTC().Format(time.RFC3339))
+	must.StrContains(t, out.String(), "1 stream")
+	out.Reset()
+	code = Main([]string{"backups", "verify", "-json", "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	var vr backupsReport
+	must.NoError(t, json.Unmarshal(out.Bytes(), &vr))
+	must.SliceLen(t, 1, vr.Chains)
+	c := vr.Chains[0]
+	must.True(t, newest.ReleasedAt.Equal(c.ReleasedAt), must.Sprintf("%v, want %v", c.ReleasedAt, newest.ReleasedAt))
+	c.ReleasedAt = time.Time{}
+	must.Eq(t, chainRow{Identity: newest.Identity, Streams: 1, Bytes: newest.Size, OK: true}, c)
 
 	// archives says where each is: here and in backup_dir; and an identity
 	// with a backup but no archive here shows its newest backup.

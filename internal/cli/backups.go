@@ -43,11 +43,16 @@ type streamRow struct {
 	Error    string             `json:"error,omitempty"`
 }
 
+// chainRow is an identity's newest backup and the chain that restores it:
+// its release time, the chain's length (a full stream and the increments
+// after it) and bytes.
 type chainRow struct {
-	Identity retention.Identity `json:"identity"`
-	Streams  int                `json:"streams"`
-	OK       bool               `json:"ok"`
-	Error    string             `json:"error,omitempty"`
+	Identity   retention.Identity `json:"identity"`
+	ReleasedAt time.Time          `json:"newest_released_at"`
+	Streams    int                `json:"streams"`
+	Bytes      int64              `json:"bytes"`
+	OK         bool               `json:"ok"`
+	Error      string             `json:"error,omitempty"`
 }
 
 // verifyBackups reads and checks every backup in dir.
@@ -69,13 +74,16 @@ func verifyBackups(dir string) (backupsReport, error) {
 		byID[m.Identity] = append(byID[m.Identity], m)
 	}
 	for id, list := range byID {
-		row := chainRow{Identity: id, OK: true}
+		row := chainRow{Identity: id, ReleasedAt: list[0].ReleasedAt, OK: true}
 		chain, err := backup.Chain(list)
 		if err != nil {
 			row.OK, row.Error = false, err.Error()
 			r.Bad++
 		}
 		row.Streams = len(chain)
+		for _, m := range chain {
+			row.Bytes += m.Size
+		}
 		r.Chains = append(r.Chains, row)
 	}
 	sort.Slice(r.Chains, func(i, j int) bool { return r.Chains[i].Identity.String() < r.Chains[j].Identity.String() })
@@ -98,6 +106,24 @@ func renderBackups(w io.Writer, r backupsReport) error {
 				check = "BAD"
 			}
 			rows = append(rows, []string{oneLine(s.Identity.String()), s.Created.UTC().Format(time.RFC3339), kind, bytesIEC(uint64(s.Size)), check, s.Path})
+		}
+		if err := table(w, rows); err != nil {
+			return err
+		}
+	}
+	if len(r.Chains) > 0 {
+		// Per identity: how old its newest backup is, and what restores it.
+		rows := [][]string{{"IDENTITY", "NEWEST RELEASE", "AGE", "CHAIN", "SIZE", "CHECK"}}
+		for _, c := range r.Chains {
+			check := "ok"
+			if !c.OK {
+				check = "BROKEN"
+			}
+			rows = append(rows, []string{oneLine(c.Identity.String()), c.ReleasedAt.UTC().Format(time.RFC3339), age(time.Since(c.ReleasedAt)),
+				plural(c.Streams, "stream"), bytesIEC(uint64(c.Bytes)), check})
+		}
+		if _, err := fmt.Fprintln(w); err != nil {
+			return err
 		}
 		if err := table(w, rows); err != nil {
 			return err
