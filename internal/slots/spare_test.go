@@ -11,7 +11,7 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // withSpare reserves device id for o and writes into it (reserveAndWrite),
