@@ -6,7 +6,7 @@
 // process-count test in this package also uses.
 //
 // The package uses only the public API of internal/device, internal/slots and
-// internal/zfs, with internal/sandbox for its pools, internal/pluginhost to
+// internal/zfs, with internal/testkit/sandbox for its pools, internal/testkit/pluginhost to
 // launch the plugin binary and internal/nomadplugin to reach a plugin over
 // gRPC, in this process or launched; it imports no test package.
 package bench
@@ -32,9 +32,9 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 

@@ -15,11 +15,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 )
 
 // The churn scenario runs a real Nomad agent. This file starts one outside
-// tests (the tests' starter, internal/nomadtest, takes a testing.TB): a
+// tests (the tests' starter, internal/testkit/nomadtest, takes a testing.TB): a
 // dev-mode agent on free loopback ports, with the plugin in its plugin
 // directory, stopped by its PID.
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 )
 
 // stallReport writes what a batch that did not end left behind: every

@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 

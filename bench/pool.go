@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
 )
 
 // newPool creates a pool for one size with the sandbox the tests' helper

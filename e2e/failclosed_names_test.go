@@ -13,11 +13,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // namesTenantHCL is a tenant whose job ID, group and task names the test

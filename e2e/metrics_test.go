@@ -11,12 +11,12 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics/metricstest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/metricstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // TestMetricsEndToEnd (issue 12): with a telemetry block the plugin, run

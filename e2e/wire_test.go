@@ -13,9 +13,9 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
 // The golden files of the wire (see internal/config/golden_test.go).

@@ -4,7 +4,7 @@
 #
 # The version is the one e2e/nomad/go.mod pins. The binary is cached at
 # ${XDG_CACHE_HOME:-$HOME/.cache}/nomad-device-zfs/nomad-<version>, the path
-# internal/nomadtest.Binary uses; both take the same flock on <path>.lock, so
+# internal/testkit/nomadtest.Binary uses; both take the same flock on <path>.lock, so
 # only one build runs at a time. $NOMAD_BIN, when set, wins and is printed as
 # is. Build output goes to stderr; stdout is only the path:
 #

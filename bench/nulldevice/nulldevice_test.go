@@ -11,8 +11,8 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
 )
 
 // serve is a new plugin served in the test's process over real gRPC

@@ -10,15 +10,17 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
 // TestDependencies holds the product to its dependency rules: it links no
 // package of Nomad's own module (not open source from v1.7.0 on; its api
-// module, open source, is allowed) and no test library, and go.mod does not
+// module, open source, is allowed), no test library, no package under
+// internal/testkit/ and no other *test package, and go.mod does not
 // require Nomad's module. The e2e tests' agent is built from e2e/nomad's
 // own go.mod, apart.
 func TestDependencies(t *testing.T) {
+	const testkit = "github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit"
 	if _, err := exec.LookPath("go"); err != nil {
 		testenv.Skip(t, "no go command on PATH to list the binary's packages")
 	}
@@ -34,6 +36,8 @@ func TestDependencies(t *testing.T) {
 			t.Errorf("the plugin links %s: Nomad's own module is not to be used", p)
 		case strings.HasPrefix(p, "github.com/shoenig/test"), strings.HasPrefix(p, "github.com/stretchr/testify"):
 			t.Errorf("the plugin links the test library %s", p)
+		case strings.HasPrefix(p, testkit+"/"):
+			t.Errorf("the plugin links %s: nothing under internal/testkit/ is product code", p)
 		case strings.Contains(p, "nomad-device-zfs/internal/") && (strings.HasSuffix(p, "test") || strings.Contains(p, "test/")):
 			t.Errorf("the plugin links the test support package %s", p)
 		}

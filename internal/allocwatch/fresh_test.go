@@ -18,8 +18,8 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 	"github.com/shoenig/test/must"
 )
 

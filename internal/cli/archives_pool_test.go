@@ -18,8 +18,8 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // archivesOnPool makes a pool whose archive holds three archives of one

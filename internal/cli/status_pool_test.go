@@ -15,8 +15,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 func TestMain(m *testing.M) { zfstest.Main(m) }

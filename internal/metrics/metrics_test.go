@@ -14,11 +14,11 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics/metricstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/metricstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // prepareCase is an env of n slots behind a wrapper first on PATH, its

@@ -12,9 +12,9 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // resumeLater starts, outside this test binary (its own process group), a

@@ -17,8 +17,8 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
 // TestNomadAllocs_ViewCompleteOnlyFromAReadAfterTheTokenSawAll (red team):

@@ -259,7 +259,7 @@ func TestCaptures_ParseGet(t *testing.T) {
 			},
 		},
 		{
-			// A pool as internal/zfstest creates it (zpool create -m).
+			// A pool as internal/testkit/zfstest creates it (zpool create -m).
 			file: "get-zfstest-pool", names: []string{"ztest"},
 			checks: []check{
 				prop("ztest", "mountpoint", "/var/tmp/ozcap/zt/mnt", "local"),

@@ -11,8 +11,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // A user property holding a TAB, a newline, or a forged block of another

@@ -10,8 +10,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
 )
 
 // Implementation names the ZFS that answers here: the kernel module's

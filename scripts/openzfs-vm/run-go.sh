@@ -118,7 +118,7 @@ VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig)$' # see above; a -skip i
 case $tests in
 all) pkgs=(./...) ;;
 ci)
-	pkgs=(./internal/zfs/... ./internal/zfstest/... ./internal/sandbox/... ./internal/hostfs/... ./internal/slots/...
+	pkgs=(./internal/zfs/... ./internal/testkit/zfstest/... ./internal/testkit/sandbox/... ./internal/hostfs/... ./internal/slots/...
 		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./e2e/...)
 	VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_.*|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
 	;;
@@ -152,7 +152,7 @@ prepare() {
 	# guest's go reads (run-in-vm.sh --go, the same toolchain, paths, GOFLAGS
 	# and CGO setting: the same cache keys); it is warmed with the plugin's
 	# build for what still builds in the guest: zfsbench (`bench`), and
-	# internal/pluginhost's TestBuildLaunchKill in any run but `ci`.
+	# internal/testkit/pluginhost's TestBuildLaunchKill in any run but `ci`.
 	t0=$SECONDS
 	tmp=$(mktemp -d)
 	TESTBIN=$(mktemp -d "${TMPDIR:-/tmp}/ozvm-tests.XXXXXX")

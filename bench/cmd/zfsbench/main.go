@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
 )
 
 // buildTimeout bounds the build of the plugin (a cold build cache included).

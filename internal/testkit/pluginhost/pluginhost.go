@@ -2,7 +2,7 @@
 // without an agent: it builds the binary, launches it over go-plugin with
 // Nomad's handshake (gRPC only, internal/nomadplugin), and encodes
 // configuration as the agent does. The benchmarks use it directly; tests
-// use it through internal/device/devicetest. It imports no test library.
+// use it through internal/testkit/devicetest. It imports no test library.
 package pluginhost
 
 import (

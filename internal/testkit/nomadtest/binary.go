@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfstest"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 const (

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 )
 
 // taskPrograms are the programs the tests' exec tasks run. Every agent that

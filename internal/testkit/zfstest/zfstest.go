@@ -3,9 +3,9 @@
 // it calls Main from TestMain: Main starts zfs-fuse when it is installed and
 // not already running, and stops it (by the PID it started) when the tests
 // are done. When neither is available, NewPool skips the test, except under
-// CI=true, where it fails it (see internal/testenv).
+// CI=true, where it fails it (see internal/testkit/testenv).
 //
-// It is the test-facing wrapper of internal/sandbox, which benchmarks and
+// It is the test-facing wrapper of internal/testkit/sandbox, which benchmarks and
 // tools use without package testing.
 package zfstest
 
@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/sandbox"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 

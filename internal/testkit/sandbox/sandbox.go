@@ -2,7 +2,7 @@
 // sparse file, and ZFS itself where it is missing: the kernel module when
 // /dev/zfs exists, otherwise a zfs-fuse daemon that StartFuse starts and
 // stops by its own PID. It has no dependency on package testing; the test
-// helpers in internal/zfstest wrap it.
+// helpers in internal/testkit/zfstest wrap it.
 package sandbox
 
 import (

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
 // TestParseLdd reads ldd's answer for /usr/bin/id, saved on Debian 12.

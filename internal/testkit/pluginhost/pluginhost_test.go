@@ -14,7 +14,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testenv"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
 // TestBuildLaunchKill builds the real plugin, launches it over go-plugin

@@ -12,7 +12,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
 )
 
 // buildTimeout bounds one build of the plugin (a cold build cache included).

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/pluginhost"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
 )
 
 // callTimeout bounds one unary call of a test.

@@ -1,5 +1,5 @@
 // Package localagent holds what it takes to run a Nomad agent on this
-// machine outside of Nomad, for the tests (internal/nomadtest) and the
+// machine outside of Nomad, for the tests (internal/testkit/nomadtest) and the
 // benchmark alike: the pinned Nomad binary's version and cached path, free
 // loopback ports for the agent, and the agent's descendant processes (to
 // stop them by PID).
