@@ -1,4 +1,4 @@
-package bench
+package churn
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -33,8 +34,8 @@ const (
 	settleTimeout   = 60 * time.Second
 )
 
-// ChurnOptions configure RunChurn.
-type ChurnOptions struct {
+// Options configure Run.
+type Options struct {
 	Jobs      int    // jobs per batch (40)
 	Slots     int    // slots of the class, and tasks at once (4)
 	Pairs     int    // baseline+device batch pairs, alternating (2)
@@ -55,10 +56,10 @@ type ChurnOptions struct {
 	Progress io.Writer
 }
 
-// ChurnResults is what RunChurn measured; cmd/zfsbench writes it as
+// Results is what Run measured; cmd/zfsbench writes it as
 // bench/churn-results.json.
-type ChurnResults struct {
-	Machine Machine       `json:"machine"`
+type Results struct {
+	Machine bench.Machine `json:"machine"`
 	Started time.Time     `json:"started"`
 	Seconds float64       `json:"seconds"`
 	Jobs    int           `json:"jobs_per_batch"`
@@ -67,12 +68,12 @@ type ChurnResults struct {
 	Idle    []AllocRecord `json:"idle_jobs"`
 	Batches []BatchResult `json:"batches"`
 	// IdleNull and Null are the idle jobs and the batches run against
-	// the null device plugin (ChurnOptions.NullBin) after the plugin's;
+	// the null device plugin (Options.NullBin) after the plugin's;
 	// the rows of the plugin's own figures never read them.
 	IdleNull  []AllocRecord             `json:"idle_null_jobs,omitempty"`
 	Null      []BatchResult             `json:"null_batches,omitempty"`
 	Releases  []ReleaseRecord           `json:"releases"`
-	Rows      []ChurnRow                `json:"rows"`
+	Rows      []Row                     `json:"rows"`
 	Health    map[string][]healthChange `json:"health_transitions"`
 	Fingerprs int                       `json:"fingerprints_sent"`
 	RSSStart  uint64                    `json:"plugin_rss_start_bytes"`
@@ -149,10 +150,10 @@ type AllocRecord struct {
 	LogmonMS float64 `json:"logmon_ms,omitempty"`
 }
 
-// RunChurn runs the scenario on a pool made for it and returns its
+// Run runs the scenario on a pool made for it and returns its
 // figures. Every process it starts is stopped and the pool destroyed
 // before it returns.
-func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error) {
+func Run(ctx context.Context, o Options) (res *Results, err error) {
 	if o.Jobs <= 0 {
 		o.Jobs = 40
 	}
@@ -178,11 +179,11 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 			return nil, err
 		}
 	}
-	out := &ChurnResults{Machine: machine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
+	out := &Results{Machine: bench.ThisMachine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
 	res = out
 	defer func() { out.Seconds = time.Since(out.Started).Seconds() }() // res may be nil on an early return
 
-	pool, destroy, err := newPool(ctx, 1<<30)
+	pool, destroy, err := bench.NewPool(ctx, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +200,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return nil, err
 	}
-	counter, err := NewCounter(filepath.Join(dir, "bin"))
+	counter, err := bench.NewCounter(filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
@@ -257,12 +258,12 @@ plugin "nomad-device-zfs" {
 
 // churnRun is one run of the scenario.
 type churnRun struct {
-	o       ChurnOptions
+	o       Options
 	a       *agent
 	watch   *nodeWatch
-	counter *Counter
+	counter *bench.Counter
 	parent  string
-	res     *ChurnResults
+	res     *Results
 	logf    func(string, ...any)
 	seq     int
 	plugin  int // the plugin's PID, for its CPU time

@@ -1,4 +1,4 @@
-package bench
+package churn
 
 // The churn's jobs, and what is recorded of their allocations.
 
