@@ -1,3 +1,10 @@
+// Package churn is the churn scenario of `make bench` (`zfsbench -churn`):
+// many short jobs through a few slots on a real Nomad agent, against the
+// same jobs without a device (the baseline) and against a device plugin
+// that does nothing (the null device, the control). See bench/README.md.
+//
+// It starts its agent with the tests' starter, internal/nomadtest (Start,
+// outside a test), and so links test support, unlike package bench.
 package churn
 
 import (
@@ -16,6 +23,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -25,6 +33,10 @@ import (
 // the same concurrency, in the same run. The agent's CPU budget
 // (cpu_total_compute) admits exactly as many tasks at once as there are
 // slots, so both kinds of batch run equally many jobs at a time.
+
+// agentStopTimeout is how long the agent's Stop waits after SIGINT
+// before SIGKILL.
+const agentStopTimeout = 30 * time.Second
 
 const (
 	churnClass      = "scratch"
@@ -44,7 +56,7 @@ type Options struct {
 	// NullBin is the control device plugin (bench/nulldevice), built from
 	// ./bench/cmd/nulldevice. When set, the plugin's batches are followed
 	// by the control: the same idle jobs and batches against a device
-	// plugin that does nothing (churn_null.go, the null rows).
+	// plugin that does nothing (null.go, the null rows).
 	NullBin  string
 	NomadBin string // the Nomad agent binary (NomadBinary when empty)
 	WorkDir  string // agent directory, counting wrappers
@@ -208,13 +220,7 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := fmt.Sprintf(`client {
-  cpu_total_compute = %d
-%s  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
-plugin "nomad-device-zfs" {
+	pluginCfg := fmt.Sprintf(`plugin "nomad-device-zfs" {
   config {
     parent_dataset     = %q
     fingerprint_period = "2s"
@@ -224,13 +230,20 @@ plugin "nomad-device-zfs" {
       quota = "32M"
     }
   }
-}`, o.Slots*churnTaskCPU, chroot, parent, churnClass, o.Slots)
+}`, parent, churnClass, o.Slots)
 	if o.NullBin != "" {
-		cfg += nullConfig(filepath.Join(dir, "null"), o.Slots)
+		pluginCfg += nullConfig(filepath.Join(dir, "null"), o.Slots)
+	}
+	pluginDir, err := plugins(dir, o)
+	if err != nil {
+		return nil, err
 	}
 	logf("starting nomad agent (%s), pool %s", o.NomadBin, pool.Name)
-	a, err := startAgent(ctx, agentSpec{Nomad: o.NomadBin, Dir: dir, PluginBin: o.PluginBin, NullBin: o.NullBin, Config: cfg,
-		PathFirst: filepath.Join(dir, "bin"), Env: os.Environ()})
+	a, err := nomadtest.Start(ctx, o.NomadBin, nomadtest.Options{
+		Dir: dir, PluginDir: pluginDir, LogLevel: "TRACE", StopTimeout: agentStopTimeout,
+		ClientConfig: fmt.Sprintf("cpu_total_compute = %d", o.Slots*churnTaskCPU), Chroot: chroot,
+		PluginConfig: pluginCfg, PathFirst: filepath.Join(dir, "bin"),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +272,7 @@ plugin "nomad-device-zfs" {
 // churnRun is one run of the scenario.
 type churnRun struct {
 	o       Options
-	a       *agent
+	a       *nomadtest.Agent
 	watch   *nodeWatch
 	counter *bench.Counter
 	parent  string
@@ -283,7 +296,7 @@ func (r *churnRun) run(ctx context.Context) error {
 	if err := r.settle(ctx, nil); err != nil {
 		return fmt.Errorf("waiting for %d healthy slots: %w", r.o.Slots, err)
 	}
-	pid, err := r.a.pluginPID()
+	pid, err := pluginPID(r.a)
 	if err != nil {
 		return err
 	}
@@ -316,7 +329,7 @@ func (r *churnRun) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if pid2, err := r.a.pluginPID(); err != nil || pid2 != pid {
+	if pid2, err := pluginPID(r.a); err != nil || pid2 != pid {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("plugin process changed during the run (pid %d, now %d, %v)", pid, pid2, err))
 		pid = pid2
 	}

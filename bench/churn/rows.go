@@ -1,7 +1,7 @@
 package churn
 
 // The churn table: its rows and their notes, computed from what
-// figures recorded (churn_figures.go), and the table printed.
+// figures recorded (figures.go), and the table printed.
 
 import (
 	"fmt"
