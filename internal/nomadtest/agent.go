@@ -411,9 +411,9 @@ func (a *Agent) waitReady(ctx context.Context) error {
 }
 
 // Stop sends SIGINT to the agent's PID, waits up to Options.StopTimeout (90 s
-// when zero) for it to exit, and then sends SIGKILL to it and to the processes it started (its plugins and
-// task executors, found by parent PID). Calling it again returns the first
-// result.
+// when zero) for it to exit, and then sends SIGKILL to it and to the
+// processes it started (its plugins and task executors, found by parent
+// PID). Calling it again returns the first result.
 func (a *Agent) Stop() error {
 	a.stopOnce.Do(func() {
 		if a.cmd == nil || a.cmd.Process == nil {
