@@ -1,9 +1,10 @@
 // Package bench measures nomad-device-zfs on a real pool against floors: the
 // cheapest zfs command that could possibly answer the same question, run in
 // the same process, on the same pool, interleaved with the plugin's runs. It
-// holds the harness behind `make bench` (see Run and cmd/zfsbench) and the
+// holds the harness behind `make bench` (see Run and cmd/zfsbench), the
 // helpers that count zfs processes through a wrapper script, which the
-// process-count test in this package also uses.
+// process-count test in this package also uses, and the pools, statistics
+// and verdicts the other scenarios share (bench/churn).
 //
 // The package uses only the public API of internal/device, internal/slots and
 // internal/zfs, with internal/testkit/sandbox for its pools, internal/testkit/pluginhost to

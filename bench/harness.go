@@ -113,7 +113,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	res := &Results{Machine: machine(), Started: time.Now(), Reps: o.Reps}
+	res := &Results{Machine: ThisMachine(), Started: time.Now(), Reps: o.Reps}
 	for _, n := range o.Sizes {
 		if ctx.Err() != nil {
 			break
@@ -177,7 +177,7 @@ func (h *sizeRun) run(ctx context.Context) (out SizeResult) {
 		size = 4 << 30
 	}
 	var destroy func() error
-	if h.pool, destroy, err = newPool(ctx, size); err != nil {
+	if h.pool, destroy, err = NewPool(ctx, size); err != nil {
 		out.Error = err.Error()
 		return out
 	}
@@ -543,13 +543,15 @@ func (h *sizeRun) memory(ctx context.Context) error {
 		Plugin: round2(mib), Target: "< 64 MiB",
 		Note: fmt.Sprintf("VmHWM of the plugin binary launched through go-plugin, after first fingerprint, %s of fingerprint (1s) and stats (500ms period, %d messages) refreshes and one Reserve", run.Round(time.Second), messages),
 		judge: func(r Row, _ bool) string {
-			return passIf(r.Plugin < 64)
+			return PassIf(r.Plugin < 64)
 		},
 	})
 	return nil
 }
 
-func machine() Machine {
+// ThisMachine describes the machine the run is on: CPUs, memory, kernel,
+// ZFS and Go.
+func ThisMachine() Machine {
 	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC().Format(time.RFC3339)}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {

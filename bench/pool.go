@@ -9,11 +9,11 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
 )
 
-// newPool creates a pool for one size with the sandbox the tests' helper
+// NewPool creates a pool for one size with the sandbox the tests' helper
 // wraps, on a sparse file in a new directory under /var/tmp. The returned
 // destroy destroys the pool and then removes its directory, the mount point
 // only when it is empty, never recursively. On error nothing is left.
-func newPool(ctx context.Context, size int64) (p *sandbox.Pool, destroy func() error, err error) {
+func NewPool(ctx context.Context, size int64) (p *sandbox.Pool, destroy func() error, err error) {
 	dir, err := os.MkdirTemp("/var/tmp", "zfsbench-")
 	if err != nil {
 		return nil, nil, err

@@ -28,7 +28,7 @@ func WriteMarkdown(w io.Writer, r *Results) {
 			fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
 			for _, row := range s.Rows {
 				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Measure, value(row.Plugin, row.Unit),
-					ptrValue(row.Floor, row.Unit), ratio(row.Ratio), orDash(row.Target), verdict(row.Verdict))
+					ptrValue(row.Floor, row.Unit), ratio(row.Ratio), OrDash(row.Target), Verdict(row.Verdict))
 			}
 		}
 		if s.Cleanup != "" {
@@ -108,7 +108,8 @@ func ratio(r *float64) string {
 	return strconv.FormatFloat(*r, 'f', 2, 64) + "×"
 }
 
-func verdict(v string) string {
+// Verdict is a row's verdict as a table shows it: a miss in bold.
+func Verdict(v string) string {
 	switch v {
 	case "pass":
 		return "pass"
@@ -118,7 +119,8 @@ func verdict(v string) string {
 	return v
 }
 
-func orDash(s string) string {
+// OrDash is s, or a dash when s is empty.
+func OrDash(s string) string {
 	if s == "" {
 		return "—"
 	}

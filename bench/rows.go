@@ -34,13 +34,13 @@ func pairedRatio(ps, fs []time.Duration) *float64 {
 }
 
 func timeRow(key, measure string, plugin, floor time.Duration, ps, fs []time.Duration, target, note string, judge func(Row, bool) string) Row {
-	f := ms(floor)
+	f := Millis(floor)
 	var ratio *float64
 	if floor > 0 {
 		r := round2(float64(plugin) / float64(floor))
 		ratio = &r
 	}
-	return Row{Key: key, Measure: measure, Unit: "ms", Plugin: ms(plugin), Floor: &f, Ratio: ratio, Target: target,
+	return Row{Key: key, Measure: measure, Unit: "ms", Plugin: Millis(plugin), Floor: &f, Ratio: ratio, Target: target,
 		Note: note, PluginSamples: msAll(ps), FloorSamples: msAll(fs), judge: judge}
 }
 
@@ -85,15 +85,16 @@ func ratioAtLargest(limit float64) func(Row, bool) string {
 		if !largest {
 			return "info"
 		}
-		return passIf(r.Ratio != nil && *r.Ratio <= limit)
+		return PassIf(r.Ratio != nil && *r.Ratio <= limit)
 	}
 }
 
 func ratioMax(limit float64) func(Row, bool) string {
-	return func(r Row, _ bool) string { return passIf(r.Ratio != nil && *r.Ratio <= limit) }
+	return func(r Row, _ bool) string { return PassIf(r.Ratio != nil && *r.Ratio <= limit) }
 }
 
-func passIf(ok bool) string {
+// PassIf is the verdict "pass" when ok, else "miss".
+func PassIf(ok bool) string {
 	if ok {
 		return "pass"
 	}

@@ -39,12 +39,15 @@ func sorted(samples []time.Duration) []time.Duration {
 	return s
 }
 
-func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
+// Millis is d in milliseconds, rounded to two decimals.
+func Millis(d time.Duration) float64 {
+	return math.Round(float64(d)/float64(time.Millisecond)*100) / 100
+}
 
 func msAll(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
 	for i, d := range ds {
-		out[i] = ms(d)
+		out[i] = Millis(d)
 	}
 	return out
 }

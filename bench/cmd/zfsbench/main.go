@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench/churn"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
 )
@@ -41,7 +42,7 @@ func run() int {
 	out := flag.String("out", "bench/results.json", "where to write the results as JSON")
 	pluginBin := flag.String("plugin", "", "plugin binary for the memory measure (built from ./cmd/nomad-device-zfs when empty)")
 	nullBin := flag.String("null-plugin", "", "the churn's control device plugin (built from ./bench/cmd/nulldevice when empty)")
-	churn := flag.Bool("churn", false, "run the churn scenario (a real Nomad agent, see bench/README.md) instead of the pool sizes")
+	wantChurn := flag.Bool("churn", false, "run the churn scenario (a real Nomad agent, see bench/README.md) instead of the pool sizes")
 	churnJobs := flag.Int("churn-jobs", 40, "jobs per churn batch")
 	churnOut := flag.String("churn-out", "bench/churn-results.json", "where -churn writes its results as JSON")
 	mobility := flag.Bool("mobility", false, "measure the data following a job (restore on the same node, the move through backup_dir) instead of the pool sizes")
@@ -108,7 +109,7 @@ func run() int {
 	if *mobility {
 		return runMobility(ctx, bench.MobilityOptions{Reps: *reps, DataMiB: *mobilityMiB, WorkDir: work, Progress: os.Stderr}, *mobilityOut)
 	}
-	if *churn {
+	if *wantChurn {
 		// A log per run: a run that stalls is looked at after the next.
 		keep := filepath.Join(os.TempDir(), "zfsbench-churn-"+time.Now().UTC().Format("20060102T150405")+"-agent.log")
 		fmt.Fprintln(os.Stderr, "zfsbench: the agent log is kept as", keep)
@@ -123,7 +124,7 @@ func run() int {
 				return 1
 			}
 		}
-		return runChurn(ctx, bench.ChurnOptions{Jobs: *churnJobs, PluginBin: *pluginBin, NullBin: *nullBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
+		return runChurn(ctx, churn.Options{Jobs: *churnJobs, PluginBin: *pluginBin, NullBin: *nullBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *churnOut)
 	}
 
 	res, err := bench.Run(ctx, bench.Options{Sizes: ns, Reps: *reps, Creates: *creates, PluginBin: *pluginBin, WorkDir: work, Progress: os.Stderr})
@@ -168,14 +169,14 @@ func runMobility(ctx context.Context, o bench.MobilityOptions, out string) int {
 
 // runChurn runs the churn scenario, prints its table and writes its
 // results to out.
-func runChurn(ctx context.Context, o bench.ChurnOptions, out string) int {
-	res, err := bench.RunChurn(ctx, o)
+func runChurn(ctx context.Context, o churn.Options, out string) int {
+	res, err := churn.Run(ctx, o)
 	if res == nil {
 		fmt.Fprintln(os.Stderr, "zfsbench: churn:", err)
 		return 1
 	}
 	fmt.Println()
-	bench.WriteChurnMarkdown(os.Stdout, res)
+	churn.WriteMarkdown(os.Stdout, res)
 	return finish("churn", res, err, out)
 }
 

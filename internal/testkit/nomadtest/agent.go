@@ -1,6 +1,7 @@
 package nomadtest
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -54,6 +55,23 @@ type Options struct {
 	// (Agent.RPCAddr): the agent then runs as a client only, another node
 	// of that cluster, instead of a dev agent of its own.
 	Join string
+
+	// Dir is the agent's directory: agent.hcl, agent.log, data/, and
+	// plugins/ when PluginDir is empty. StartAgent uses a new t.TempDir()
+	// when it is empty; Start requires it.
+	Dir string
+	// ClientConfig is HCL added inside the agent's client block, such as
+	// `cpu_total_compute = 4000`.
+	ClientConfig string
+	// Chroot is the client's chroot_env block (as localagent.ChrootEnv
+	// returns it) instead of the tests' (taskPrograms).
+	Chroot string
+	// PathFirst, when set, is a directory put first on the agent's PATH
+	// (and so on its plugins').
+	PathFirst string
+	// StopTimeout is how long Stop waits after SIGINT before SIGKILL
+	// (stopTimeout when zero).
+	StopTimeout time.Duration
 }
 
 // Agent is a running dev-mode Nomad agent (server and client in one
@@ -76,6 +94,8 @@ type Agent struct {
 	TokenFile string
 	// PID is the agent process's PID.
 	PID int
+	// stopTimeout is Options.StopTimeout, or the package's stopTimeout.
+	stopTimeout time.Duration
 	// Dir holds agent.hcl, agent.log and the data directory.
 	Dir       string
 	LogPath   string
@@ -120,12 +140,67 @@ func StartAgent(t testing.TB, opts Options) *Agent {
 
 func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 	t.Helper()
-	dir := t.TempDir()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	a, err := start(context.Background(), bin, opts)
+	if a == nil {
+		return nil, err
+	}
+	// Cleanups run last-in first-out: the agent stops, then the log tail of a
+	// failed test is shown (including the shutdown).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nomad agent log (%s), last %d lines:\n%s", a.LogPath, logTailLines, a.LogTail(logTailLines))
+			t.Logf("nomad agent log, the scheduler's lines (last %d):\n%s", schedLines, a.schedulerLines(schedLines))
+		}
+	})
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Errorf("stopping nomad agent (pid %d): %v", a.PID, err)
+		}
+	})
+	if err != nil {
+		return a, err
+	}
+	t.Logf("nomad agent pid %d at %s, node %s, log %s", a.PID, a.Addr, a.NodeID, a.LogPath)
+	return a, nil
+}
+
+// Start starts `nomad agent` (bin) as StartAgent does, outside a test:
+// in opts.Dir, which must be set, and with no retry on a lost port race.
+// It returns once the agent's node is ready or ctx is done; the caller
+// stops the agent (Stop). On error no agent is left running, and the
+// error names the agent log.
+func Start(ctx context.Context, bin string, opts Options) (*Agent, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("nomadtest.Start: no Options.Dir")
+	}
+	a, err := start(ctx, bin, opts)
+	if err != nil {
+		if a == nil {
+			return nil, err
+		}
+		_ = a.Stop()
+		return nil, fmt.Errorf("nomad agent (log %s): %w", a.LogPath, err)
+	}
+	return a, nil
+}
+
+// start starts the agent in opts.Dir and waits until it is ready. It
+// returns a nil Agent when no process was started, and the Agent with the
+// error when one was (stopped when it is not ready).
+func start(ctx context.Context, bin string, opts Options) (*Agent, error) {
+	dir := opts.Dir
 	a := &Agent{
-		Dir:       dir,
-		LogPath:   filepath.Join(dir, "agent.log"),
-		PluginDir: opts.PluginDir,
-		exited:    make(chan struct{}),
+		Dir:         dir,
+		LogPath:     filepath.Join(dir, "agent.log"),
+		PluginDir:   opts.PluginDir,
+		exited:      make(chan struct{}),
+		stopTimeout: opts.StopTimeout,
+	}
+	if a.stopTimeout == 0 {
+		a.stopTimeout = stopTimeout
 	}
 	if a.PluginDir == "" {
 		a.PluginDir = filepath.Join(dir, "plugins")
@@ -138,9 +213,11 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "agent.hcl")
-	chroot, err := taskChroot()
-	if err != nil {
-		return nil, err
+	chroot := opts.Chroot
+	if chroot == "" {
+		if chroot, err = taskChroot(); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.WriteFile(cfgPath, []byte(agentConfig(opts, ports, chroot)), 0o644); err != nil {
 		return nil, err
@@ -162,6 +239,9 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 	a.RPCAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	a.join = opts.Join != ""
 	env := agentEnv(os.Environ(), a.Addr)
+	if opts.PathFirst != "" {
+		env = pathFirst(env, opts.PathFirst)
+	}
 	if opts.ACL {
 		a.Token = newUUID()
 		a.TokenFile = filepath.Join(dir, "acl-token")
@@ -183,29 +263,15 @@ func startAgent(t testing.TB, bin string, opts Options) (*Agent, error) {
 		a.exitErr = a.cmd.Wait()
 		close(a.exited)
 	}()
-	// Cleanups run last-in first-out: the agent stops, then the log tail of a
-	// failed test is shown (including the shutdown).
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("nomad agent log (%s), last %d lines:\n%s", a.LogPath, logTailLines, a.LogTail(logTailLines))
-			t.Logf("nomad agent log, the scheduler's lines (last %d):\n%s", schedLines, a.schedulerLines(schedLines))
-		}
-	})
-	t.Cleanup(func() {
-		if err := a.Stop(); err != nil {
-			t.Errorf("stopping nomad agent (pid %d): %v", a.PID, err)
-		}
-	})
 
 	a.API, err = api.NewClient(&api.Config{Address: a.Addr, TLSConfig: &api.TLSConfig{}})
 	if err != nil {
 		return a, err
 	}
-	if err := a.waitReady(); err != nil {
+	if err := a.waitReady(ctx); err != nil {
 		_ = a.Stop()
 		return a, err
 	}
-	t.Logf("nomad agent pid %d at %s, node %s, log %s", a.PID, a.Addr, a.NodeID, a.LogPath)
 	return a, nil
 }
 
@@ -230,10 +296,11 @@ client {
   # AWS one stops the agent when AWS_CA_BUNDLE is set (see ENVIRONMENT.md).
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }%s
-  # The exec driver's chroot: the tasks' programs only (taskChroot).
+  }%s%s
+  # The exec driver's chroot: the tasks' programs only (taskChroot, or
+  # Options.Chroot).
 %s}
-`, level, ports[0], ports[1], ports[2], clientNetwork(opts), chroot)
+`, level, ports[0], ports[1], ports[2], clientNetwork(opts), clientConfig(opts), chroot)
 	if opts.ACL {
 		b.WriteString("\nacl {\n  enabled = true\n}\n")
 	}
@@ -259,9 +326,18 @@ func clientNetwork(opts Options) string {
 	return "\n  network_interface = \"lo\""
 }
 
+// clientConfig is Options.ClientConfig, on a line of its own in the
+// client block.
+func clientConfig(opts Options) string {
+	if opts.ClientConfig == "" {
+		return ""
+	}
+	return "\n  " + opts.ClientConfig
+}
+
 // waitReady waits until the API answers, bootstraps ACLs when asked, and
-// waits until the agent's own node is ready.
-func (a *Agent) waitReady() error {
+// waits until the agent's own node is ready, or until ctx is done.
+func (a *Agent) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(startTimeout)
 	var last error
 	poll := func(what string, fn func() error) error {
@@ -269,6 +345,8 @@ func (a *Agent) waitReady() error {
 			select {
 			case <-a.exited:
 				return fmt.Errorf("agent exited while waiting for %s: %v", what, a.exitErr)
+			case <-ctx.Done():
+				return ctx.Err()
 			default:
 			}
 			if last = fn(); last == nil {
@@ -332,10 +410,10 @@ func (a *Agent) waitReady() error {
 	})
 }
 
-// Stop sends SIGINT to the agent's PID, waits up to 30 s for it to exit, and
-// then sends SIGKILL to it and to the processes it started (its plugins and
-// task executors, found by parent PID). Calling it again returns the first
-// result.
+// Stop sends SIGINT to the agent's PID, waits up to Options.StopTimeout (90 s
+// when zero) for it to exit, and then sends SIGKILL to it and to the
+// processes it started (its plugins and task executors, found by parent
+// PID). Calling it again returns the first result.
 func (a *Agent) Stop() error {
 	a.stopOnce.Do(func() {
 		if a.cmd == nil || a.cmd.Process == nil {
@@ -359,7 +437,7 @@ func (a *Agent) Stop() error {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 			return
-		case <-time.After(stopTimeout):
+		case <-time.After(a.stopTimeout):
 		}
 		children := localagent.Descendants(a.PID)
 		_ = a.cmd.Process.Kill()
@@ -367,7 +445,7 @@ func (a *Agent) Stop() error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		<-a.exited
-		a.stopErr = fmt.Errorf("agent did not exit within %s of SIGINT; killed it and %d descendants", stopTimeout, len(children))
+		a.stopErr = fmt.Errorf("agent did not exit within %s of SIGINT; killed it and %d descendants", a.stopTimeout, len(children))
 	})
 	return a.stopErr
 }
@@ -435,6 +513,18 @@ func agentEnv(environ []string, addr string) []string {
 		}
 	}
 	return append(env, "NOMAD_ADDR="+addr)
+}
+
+// pathFirst is env with dir put first on its PATH.
+func pathFirst(env []string, dir string) []string {
+	out := make([]string, len(env))
+	for i, kv := range env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			kv = "PATH=" + dir + ":" + path
+		}
+		out[i] = kv
+	}
+	return out
 }
 
 // newUUID returns a random (version 4) UUID, the form Nomad wants for ACL

@@ -27,6 +27,31 @@ func TestAgentEnv(t *testing.T) {
 	must.Eq(t, []string{"PATH=/bin", "HOME=/root", "NOMAD_ADDR=http://127.0.0.1:1"}, env)
 }
 
+func TestPathFirst(t *testing.T) {
+	cases := []struct {
+		name     string
+		env, out []string
+	}{
+		{name: "path", env: []string{"HOME=/root", "PATH=/bin:/usr/bin"}, out: []string{"HOME=/root", "PATH=/w/bin:/bin:/usr/bin"}},
+		{name: "no path", env: []string{"HOME=/root"}, out: []string{"HOME=/root"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			must.Eq(t, c.out, pathFirst(c.env, "/w/bin"))
+		})
+	}
+}
+
+// Options.ClientConfig goes inside the client block, beside the chroot_env
+// block.
+func TestAgentConfigClient(t *testing.T) {
+	cfg := agentConfig(Options{ClientConfig: "cpu_total_compute = 4000", LogLevel: "TRACE"}, []int{1, 2, 3}, "  chroot_env {}\n")
+	client := cfg[strings.Index(cfg, "client {"):]
+	must.StrContains(t, client, "\n  cpu_total_compute = 4000\n")
+	must.StrContains(t, client, "  chroot_env {}\n}")
+	must.StrContains(t, cfg, `log_level            = "TRACE"`)
+}
+
 func TestLockFileExcludes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	unlock, err := lockFile(path, time.Second)

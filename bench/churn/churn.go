@@ -1,4 +1,11 @@
-package bench
+// Package churn is the churn scenario of `make bench` (`zfsbench -churn`):
+// many short jobs through a few slots on a real Nomad agent, against the
+// same jobs without a device (the baseline) and against a device plugin
+// that does nothing (the null device, the control). See bench/README.md.
+//
+// It starts its agent with the tests' starter, internal/nomadtest (Start,
+// outside a test), and so links test support, unlike package bench.
+package churn
 
 import (
 	"context"
@@ -14,7 +21,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -25,6 +34,10 @@ import (
 // (cpu_total_compute) admits exactly as many tasks at once as there are
 // slots, so both kinds of batch run equally many jobs at a time.
 
+// agentStopTimeout is how long the agent's Stop waits after SIGINT
+// before SIGKILL.
+const agentStopTimeout = 30 * time.Second
+
 const (
 	churnClass      = "scratch"
 	churnTaskCPU    = 1000 // MHz per task; the node has Slots × this
@@ -33,8 +46,8 @@ const (
 	settleTimeout   = 60 * time.Second
 )
 
-// ChurnOptions configure RunChurn.
-type ChurnOptions struct {
+// Options configure Run.
+type Options struct {
 	Jobs      int    // jobs per batch (40)
 	Slots     int    // slots of the class, and tasks at once (4)
 	Pairs     int    // baseline+device batch pairs, alternating (2)
@@ -43,7 +56,7 @@ type ChurnOptions struct {
 	// NullBin is the control device plugin (bench/nulldevice), built from
 	// ./bench/cmd/nulldevice. When set, the plugin's batches are followed
 	// by the control: the same idle jobs and batches against a device
-	// plugin that does nothing (churn_null.go, the null rows).
+	// plugin that does nothing (null.go, the null rows).
 	NullBin  string
 	NomadBin string // the Nomad agent binary (NomadBinary when empty)
 	WorkDir  string // agent directory, counting wrappers
@@ -55,10 +68,10 @@ type ChurnOptions struct {
 	Progress io.Writer
 }
 
-// ChurnResults is what RunChurn measured; cmd/zfsbench writes it as
+// Results is what Run measured; cmd/zfsbench writes it as
 // bench/churn-results.json.
-type ChurnResults struct {
-	Machine Machine       `json:"machine"`
+type Results struct {
+	Machine bench.Machine `json:"machine"`
 	Started time.Time     `json:"started"`
 	Seconds float64       `json:"seconds"`
 	Jobs    int           `json:"jobs_per_batch"`
@@ -67,12 +80,12 @@ type ChurnResults struct {
 	Idle    []AllocRecord `json:"idle_jobs"`
 	Batches []BatchResult `json:"batches"`
 	// IdleNull and Null are the idle jobs and the batches run against
-	// the null device plugin (ChurnOptions.NullBin) after the plugin's;
+	// the null device plugin (Options.NullBin) after the plugin's;
 	// the rows of the plugin's own figures never read them.
 	IdleNull  []AllocRecord             `json:"idle_null_jobs,omitempty"`
 	Null      []BatchResult             `json:"null_batches,omitempty"`
 	Releases  []ReleaseRecord           `json:"releases"`
-	Rows      []ChurnRow                `json:"rows"`
+	Rows      []Row                     `json:"rows"`
 	Health    map[string][]healthChange `json:"health_transitions"`
 	Fingerprs int                       `json:"fingerprints_sent"`
 	RSSStart  uint64                    `json:"plugin_rss_start_bytes"`
@@ -149,10 +162,10 @@ type AllocRecord struct {
 	LogmonMS float64 `json:"logmon_ms,omitempty"`
 }
 
-// RunChurn runs the scenario on a pool made for it and returns its
+// Run runs the scenario on a pool made for it and returns its
 // figures. Every process it starts is stopped and the pool destroyed
 // before it returns.
-func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error) {
+func Run(ctx context.Context, o Options) (res *Results, err error) {
 	if o.Jobs <= 0 {
 		o.Jobs = 40
 	}
@@ -178,11 +191,11 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 			return nil, err
 		}
 	}
-	out := &ChurnResults{Machine: machine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
+	out := &Results{Machine: bench.ThisMachine(), Started: time.Now(), Jobs: o.Jobs, Slots: o.Slots}
 	res = out
 	defer func() { out.Seconds = time.Since(out.Started).Seconds() }() // res may be nil on an early return
 
-	pool, destroy, err := newPool(ctx, 1<<30)
+	pool, destroy, err := bench.NewPool(ctx, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +212,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return nil, err
 	}
-	counter, err := NewCounter(filepath.Join(dir, "bin"))
+	counter, err := bench.NewCounter(filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
@@ -207,13 +220,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (res *ChurnResults, err error
 	if err != nil {
 		return nil, err
 	}
-	cfg := fmt.Sprintf(`client {
-  cpu_total_compute = %d
-%s  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
-plugin "nomad-device-zfs" {
+	pluginCfg := fmt.Sprintf(`plugin "nomad-device-zfs" {
   config {
     parent_dataset     = %q
     fingerprint_period = "2s"
@@ -223,13 +230,20 @@ plugin "nomad-device-zfs" {
       quota = "32M"
     }
   }
-}`, o.Slots*churnTaskCPU, chroot, parent, churnClass, o.Slots)
+}`, parent, churnClass, o.Slots)
 	if o.NullBin != "" {
-		cfg += nullConfig(filepath.Join(dir, "null"), o.Slots)
+		pluginCfg += nullConfig(filepath.Join(dir, "null"), o.Slots)
+	}
+	pluginDir, err := plugins(dir, o)
+	if err != nil {
+		return nil, err
 	}
 	logf("starting nomad agent (%s), pool %s", o.NomadBin, pool.Name)
-	a, err := startAgent(ctx, agentSpec{Nomad: o.NomadBin, Dir: dir, PluginBin: o.PluginBin, NullBin: o.NullBin, Config: cfg,
-		PathFirst: filepath.Join(dir, "bin"), Env: os.Environ()})
+	a, err := nomadtest.Start(ctx, o.NomadBin, nomadtest.Options{
+		Dir: dir, PluginDir: pluginDir, LogLevel: "TRACE", StopTimeout: agentStopTimeout,
+		ClientConfig: fmt.Sprintf("cpu_total_compute = %d", o.Slots*churnTaskCPU), Chroot: chroot,
+		PluginConfig: pluginCfg, PathFirst: filepath.Join(dir, "bin"),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -257,12 +271,12 @@ plugin "nomad-device-zfs" {
 
 // churnRun is one run of the scenario.
 type churnRun struct {
-	o       ChurnOptions
-	a       *agent
+	o       Options
+	a       *nomadtest.Agent
 	watch   *nodeWatch
-	counter *Counter
+	counter *bench.Counter
 	parent  string
-	res     *ChurnResults
+	res     *Results
 	logf    func(string, ...any)
 	seq     int
 	plugin  int // the plugin's PID, for its CPU time
@@ -282,7 +296,7 @@ func (r *churnRun) run(ctx context.Context) error {
 	if err := r.settle(ctx, nil); err != nil {
 		return fmt.Errorf("waiting for %d healthy slots: %w", r.o.Slots, err)
 	}
-	pid, err := r.a.pluginPID()
+	pid, err := pluginPID(r.a)
 	if err != nil {
 		return err
 	}
@@ -315,7 +329,7 @@ func (r *churnRun) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if pid2, err := r.a.pluginPID(); err != nil || pid2 != pid {
+	if pid2, err := pluginPID(r.a); err != nil || pid2 != pid {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("plugin process changed during the run (pid %d, now %d, %v)", pid, pid2, err))
 		pid = pid2
 	}

@@ -1,4 +1,4 @@
-package bench
+package churn
 
 import (
 	"strings"
@@ -65,7 +65,7 @@ func TestStormRow(t *testing.T) {
 	at := []time.Duration{0, 0, time.Second, 2 * time.Second, 3 * time.Second}
 	base := stormBatch("baseline", t0, at, []float64{120, 140, 60, 50, 70}, nil)
 	dev := stormBatch("device", t0.Add(time.Minute), at, []float64{200, 180, 80, 90, 100}, []bool{true, true, false, true, false})
-	res := &ChurnResults{Slots: 2, Batches: []BatchResult{base, dev}}
+	res := &Results{Slots: 2, Batches: []BatchResult{base, dev}}
 
 	row, ok := stormRow(res)
 	must.True(t, ok)
@@ -84,5 +84,5 @@ func TestStormRow(t *testing.T) {
 	}
 	_, ok = stormRow(res)
 	must.False(t, ok)
-	must.Eq(t, "", freshWaveNote(&ChurnResults{Slots: 2, Batches: []BatchResult{base}}))
+	must.Eq(t, "", freshWaveNote(&Results{Slots: 2, Batches: []BatchResult{base}}))
 }

@@ -1,4 +1,4 @@
-package bench
+package churn
 
 // Notes of the churn table's Reserve rows: what the Reserves waited for
 // and what ran beside them.
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 )
 
 // lockWaitsNote describes the Reserves' waits for their slot's lock
@@ -29,7 +31,7 @@ func lockWaitsNote(waits []logLockWait) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, behind[k]))
 	}
 	return fmt.Sprintf("; %d Reserves waited a millisecond or more for their slot's lock (p50 %s, max %s), behind: %s",
-		len(waits), fmtMS(Median(all)), fmtMS(Percentile(all, 100)), strings.Join(parts, ", "))
+		len(waits), fmtMS(bench.Median(all)), fmtMS(bench.Percentile(all, 100)), strings.Join(parts, ", "))
 }
 
 func orNone(s string) string {
@@ -53,7 +55,7 @@ func readsNote(reads []logRead) string {
 		most = max(most, r.Allocs)
 	}
 	return fmt.Sprintf("; the plugin's non-blocking reads of the node's allocations during the batches (a Reserve's identification, a release pass's proof): %d, p50 %s, p90 %s, at up to %d allocations",
-		len(reads), fmtMS(Median(took)), fmtMS(Percentile(took, 90)), most)
+		len(reads), fmtMS(bench.Median(took)), fmtMS(bench.Percentile(took, 90)), most)
 }
 
 // reservesBeside returns, for each of allocs, how many of the others'
@@ -96,7 +98,7 @@ func besideNote(byBeside [4][]time.Duration) string {
 		case 3:
 			who = "3 or more other Reserves"
 		}
-		parts = append(parts, fmt.Sprintf("beside %s p50 %s (%d)", who, fmtMS(Median(d)), len(d)))
+		parts = append(parts, fmt.Sprintf("beside %s p50 %s (%d)", who, fmtMS(bench.Median(d)), len(d)))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -113,5 +115,5 @@ func freshPartsNote(in, out []time.Duration, idle time.Duration) string {
 		return ""
 	}
 	return fmt.Sprintf("; of these fresh Reserves (%d with both parts), p50: in the plugin %s, outside it %s, which alone is %.2f× the whole idle Reserve, the least this row could be if the plugin took no time",
-		len(out), fmtMS(Median(in)), fmtMS(Median(out)), float64(Median(out))/float64(idle))
+		len(out), fmtMS(bench.Median(in)), fmtMS(bench.Median(out)), float64(bench.Median(out))/float64(idle))
 }

@@ -1,4 +1,4 @@
-package bench
+package churn
 
 // The null device: the churn's control for the Reserve rows. Issue 10
 // judges a Reserve during the churn against the same Reserve on an idle
@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 )
@@ -112,36 +113,36 @@ func nullConfigBlock(hostDir string, instances int) string {
 // waves and after them, each against its own idle Reserve, beside the
 // plugin's at the same moments; and its throughput. None when the run had
 // no null batches.
-func nullRows(res *ChurnResults) []ChurnRow {
+func nullRows(res *Results) []Row {
 	idle := reserves(res.IdleNull)
 	wave, rest := waveSplit(res.Null, res.Slots, reserveMS)
 	if len(idle) == 0 || len(wave) == 0 || len(rest) == 0 {
 		return nil
 	}
-	zfsIdle := Median(reserves(res.Idle))
+	zfsIdle := bench.Median(reserves(res.Idle))
 	zfsWave, zfsRest := waveSplit(res.Batches, res.Slots, reserveMS)
 	fresh, _ := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.Fresh }))
 	_, spare := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.How == "spare" }))
 	q := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
-	base := Median(idle)
-	var rows []ChurnRow
-	rows = append(rows, ChurnRow{Key: "null-reserve-wave",
+	base := bench.Median(idle)
+	var rows []Row
+	rows = append(rows, Row{Key: "null-reserve-wave",
 		Figure:   fmt.Sprintf("control: Reserve of a device plugin that does nothing, p50, the first %d tasks of each of its batches (started together)", res.Slots),
-		Measured: fmtMS(Median(wave)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(Median(wave), base)), Value: q(Median(wave), base),
+		Measured: fmtMS(bench.Median(wave)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(bench.Median(wave), base)), Value: q(bench.Median(wave), base),
 		Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("bench/nulldevice: the same idle jobs and batches asking for its device, run after the plugin's on the same agent, the node's allocations collected first; its Reserve answers at once (gRPC, the client's device manager and hook, nothing else). The fresh Reserve row's samples are the device batches' first waves: a plugin that took no time at all would read about %.2f× there (%d and %d samples). At the same moment the plugin's Reserves took p50 %s (all of its first waves, %d; its fresh ones %s, %d), %.2f× the null's; idle, the plugin's %s is %.2f× the null's",
-			q(Median(wave), base), len(wave), len(idle), fmtMS(Median(zfsWave)), len(zfsWave), fmtMS(Median(fresh)), len(fresh),
-			q(Median(zfsWave), Median(wave)), fmtMS(zfsIdle), q(zfsIdle, base))})
-	rows = append(rows, ChurnRow{Key: "null-reserve-rest",
+			q(bench.Median(wave), base), len(wave), len(idle), fmtMS(bench.Median(zfsWave)), len(zfsWave), fmtMS(bench.Median(fresh)), len(fresh),
+			q(bench.Median(zfsWave), bench.Median(wave)), fmtMS(zfsIdle), q(zfsIdle, base))})
+	rows = append(rows, Row{Key: "null-reserve-rest",
 		Figure:   "control: the same, the tasks after the first wave (one at a time as earlier ones end)",
-		Measured: fmtMS(Median(rest)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(Median(rest), base)), Value: q(Median(rest), base),
+		Measured: fmtMS(bench.Median(rest)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(bench.Median(rest), base)), Value: q(bench.Median(rest), base),
 		Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("the spare Reserve row's samples are the device batches' later Reserves: a plugin that took no time would read about %.2f× there (%d samples). The plugin's later Reserves took p50 %s (%d; its spare ones %s, %d), %.2f× the null's",
-			q(Median(rest), base), len(rest), fmtMS(Median(zfsRest)), len(zfsRest), fmtMS(Median(spare)), len(spare), q(Median(zfsRest), Median(rest)))})
+			q(bench.Median(rest), base), len(rest), fmtMS(bench.Median(zfsRest)), len(zfsRest), fmtMS(bench.Median(spare)), len(spare), q(bench.Median(zfsRest), bench.Median(rest)))})
 	b, okBase := jobsPerSecond(res.Batches, kindBaseline)
 	n, okNull := jobsPerSecond(res.Null, kindNull)
 	if okBase && okNull {
-		rows = append(rows, ChurnRow{Key: "null-throughput", Figure: "control: throughput, null device jobs / baseline jobs",
+		rows = append(rows, Row{Key: "null-throughput", Figure: "control: throughput, null device jobs / baseline jobs",
 			Measured: fmt.Sprintf("%.2f jobs/s", n), Reference: fmt.Sprintf("%.2f jobs/s", b), Ratio: fmt.Sprintf("%.2f", n/b), Value: n / b,
 			Target: "—", Verdict: "info",
 			Note: "what asking for a device costs a job in Nomad itself (the devices hook, the bind mount into the task) when the plugin does nothing"})

@@ -1,4 +1,4 @@
-package bench
+package churn
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench/nulldevice"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 )
@@ -24,7 +25,7 @@ func TestNullConfig(t *testing.T) {
 	t.Cleanup(stop)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	must.NoError(t, Configure(ctx, conn, nullConfigBlock(dir, 4)))
+	must.NoError(t, bench.Configure(ctx, conn, nullConfigBlock(dir, 4)))
 	must.StrContains(t, nullConfig(dir, 4), `plugin "nomad-device-null" {`)
 
 	job := churnJob("j", kindNull)
@@ -35,7 +36,7 @@ func TestNullConfig(t *testing.T) {
 	must.StrContains(t, script, `"$ZFS_SCRATCH_PATH/f" &&`, must.Sprint("the job writes through the slot's variable, and fails when it cannot"))
 	for i := range 4 {
 		id := "null-" + string(rune('0'+i))
-		res, err := Reserve(ctx, conn, id)
+		res, err := bench.Reserve(ctx, conn, id)
 		must.NoError(t, err)
 		// What a slot of the class "scratch" gives a task: its variable
 		// and its default mount path (docs/configuration.md).
@@ -44,7 +45,7 @@ func TestNullConfig(t *testing.T) {
 		must.Eq(t, "/zfs/scratch", res.GetMounts()[0].GetTaskPath())
 		must.Eq(t, filepath.Join(dir, id), res.GetMounts()[0].GetHostPath())
 	}
-	_, err = Reserve(ctx, conn, "null-4")
+	_, err = bench.Reserve(ctx, conn, "null-4")
 	must.Error(t, err)
 	// The device job is the same but for the device it asks for.
 	dev := churnJob("j", kindDevice).TaskGroups[0].Tasks[0]
@@ -77,7 +78,7 @@ func TestNullRows(t *testing.T) {
 		}
 		return out
 	}
-	res := &ChurnResults{Slots: 2,
+	res := &Results{Slots: 2,
 		Idle:     idle(2, 2, 2),
 		IdleNull: idle(0.5, 0.5, 1),
 		Batches: []BatchResult{
@@ -117,7 +118,7 @@ func TestNullRows(t *testing.T) {
 	nullData, idleNull := res.Null, res.IdleNull
 	res.Null, res.IdleNull = nil, nil
 	without := churnRows(res)
-	var own []ChurnRow
+	var own []Row
 	for _, r := range with {
 		if !strings.HasPrefix(r.Key, "null-") {
 			own = append(own, r)

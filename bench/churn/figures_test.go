@@ -1,4 +1,4 @@
-package bench
+package churn
 
 import (
 	"testing"
@@ -97,28 +97,28 @@ func TestReserveOutsideRow(t *testing.T) {
 		{ReserveMS: 50, ReservePluginMS: 48, How: "spare"},
 		{ReserveMS: 900, ReservePluginMS: 100, How: "owner"}, // waited for a release
 	}}
-	row := func(res *ChurnResults) (ChurnRow, bool) {
+	row := func(res *Results) (Row, bool) {
 		for _, r := range churnRows(res) {
 			if r.Key == "reserve-outside" {
 				return r, true
 			}
 		}
-		return ChurnRow{}, false
+		return Row{}, false
 	}
-	got, ok := row(&ChurnResults{Idle: idle, Batches: []BatchResult{batch}})
+	got, ok := row(&Results{Idle: idle, Batches: []BatchResult{batch}})
 	must.True(t, ok)
 	must.Eq(t, "3.0 ms", got.Measured)
 	must.Eq(t, "1.0 ms idle", got.Reference)
 	must.Eq(t, "3.00×", got.Ratio)
 	must.StrContains(t, got.Note, "p50 48.0 ms during churn, 13.0 ms idle")
 	must.StrContains(t, got.Note, "alone it is 0.21× the whole idle Reserve")
-	_, ok = row(&ChurnResults{Batches: []BatchResult{batch}})
+	_, ok = row(&Results{Batches: []BatchResult{batch}})
 	must.False(t, ok)
 
 	// The fresh row splits its own Reserves the same way (the one fresh
 	// Reserve: 57 ms in the plugin, 3 ms outside, 3/14 of the idle one).
-	var fresh ChurnRow
-	for _, r := range churnRows(&ChurnResults{Idle: idle, Batches: []BatchResult{batch}}) {
+	var fresh Row
+	for _, r := range churnRows(&Results{Idle: idle, Batches: []BatchResult{batch}}) {
 		if r.Key == "reserve-fresh" {
 			fresh = r
 		}
@@ -182,11 +182,11 @@ func TestPreparedRows(t *testing.T) {
 		{ReserveMS: 200, ReservePluginMS: 190, How: "spare"},
 		{Job: "no Reserve"},
 	}}
-	rows := preparedRows(&ChurnResults{Idle: idle, Batches: []BatchResult{batch}})
+	rows := preparedRows(&Results{Idle: idle, Batches: []BatchResult{batch}})
 	must.SliceLen(t, 1, rows)
 	must.Eq(t, "3 of 4", rows[0].Measured)
 	must.Eq(t, "2 ready when asked", rows[0].Reference)
 	must.StrContains(t, rows[0].Note, "ready 5.0 ms (2), waited for the preparation 80.0 ms (1, the wait p50 70.0 ms), idle 2.0 ms (1)")
 	must.StrContains(t, rows[0].Note, "zfs work p50 320 ms, ended p50 10.0 ms before")
-	must.SliceEmpty(t, preparedRows(&ChurnResults{Idle: idle}))
+	must.SliceEmpty(t, preparedRows(&Results{Idle: idle}))
 }

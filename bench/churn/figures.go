@@ -1,8 +1,10 @@
-package bench
+package churn
 
 import (
 	"slices"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 )
 
 // ReleaseRecord is one release of a slot, as the plugin logged it and as
@@ -104,21 +106,21 @@ func (r *churnRun) figures() error {
 			a := &recs[i]
 			allocs[a.Job] = a
 			if d, ok := lg.Launches[a.AllocID]; ok {
-				a.LogmonMS = ms(d)
+				a.LogmonMS = bench.Millis(d)
 			}
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
-				a.ReserveMS, a.ReserveStart = ms(h.Duration), h.Start
+				a.ReserveMS, a.ReserveStart = bench.Millis(h.Duration), h.Start
 				r := reservedIn(lg, a.Device, h)
-				a.How, a.ReservePluginMS, a.Prepared = r.Text, ms(r.Took), r.Prepared
+				a.How, a.ReservePluginMS, a.Prepared = r.Text, bench.Millis(r.Took), r.Prepared
 				if p, ok := preparedFor(lg, a.Device, a.Job, h); ok && r.Prepared {
-					a.PrepLeadMS, a.PrepMS = ms(h.Start.Sub(p.At)), ms(p.Took)
+					a.PrepLeadMS, a.PrepMS = bench.Millis(h.Start.Sub(p.At)), bench.Millis(p.Took)
 				}
 				a.Fresh = a.How == "fresh" || a.How == "" && freshAt(lg, a.Device, h.Start)
 				if !a.Prepared {
 					// A prepared Reserve runs no zfs command: what ends
 					// within it is the preparation's, or the release's of
 					// the old dataset (the prepared row has them).
-					a.ReserveZFSMS = ms(reserveCommand(lg, a.Device, h))
+					a.ReserveZFSMS = bench.Millis(reserveCommand(lg, a.Device, h))
 				}
 			}
 		}
@@ -161,20 +163,20 @@ func (r *churnRun) figures() error {
 		}
 		for _, f := range lg.Sent {
 			if !f.At.Before(rel.At) && !f.At.After(end) && f.Unhealthy[rel.Device] {
-				rec.SentUnhealthyMS = ms(f.At.Sub(rel.At))
+				rec.SentUnhealthyMS = bench.Millis(f.At.Sub(rel.At))
 				break
 			}
 		}
 		if !rec.Fresh.IsZero() {
 			for _, f := range lg.Sent {
 				if !f.At.Before(rec.Fresh) && f.At.Before(next) && !f.Unhealthy[rel.Device] {
-					rec.SentHealthyMS = ms(f.At.Sub(rec.Fresh))
+					rec.SentHealthyMS = bench.Millis(f.At.Sub(rec.Fresh))
 					break
 				}
 			}
 		}
 		if at, ok := firstSample(samples, rel.Device, rel.At, next, func(h bool) bool { return !h }); ok {
-			rec.ShownUnhealthy, rec.UnhealthyDelayMS = true, ms(at.Sub(rel.At))
+			rec.ShownUnhealthy, rec.UnhealthyDelayMS = true, bench.Millis(at.Sub(rel.At))
 		}
 		if !rec.Fresh.IsZero() {
 			from := rec.Fresh
@@ -182,12 +184,12 @@ func (r *churnRun) figures() error {
 				from = at
 			}
 			if at, ok := firstSample(samples, rel.Device, from, next, func(h bool) bool { return h }); ok {
-				rec.HealthyAgainMS = ms(at.Sub(rec.Fresh))
+				rec.HealthyAgainMS = bench.Millis(at.Sub(rec.Fresh))
 				if a := allocs[rel.Job]; a != nil {
 					rec.AllocTerminal = a.Terminal
-					rec.RecycleMS = ms(at.Sub(a.Terminal))
+					rec.RecycleMS = bench.Millis(at.Sub(a.Terminal))
 					if !a.Terminated.IsZero() {
-						rec.RecycleFromTaskMS = ms(at.Sub(a.Terminated))
+						rec.RecycleFromTaskMS = bench.Millis(at.Sub(a.Terminated))
 					}
 				}
 			}

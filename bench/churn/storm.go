@@ -1,9 +1,11 @@
-package bench
+package churn
 
 import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 )
 
 // A batch registers all its jobs at once, and the node's CPU admits as
@@ -86,26 +88,26 @@ func reserveIf(keep func(AllocRecord) bool) func(AllocRecord) float64 {
 // stormRow is the launch-storm row: the logmon hook of the batches' first
 // waves against the rest, baseline and device; false when the log timed
 // none.
-func stormRow(res *ChurnResults) (ChurnRow, bool) {
+func stormRow(res *Results) (Row, bool) {
 	type split struct{ first, rest []time.Duration }
 	var base, dev split
 	base.first, base.rest = waveSplit(ofKind(res.Batches, kindBaseline), res.Slots, logmonMS)
 	dev.first, dev.rest = waveSplit(ofKind(res.Batches, kindDevice), res.Slots, logmonMS)
 	if len(base.first) == 0 || len(dev.first) == 0 || len(base.rest) == 0 || len(dev.rest) == 0 {
-		return ChurnRow{}, false
+		return Row{}, false
 	}
-	ratio := func(s split) float64 { return float64(Median(s.first)) / float64(Median(s.rest)) }
-	return ChurnRow{Key: "launch-storm", Figure: fmt.Sprintf("a task's log collector start (Nomad's logmon hook), p50: the first %d of each batch, started together, against the rest", res.Slots),
-		Measured: fmtMS(Median(dev.first)) + " device", Reference: fmtMS(Median(base.first)) + " baseline",
+	ratio := func(s split) float64 { return float64(bench.Median(s.first)) / float64(bench.Median(s.rest)) }
+	return Row{Key: "launch-storm", Figure: fmt.Sprintf("a task's log collector start (Nomad's logmon hook), p50: the first %d of each batch, started together, against the rest", res.Slots),
+		Measured: fmtMS(bench.Median(dev.first)) + " device", Reference: fmtMS(bench.Median(base.first)) + " baseline",
 		Ratio: fmt.Sprintf("%.2f× and %.2f× the rest", ratio(dev), ratio(base)), Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("Nomad's TRACE timing of each task's \"logmon\" prestart hook, which starts a process; a batch's first %d tasks are placed and started together: device first %s (%d), rest %s (%d); baseline first %s (%d), rest %s (%d). The fresh Reserves are the device batches' first waves, so they are made in this storm, which the baseline batches show with no device and no plugin at work",
-			res.Slots, fmtMS(Median(dev.first)), len(dev.first), fmtMS(Median(dev.rest)), len(dev.rest),
-			fmtMS(Median(base.first)), len(base.first), fmtMS(Median(base.rest)), len(base.rest))}, true
+			res.Slots, fmtMS(bench.Median(dev.first)), len(dev.first), fmtMS(bench.Median(dev.rest)), len(dev.rest),
+			fmtMS(bench.Median(base.first)), len(base.first), fmtMS(bench.Median(base.rest)), len(base.rest))}, true
 }
 
 // freshWaveNote says how many of the fresh Reserves during churn were
 // their batch's first wave (see stormRow).
-func freshWaveNote(res *ChurnResults) string {
+func freshWaveNote(res *Results) string {
 	wave, rest := waveSplit(ofKind(res.Batches, kindDevice), res.Slots, reserveIf(func(a AllocRecord) bool { return a.Fresh }))
 	in, n := len(wave), len(wave)+len(rest)
 	if n == 0 {

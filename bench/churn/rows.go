@@ -1,7 +1,7 @@
-package bench
+package churn
 
 // The churn table: its rows and their notes, computed from what
-// figures recorded (churn_figures.go), and the table printed.
+// figures recorded (figures.go), and the table printed.
 
 import (
 	"fmt"
@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 )
 
-// ChurnRow is one figure of the churn table.
-type ChurnRow struct {
+// Row is one figure of the churn table.
+type Row struct {
 	Key       string  `json:"key"`
 	Figure    string  `json:"figure"`
 	Measured  string  `json:"measured"`
@@ -25,8 +27,8 @@ type ChurnRow struct {
 }
 
 // churnRows judges the figures against issue 10's targets.
-func churnRows(res *ChurnResults) []ChurnRow {
-	var rows []ChurnRow
+func churnRows(res *Results) []Row {
+	var rows []Row
 	// Throughput, over every batch of each kind.
 	var pairs []string
 	var lastBase float64
@@ -44,9 +46,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 		for _, b := range res.Batches {
 			conc = append(conc, fmt.Sprintf("%s %.1f s, %d at once", b.Kind, b.Seconds, b.MaxConcurrent))
 		}
-		rows = append(rows, ChurnRow{Key: "throughput", Figure: "throughput, device jobs / baseline jobs",
+		rows = append(rows, Row{Key: "throughput", Figure: "throughput, device jobs / baseline jobs",
 			Measured: fmt.Sprintf("%.2f jobs/s", dev), Reference: fmt.Sprintf("%.2f jobs/s", base),
-			Ratio: fmt.Sprintf("%.2f", dev/base), Value: dev / base, Target: "≥ 0.90", Verdict: passIf(dev/base >= 0.90),
+			Ratio: fmt.Sprintf("%.2f", dev/base), Value: dev / base, Target: "≥ 0.90", Verdict: bench.PassIf(dev/base >= 0.90),
 			Note: fmt.Sprintf("first registration to last allocation terminal; per pair %s; %s", strings.Join(pairs, ", "), strings.Join(conc, "; "))})
 	}
 	// Reserve on a fresh slot, during churn versus idle.
@@ -101,36 +103,36 @@ func churnRows(res *ChurnResults) []ChurnRow {
 		}
 	}
 	if len(idle) > 0 && len(churn) > 0 {
-		q := float64(Median(churn)) / float64(Median(idle))
-		rows = append(rows, ChurnRow{Key: "reserve-fresh", Figure: "Reserve on a slot that is already fresh, p50 during churn",
-			Measured: fmtMS(Median(churn)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
-			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
+		q := float64(bench.Median(churn)) / float64(bench.Median(idle))
+		rows = append(rows, Row{Key: "reserve-fresh", Figure: "Reserve on a slot that is already fresh, p50 during churn",
+			Measured: fmtMS(bench.Median(churn)), Reference: fmtMS(bench.Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+			Target: "≤ 3× idle", Verdict: bench.PassIf(q <= 3),
 			Note: fmt.Sprintf("Nomad client's \"devices\" prestart hook (TRACE log: Reserve over gRPC + saving its answer); fresh = the plugin logged the slot's fresh dataset after its last reservation; %d fresh samples (max %s), %d idle; %d more Reserves were given a slot whose tenant had ended but that was not fresh yet, and waited for its release (p50 %s, max %s)",
-				len(churn), fmtMS(Percentile(churn, 100)), len(idle), len(busy), fmtMS(Median(busy)), fmtMS(Percentile(busy, 100))) + freshPartsNote(freshIn, freshOut, Median(idle)) + freshWaveNote(res)})
+				len(churn), fmtMS(bench.Percentile(churn, 100)), len(idle), len(busy), fmtMS(bench.Median(busy)), fmtMS(bench.Percentile(busy, 100))) + freshPartsNote(freshIn, freshOut, bench.Median(idle)) + freshWaveNote(res)})
 	}
 	if len(idle) > 0 && len(spare) > 0 {
-		q := float64(Median(spare)) / float64(Median(idle))
-		rows = append(rows, ChurnRow{Key: "reserve-spare", Figure: "Reserve handed the spare of a slot whose tenant ended, p50 during churn",
-			Measured: fmtMS(Median(spare)), Reference: fmtMS(Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
-			Target: "≤ 3× idle", Verdict: passIf(q <= 3),
-			Note: fmt.Sprintf("the plugin's \"slot reserved\" line says how (how=spare): the spare (armed) handed over in memory, no zfs command (at placement when prepared, see the prepared row), the ended tenant's dataset's fate written behind it and the dataset archived; %d samples (max %s)", len(spare), fmtMS(Percentile(spare, 100)))})
+		q := float64(bench.Median(spare)) / float64(bench.Median(idle))
+		rows = append(rows, Row{Key: "reserve-spare", Figure: "Reserve handed the spare of a slot whose tenant ended, p50 during churn",
+			Measured: fmtMS(bench.Median(spare)), Reference: fmtMS(bench.Median(idle)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+			Target: "≤ 3× idle", Verdict: bench.PassIf(q <= 3),
+			Note: fmt.Sprintf("the plugin's \"slot reserved\" line says how (how=spare): the spare (armed) handed over in memory, no zfs command (at placement when prepared, see the prepared row), the ended tenant's dataset's fate written behind it and the dataset archived; %d samples (max %s)", len(spare), fmtMS(bench.Percentile(spare, 100)))})
 	}
 	if len(idleCmd) > 0 && len(churnCmd) > 0 {
-		q := float64(Median(churnCmd)) / float64(Median(idleCmd))
-		rows = append(rows, ChurnRow{Key: "reserve-zfs", Figure: "the zfs set of those Reserves (fresh and spare) not prepared, p50 during churn",
-			Measured: fmtMS(Median(churnCmd)), Reference: fmtMS(Median(idleCmd)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+		q := float64(bench.Median(churnCmd)) / float64(bench.Median(idleCmd))
+		rows = append(rows, Row{Key: "reserve-zfs", Figure: "the zfs set of those Reserves (fresh and spare) not prepared, p50 during churn",
+			Measured: fmtMS(bench.Median(churnCmd)), Reference: fmtMS(bench.Median(idleCmd)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "—", Verdict: "info",
 			Note: fmt.Sprintf("from the plugin's runner (\"ran\" lines at TRACE): the longest zfs set of a slot state on the slot's datasets inside each Reserve; the rest of the Reserve (gRPC, the allocation read that identifies the asker when it ends later than the command, Nomad saving the answer): p50 %s during churn (max %s), %s idle; %d and %d samples",
-				fmtMS(Median(churnRest)), fmtMS(Percentile(churnRest, 100)), fmtMS(Median(idleRest)), len(churnCmd), len(idleCmd)) + besideNote(byBeside) + readsNote(res.reads) + lockWaitsNote(res.lockWaits)})
+				fmtMS(bench.Median(churnRest)), fmtMS(bench.Percentile(churnRest, 100)), fmtMS(bench.Median(idleRest)), len(churnCmd), len(idleCmd)) + besideNote(byBeside) + readsNote(res.reads) + lockWaitsNote(res.lockWaits)})
 	}
 	if len(idle) > 0 && len(idleOut) > 0 && len(churnOut) > 0 {
-		q := float64(Median(churnOut)) / float64(Median(idleOut))
-		floor := float64(Median(churnOut)) / float64(Median(idle))
-		rows = append(rows, ChurnRow{Key: "reserve-outside", Figure: "the part of those Reserves outside the plugin, p50 during churn",
-			Measured: fmtMS(Median(churnOut)), Reference: fmtMS(Median(idleOut)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+		q := float64(bench.Median(churnOut)) / float64(bench.Median(idleOut))
+		floor := float64(bench.Median(churnOut)) / float64(bench.Median(idle))
+		rows = append(rows, Row{Key: "reserve-outside", Figure: "the part of those Reserves outside the plugin, p50 during churn",
+			Measured: fmtMS(bench.Median(churnOut)), Reference: fmtMS(bench.Median(idleOut)) + " idle", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
 			Target: "—", Verdict: "info",
 			Note: fmt.Sprintf("the Nomad client's hook less the plugin's own time (from the Reserve's arrival to its \"slot reserved\" line: p50 %s during churn, %s idle): gRPC and the client saving the answer, on the same CPUs as the churn; alone it is %.2f× the whole idle Reserve, the least a fresh Reserve's ratio could be if the plugin took no time at all; %d and %d samples",
-				fmtMS(Median(churnIn)), fmtMS(Median(idleIn)), floor, len(churnOut), len(idleOut))})
+				fmtMS(bench.Median(churnIn)), fmtMS(bench.Median(idleIn)), floor, len(churnOut), len(idleOut))})
 	}
 	if row, ok := stormRow(res); ok {
 		rows = append(rows, row)
@@ -164,36 +166,36 @@ func churnRows(res *ChurnResults) []ChurnRow {
 		}
 	}
 	if len(recycle) > 0 {
-		p50, top := Median(recycle), Percentile(recycle, 100)
+		p50, top := bench.Median(recycle), bench.Percentile(recycle, 100)
 		rows = append(rows,
-			ChurnRow{Key: "recycle-p50", Figure: "recycle: allocation terminal → slot healthy again in the node API, p50", Measured: fmtMS(p50),
-				Value: p50.Seconds(), Target: "≤ 1 s", Verdict: passIf(p50 <= time.Second),
+			Row{Key: "recycle-p50", Figure: "recycle: allocation terminal → slot healthy again in the node API, p50", Measured: fmtMS(p50),
+				Value: p50.Seconds(), Target: "≤ 1 s", Verdict: bench.PassIf(p50 <= time.Second),
 				Note: fmt.Sprintf("%d releases; terminal = the allocation's modify time; from the task's Terminated event instead: p50 %s, max %s; parts (p50 / max): terminal → \"release started\" %s / %s, release → fresh dataset %s / %s, fresh → healthy in the node API: see healthy-again",
-					len(recycle), fmtMS(Median(recycleTask)), fmtMS(Percentile(recycleTask, 100)),
-					fmtMS(Median(toStart)), fmtMS(Percentile(toStart, 100)), fmtMS(Median(work)), fmtMS(Percentile(work, 100)))},
-			ChurnRow{Key: "recycle-max", Figure: "recycle, max", Measured: fmtMS(top), Value: top.Seconds(), Target: "≤ 3 s", Verdict: passIf(top <= 3*time.Second)})
+					len(recycle), fmtMS(bench.Median(recycleTask)), fmtMS(bench.Percentile(recycleTask, 100)),
+					fmtMS(bench.Median(toStart)), fmtMS(bench.Percentile(toStart, 100)), fmtMS(bench.Median(work)), fmtMS(bench.Percentile(work, 100)))},
+			Row{Key: "recycle-max", Figure: "recycle, max", Measured: fmtMS(top), Value: top.Seconds(), Target: "≤ 3 s", Verdict: bench.PassIf(top <= 3*time.Second)})
 	}
 	if spared > 0 {
-		rows = append(rows, ChurnRow{Key: "spare-releases", Figure: "releases whose slot served its spare at once (never unhealthy)",
+		rows = append(rows, Row{Key: "spare-releases", Figure: "releases whose slot served its spare at once (never unhealthy)",
 			Measured: fmt.Sprintf("%d of %d releases", spared, spared+n), Value: float64(spared) / float64(spared+n), Target: "—", Verdict: "info",
 			Note: "the plugin's \"release started\" line names the spare: the slot was offered (or handed to its next tenant) from the release's start, so Nomad had nothing to show; the health rows below are judged on the other releases"})
 	}
 	if n > 0 {
 		v := "miss"
-		if shown == n && Percentile(shownDelay, 100) <= time.Second {
+		if shown == n && bench.Percentile(shownDelay, 100) <= time.Second {
 			v = "pass"
 		}
 		delay := "—"
 		if len(shownDelay) > 0 {
-			delay = fmt.Sprintf("delay p50 %s, max %s", fmtMS(Median(shownDelay)), fmtMS(Percentile(shownDelay, 100)))
+			delay = fmt.Sprintf("delay p50 %s, max %s", fmtMS(bench.Median(shownDelay)), fmtMS(bench.Percentile(shownDelay, 100)))
 		}
 		rows = append(rows,
-			ChurnRow{Key: "unhealthy-shown", Figure: "Nomad shows the slot unhealthy while it is released", Measured: fmt.Sprintf("%d of %d releases", shown, n),
+			Row{Key: "unhealthy-shown", Figure: "Nomad shows the slot unhealthy while it is released", Measured: fmt.Sprintf("%d of %d releases", shown, n),
 				Reference: delay, Value: float64(shown) / float64(n), Target: "every release, within 1 s of its start", Verdict: v,
 				Note: fmt.Sprintf("node API polled every %s; delay from the plugin's \"release started\" line; the Nomad client sends node changes to the servers 1 s after the first one in dev mode (5–10 s otherwise: watchNodeUpdates in client/client.go), so a release shorter than that is never shown; %d releases began while every other slot was being released too (where a rule that keeps the class's last instance offered would apply); %d fingerprints sent over the run", churnPollPeriod, last, res.Fingerprs)},
 			sentRow(res),
-			ChurnRow{Key: "healthy-again", Figure: "healthy again after the fresh dataset, p50 / max", Measured: fmtMS(Median(again)) + " / " + fmtMS(Percentile(again, 100)),
-				Value: Percentile(again, 100).Seconds(), Target: "≤ 1 s", Verdict: passIf(Percentile(again, 100) <= time.Second),
+			Row{Key: "healthy-again", Figure: "healthy again after the fresh dataset, p50 / max", Measured: fmtMS(bench.Median(again)) + " / " + fmtMS(bench.Percentile(again, 100)),
+				Value: bench.Percentile(again, 100).Seconds(), Target: "≤ 1 s", Verdict: bench.PassIf(bench.Percentile(again, 100) <= time.Second),
 				Note: "from the plugin's \"slot changed: create slot\" line to the first node API sample showing it healthy"})
 	}
 	// zfs processes per device job, net of the periodic refreshes.
@@ -209,8 +211,8 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	if devJobs > 0 && baseSecs > 0 {
 		rate := float64(baseProcs) / baseSecs
 		net := (float64(devProcs) - rate*devSecs) / float64(devJobs)
-		rows = append(rows, ChurnRow{Key: "zfs-per-job", Figure: "zfs processes per device job", Measured: fmt.Sprintf("%.1f", net),
-			Reference: fmt.Sprintf("%.1f gross", float64(devProcs)/float64(devJobs)), Value: net, Target: "≤ 8", Verdict: passIf(net <= 8),
+		rows = append(rows, Row{Key: "zfs-per-job", Figure: "zfs processes per device job", Measured: fmt.Sprintf("%.1f", net),
+			Reference: fmt.Sprintf("%.1f gross", float64(devProcs)/float64(devJobs)), Value: net, Target: "≤ 8", Verdict: bench.PassIf(net <= 8),
 			Note: fmt.Sprintf("counting wrapper first on the agent's PATH; %d processes over %d device jobs in %.0f s, less the periodic refreshes at the rate of the baseline batches (%.2f/s)", devProcs, devJobs, devSecs, rate)})
 	}
 	if row, ok := turnRow(res.Batches, res.Slots); ok {
@@ -222,9 +224,9 @@ func churnRows(res *ChurnResults) []ChurnRow {
 	rows = append(rows, nullRows(res)...)
 	if res.RSSStart > 0 {
 		q := float64(res.RSSEnd) / float64(res.RSSStart)
-		rows = append(rows, ChurnRow{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),
+		rows = append(rows, Row{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),
 			Reference: fmt.Sprintf("%.1f MiB start", mib(res.RSSStart)), Ratio: fmt.Sprintf("%.2f×", q), Value: q, Target: "end ≤ 1.25× start",
-			Verdict: passIf(q <= 1.25), Note: fmt.Sprintf("VmRSS of the plugin process; peak (VmHWM) at the end %.1f MiB", mib(res.HWMEnd))})
+			Verdict: bench.PassIf(q <= 1.25), Note: fmt.Sprintf("VmRSS of the plugin process; peak (VmHWM) at the end %.1f MiB", mib(res.HWMEnd))})
 	}
 	return rows
 }
@@ -263,13 +265,13 @@ func fmtMS(d time.Duration) string {
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}
 	if d >= 100*time.Millisecond {
-		return fmt.Sprintf("%.0f ms", ms(d))
+		return fmt.Sprintf("%.0f ms", bench.Millis(d))
 	}
-	return fmt.Sprintf("%.1f ms", ms(d))
+	return fmt.Sprintf("%.1f ms", bench.Millis(d))
 }
 
-// WriteChurnMarkdown prints the churn table and its notes.
-func WriteChurnMarkdown(w io.Writer, r *ChurnResults) {
+// WriteMarkdown prints the churn table and its notes.
+func WriteMarkdown(w io.Writer, r *Results) {
 	m := r.Machine
 	fmt.Fprintf(w, "### Churn: %d jobs through %d slots, real Nomad agent\n\n", r.Jobs, r.Slots)
 	fmt.Fprintf(w, "Machine: %d CPUs, %s, Linux %s, %s, %s; node CPU %d MHz (%d tasks of %d MHz at once); the run took %.0f s.\n\n",
@@ -277,7 +279,7 @@ func WriteChurnMarkdown(w io.Writer, r *ChurnResults) {
 	fmt.Fprintln(w, "| figure | measured | reference | ratio | target | result |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
 	for _, row := range r.Rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Measured, orDash(row.Reference), orDash(row.Ratio), row.Target, verdict(row.Verdict))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Measured, bench.OrDash(row.Reference), bench.OrDash(row.Ratio), row.Target, bench.Verdict(row.Verdict))
 	}
 	fmt.Fprintln(w)
 	for _, row := range r.Rows {
@@ -297,7 +299,7 @@ func WriteChurnMarkdown(w io.Writer, r *ChurnResults) {
 // Nomad a fingerprint showing a slot unhealthy after its release started,
 // and healthy after its fresh dataset. What the node API shows adds the
 // Nomad client's own delay.
-func sentRow(res *ChurnResults) ChurnRow {
+func sentRow(res *Results) Row {
 	var down, up []time.Duration
 	n, kept := 0, 0
 	for _, rel := range res.Releases {
@@ -314,17 +316,17 @@ func sentRow(res *ChurnResults) ChurnRow {
 			up = append(up, msDur(rel.SentHealthyMS))
 		}
 	}
-	worst := max(Percentile(down, 100), Percentile(up, 100))
-	return ChurnRow{Key: "health-sent", Figure: "plugin sends the health change to Nomad: unhealthy after the release starts / healthy after the fresh dataset, p50 (max)",
-		Measured: fmt.Sprintf("%s (%s) / %s (%s)", fmtMS(Median(down)), fmtMS(Percentile(down, 100)), fmtMS(Median(up)), fmtMS(Percentile(up, 100))),
-		Value:    worst.Seconds(), Target: "≤ 1 s", Verdict: passIf(len(up) > 0 && worst <= time.Second),
+	worst := max(bench.Percentile(down, 100), bench.Percentile(up, 100))
+	return Row{Key: "health-sent", Figure: "plugin sends the health change to Nomad: unhealthy after the release starts / healthy after the fresh dataset, p50 (max)",
+		Measured: fmt.Sprintf("%s (%s) / %s (%s)", fmtMS(bench.Median(down)), fmtMS(bench.Percentile(down, 100)), fmtMS(bench.Median(up)), fmtMS(bench.Percentile(up, 100))),
+		Value:    worst.Seconds(), Target: "≤ 1 s", Verdict: bench.PassIf(len(up) > 0 && worst <= time.Second),
 		Note: fmt.Sprintf("from the plugin's \"fingerprint sent\" lines; %d of %d releases sent unhealthy, the other %d kept the slot offered as the class's last healthy instance (\"fresh soon\")", len(down), n, kept)}
 }
 
 // cpuRow is the CPU time a device job costs against a baseline job, and
 // where the difference goes: on a 2-core machine that the churn keeps busy,
 // it is the time the jobs beside it wait.
-func cpuRow(batches []BatchResult) (ChurnRow, bool) {
+func cpuRow(batches []BatchResult) (Row, bool) {
 	var base, dev CPUUse
 	var baseJobs, devJobs int
 	add := func(to *CPUUse, u *CPUUse) {
@@ -348,12 +350,12 @@ func cpuRow(batches []BatchResult) (ChurnRow, bool) {
 		}
 	}
 	if baseJobs == 0 || devJobs == 0 {
-		return ChurnRow{}, false
+		return Row{}, false
 	}
 	per := func(v float64, n int) float64 { return v / float64(n) }
 	extra := func(d, b float64) string { return fmt.Sprintf("%+.0f ms", 1000*(per(d, devJobs)-per(b, baseJobs))) }
 	q := per(dev.Machine, devJobs) / per(base.Machine, baseJobs)
-	return ChurnRow{Key: "cpu-per-job", Figure: "machine CPU time per job, device / baseline",
+	return Row{Key: "cpu-per-job", Figure: "machine CPU time per job, device / baseline",
 		Measured:  fmt.Sprintf("%.2f s", per(dev.Machine, devJobs)),
 		Reference: fmt.Sprintf("%.2f s", per(base.Machine, baseJobs)), Ratio: fmt.Sprintf("%.2f×", q), Value: q, Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("busy CPU time of the whole machine from a batch's start until its slots settled, per job; a device job's extra, by part: zfs commands %s, zfs-fuse daemon %s, plugin %s, Nomad agent %s, executors and tasks %s; the rest is the kernel and the benchmark's own polling",
@@ -395,9 +397,9 @@ func turnParts(allocs []AllocRecord, slots int) (toPlaced, toStart []time.Durati
 // start goes, for device jobs against baseline jobs: to the scheduler's
 // placement, then to the task's start on the client (the devices hook,
 // that is Reserve, among its steps).
-func turnRow(batches []BatchResult, slots int) (ChurnRow, bool) {
+func turnRow(batches []BatchResult, slots int) (Row, bool) {
 	if slots <= 0 {
-		return ChurnRow{}, false
+		return Row{}, false
 	}
 	parts := map[string][2][]time.Duration{}
 	for _, b := range batches {
@@ -407,12 +409,12 @@ func turnRow(batches []BatchResult, slots int) (ChurnRow, bool) {
 	}
 	dev, base := parts["device"], parts["baseline"]
 	if len(dev[0]) == 0 || len(base[0]) == 0 || len(dev[1]) == 0 || len(base[1]) == 0 {
-		return ChurnRow{}, false
+		return Row{}, false
 	}
 	show := func(p [2][]time.Duration) string {
-		return fmtMS(Median(p[0])) + " + " + fmtMS(Median(p[1]))
+		return fmtMS(bench.Median(p[0])) + " + " + fmtMS(bench.Median(p[1]))
 	}
-	return ChurnRow{Key: "turn", Figure: "a task's end → the next placement + that placement → its task's start, p50",
+	return Row{Key: "turn", Figure: "a task's end → the next placement + that placement → its task's start, p50",
 		Measured: show(dev), Reference: show(base) + " baseline", Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("end = the allocation's terminal (modify) time, placement = the next allocation's create time, paired in time order with at most %d tasks at once; %d and %d turns (device, baseline); the device job's start includes its Reserve (reserve rows)", slots, len(dev[0]), len(base[0]))}, true
 }
@@ -420,7 +422,7 @@ func turnRow(batches []BatchResult, slots int) (ChurnRow, bool) {
 // preparedRows says how many Reserves of the device batches were handed
 // over as prepared (the slot reserved when the allocation was placed), how
 // many found the preparation done, and what each kind cost in the plugin.
-func preparedRows(res *ChurnResults) []ChurnRow {
+func preparedRows(res *Results) []Row {
 	var all, prepared, ready int
 	var readyIn, waitedIn, waits, preps, leads []time.Duration
 	var idleIn []time.Duration
@@ -453,9 +455,9 @@ func preparedRows(res *ChurnResults) []ChurnRow {
 	if all == 0 {
 		return nil
 	}
-	return []ChurnRow{{Key: "reserve-prepared", Figure: "Reserves whose slot was prepared at placement (reserved before the task asked)",
+	return []Row{{Key: "reserve-prepared", Figure: "Reserves whose slot was prepared at placement (reserved before the task asked)",
 		Measured: fmt.Sprintf("%d of %d", prepared, all), Reference: fmt.Sprintf("%d ready when asked", ready), Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("the plugin's \"slot prepared\" and \"slot reserved … prepared=true\" lines; in the plugin (arrival to answer), p50: ready %s (%d), waited for the preparation %s (%d, the wait p50 %s), idle %s (%d); the preparation's zfs work p50 %s, ended p50 %s before the Reserve arrived (negative: after)",
-			fmtMS(Median(readyIn)), len(readyIn), fmtMS(Median(waitedIn)), len(waitedIn), fmtMS(Median(waits)), fmtMS(Median(idleIn)), len(idleIn),
-			fmtMS(Median(preps)), fmtMS(Median(leads)))}}
+			fmtMS(bench.Median(readyIn)), len(readyIn), fmtMS(bench.Median(waitedIn)), len(waitedIn), fmtMS(bench.Median(waits)), fmtMS(bench.Median(idleIn)), len(idleIn),
+			fmtMS(bench.Median(preps)), fmtMS(bench.Median(leads)))}}
 }

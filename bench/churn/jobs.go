@@ -1,4 +1,4 @@
-package bench
+package churn
 
 // The churn's jobs, and what is recorded of their allocations.
 
@@ -10,7 +10,7 @@ import (
 )
 
 // The kinds of batch, and of job: without a device, with a slot of the
-// plugin's class, with the null device plugin's device (churn_null.go).
+// plugin's class, with the null device plugin's device (null.go).
 const (
 	kindBaseline = "baseline"
 	kindDevice   = "device"
