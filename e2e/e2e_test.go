@@ -74,63 +74,31 @@ func pluginConfig(parent string) string {
 // $ZFS_SCRATCH_PATH. After writing, the task waits (bounded) until the test
 // drops release-me into the dataset from the host, so that the test sees
 // the dataset while it is reserved.
-const jobHCL = `
-job "e2e-scratch" {
-  type = "batch"
-
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-
-    task "write" {
-      driver = "exec"
-
-      config {
-        command = "/bin/sh"
-        args = ["-c", <<-EOT
-          set -eu
-          echo "dataset=$ZFS_SCRATCH_DATASET"
-          echo "path=$ZFS_SCRATCH_PATH"
-          echo "host_path=$ZFS_SCRATCH_HOST_PATH"
-          echo "id=$(id)"
-          echo "hello from alloc $NOMAD_ALLOC_ID" > "$ZFS_SCRATCH_PATH/hello.txt"
-          dd if=/dev/urandom of="$ZFS_SCRATCH_PATH/blob" bs=1024 count=@BLOB_KIB@ 2>/dev/null
-          sync
-          ls -ln "$ZFS_SCRATCH_PATH"
-          df -k "$ZFS_SCRATCH_PATH" || true
-          # Hold the dataset until the test has looked at it from the host.
-          i=0
-          while [ ! -e "$ZFS_SCRATCH_PATH/release-me" ]; do
-            i=$((i + 1))
-            if [ "$i" -gt @HOLD_SECONDS@ ]; then
-              echo "no release-me after @HOLD_SECONDS@ s" >&2
-              exit 1
-            fi
-            sleep 1
-          done
-          echo "released by the test"
-          EOT
-        ]
-      }
-
-      resources {
-        cpu    = 100
-        memory = 64
-
-        device "zfs/dataset/scratch" {
-          count = 1
-        }
-      }
-    }
-  }
-}
-`
+var jobHCL = nomadtest.JobSpec{ID: "e2e-scratch", Tasks: []nomadtest.TaskSpec{{
+	Name: "write", Memory: 64, Device: "zfs/dataset/scratch",
+	Script: `set -eu
+echo "dataset=$ZFS_SCRATCH_DATASET"
+echo "path=$ZFS_SCRATCH_PATH"
+echo "host_path=$ZFS_SCRATCH_HOST_PATH"
+echo "id=$(id)"
+echo "hello from alloc $NOMAD_ALLOC_ID" > "$ZFS_SCRATCH_PATH/hello.txt"
+dd if=/dev/urandom of="$ZFS_SCRATCH_PATH/blob" bs=1024 count=@BLOB_KIB@ 2>/dev/null
+sync
+ls -ln "$ZFS_SCRATCH_PATH"
+df -k "$ZFS_SCRATCH_PATH" || true
+# Hold the dataset until the test has looked at it from the host.
+i=0
+while [ ! -e "$ZFS_SCRATCH_PATH/release-me" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt @HOLD_SECONDS@ ]; then
+    echo "no release-me after @HOLD_SECONDS@ s" >&2
+    exit 1
+  fi
+  sleep 1
+done
+echo "released by the test"
+`,
+}}}.HCL()
 
 // TestScratchDatasetEndToEnd runs the plugin in a real Nomad agent on a real
 // (zfs-fuse or kernel) pool, through a dataset's whole life: the device shows

@@ -102,46 +102,14 @@ namespace "default" {
 // fcSecretJob writes secret.txt (its allocation ID) into its dataset and
 // exits.
 func fcSecretJob(id, namespace string) string {
-	return fmt.Sprintf(`
-job %q {
-  namespace = %q
-  type      = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "s" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", "echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/secret.txt"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
-}
-`, id, namespace)
+	return nomadtest.JobSpec{ID: id, Namespace: namespace, Tasks: []nomadtest.TaskSpec{{
+		Name: "s", Device: "zfs/dataset/scratch",
+		Script: "echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/secret.txt",
+	}}}.HCL()
 }
 
 // fcHoldJob writes secret.txt and runs until it is stopped.
-func fcHoldJob(id string) string {
-	return strings.Replace(strings.Replace(writerJob, `job "writer"`, fmt.Sprintf("job %q", id), 1),
-		"owner.txt", "secret.txt", 1)
-}
-
-// fcCheckerJob is checkerJob (fails unless its dataset is empty) as job id.
-func fcCheckerJob(id string) string {
-	return strings.Replace(checkerJob, `job "checker"`, fmt.Sprintf("job %q", id), 1)
-}
+func fcHoldJob(id string) string { return writerJob(id, "secret.txt").HCL() }
 
 // fcAlloc waits until the first allocation of a job in a namespace
 // satisfies cond, and returns it.
@@ -339,7 +307,7 @@ func TestFailClosed_LimitedToken(t *testing.T) {
 	e.step(t, "%s: %s", dev, desc)
 
 	// Tenant 2 goes to the other slot and finds it empty; the secret stays.
-	t2 := a.RunJob(t, fcCheckerJob("checker"), jobTimeout)
+	t2 := a.RunJob(t, checkerJob("checker"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, t2.ClientStatus)
 	must.NotEq(t, dev, deviceOf(t, t2), must.Sprint("the unknown tenant's slot must not be placed"))
 	must.EqOp(t, t1.ID, readSecret(t, e, e.slot(idx)))
@@ -382,7 +350,7 @@ func TestFailClosed_APIUnreachable(t *testing.T) {
 	e.step(t, "tenant 1 %s complete; scratch-0: %s", t1.ID[:8], desc)
 
 	// Tenant 2 is not placed while the owner is unknown.
-	checker := a.RegisterJob(t, fcCheckerJob("checker"))
+	checker := a.RegisterJob(t, checkerJob("checker"))
 	deadline := time.Now().Add(3 * 2 * time.Second) // three fingerprint periods
 	for time.Now().Before(deadline) {
 		stubs, _, err := a.API.Jobs().Allocations(checker.ID, true, nil)
@@ -443,7 +411,7 @@ func TestFailClosed_HungAPI(t *testing.T) {
 	e.step(t, "tenant 1 %s holds scratch-0", t1.ID[:8])
 
 	// Tenant 2 waits for the device.
-	checker := a.RegisterJob(t, fcCheckerJob("checker"))
+	checker := a.RegisterJob(t, checkerJob("checker"))
 	proxy.Hang()
 	hungAt := time.Now()
 	_, _, err := a.API.Jobs().Deregister(hold.ID, false, nil)
@@ -487,7 +455,7 @@ func TestFailClosed_HungAPI(t *testing.T) {
 	must.EqOp(t, t1.ID, readSecretAt(t, dir))
 	unmount()
 	a.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
-	t3 := a.RunJob(t, fcCheckerJob("checker-2"), jobTimeout)
+	t3 := a.RunJob(t, checkerJob("checker-2"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, t3.ClientStatus)
 	e.step(t, "API back: tenant 1 archived as %s; tenant 3 %s found the slot empty", arch, t3.ID[:8])
 }

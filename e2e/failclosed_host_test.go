@@ -213,11 +213,6 @@ func releaseUnmount(t *testing.T, pool *zfstest.Pool, parent string) string {
 	return "unmount"
 }
 
-// hostRenameJob returns a copy of jobHCL whose job is named id.
-func hostRenameJob(jobHCL, from, id string) string {
-	return strings.Replace(jobHCL, fmt.Sprintf("job %q", from), fmt.Sprintf("job %q", id), 1)
-}
-
 // TestFailClosed_OrphanedZFSChild: the plugin is SIGKILLed while a
 // release's `zfs unmount` is pending (on OpenZFS the rename into the
 // archive, which does the unmount: releaseUnmount). Before the fix the child lived on
@@ -254,7 +249,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	step("agent %d up, plugin pid %d", agent.PID, plugin)
 
 	// 1. The first tenant writes into the slot and runs until stopped.
-	writer := agent.RegisterJob(t, writerJob)
+	writer := agent.RegisterJob(t, writerJob("writer", "owner.txt").HCL())
 	alloc := agent.WaitForAlloc(t, writer, "running", jobTimeout, func(a *api.Allocation) bool {
 		return a.ClientStatus == api.AllocClientStatusRunning
 	})
@@ -331,7 +326,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	slot = servingDataset(pool, parent, 0)
 	step("released to %s; the slot serves %s", archived, slot)
 	hostAssertMounted(t, agent, pool, slot)
-	checker := agent.RunJob(t, checkerJob, jobTimeout)
+	checker := agent.RunJob(t, checkerJob("checker"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker.ClientStatus, must.Sprint("the second tenant finds the fresh slot empty"))
 	must.EqOp(t, "scratch-0", checker.AllocatedResources.Tasks["c"].Devices[0].DeviceIDs[0])
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
@@ -355,7 +350,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	step("unmounted %s by hand", slot)
 	hostAssertMounted(t, agent, pool, slot)
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
-	checker2 := agent.RunJob(t, hostRenameJob(checkerJob, "checker", "checker-2"), jobTimeout)
+	checker2 := agent.RunJob(t, checkerJob("checker-2"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker2.ClientStatus)
 	agent.Wait(t, "the third tenant's file in the archive", releaseTimeout, func() (bool, string) {
 		return hostReleased(t, pool, archive, checker2.ID, parent, 0)

@@ -22,47 +22,25 @@ import (
 
 // namesTenantHCL is a tenant whose job ID, group and task names the test
 // replaces after parsing (HCL cannot carry a TAB or a newline in a label).
-// It writes its allocation ID into hello.txt, then, when @HOLD@ is 1, waits
+// It writes its allocation ID into hello.txt, then, when hold is set, waits
 // (bounded) for release-me from the host before it exits.
-const namesTenantHCL = `
-job "names-tenant" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", <<-EOT
-          set -eu
-          echo "$NOMAD_ALLOC_ID" > "$ZFS_SCRATCH_PATH/hello.txt"
-          sync
-          i=0
-          while [ @HOLD@ = 1 ] && [ ! -e "$ZFS_SCRATCH_PATH/release-me" ]; do
-            i=$((i + 1))
-            if [ "$i" -gt 300 ]; then echo "no release-me after 300 s" >&2; exit 1; fi
-            sleep 1
-          done
-          echo done
-          EOT
-        ]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
+func namesTenantHCL(hold bool) string {
+	h := map[bool]string{false: "0", true: "1"}[hold]
+	return nomadtest.JobSpec{ID: "names-tenant", Tasks: []nomadtest.TaskSpec{{
+		Name: "t", Device: "zfs/dataset/scratch",
+		Script: `set -eu
+echo "$NOMAD_ALLOC_ID" > "$ZFS_SCRATCH_PATH/hello.txt"
+sync
+i=0
+while [ ` + h + ` = 1 ] && [ ! -e "$ZFS_SCRATCH_PATH/release-me" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 300 ]; then echo "no release-me after 300 s" >&2; exit 1; fi
+  sleep 1
+done
+echo done
+`,
+	}}}.HCL()
 }
-`
 
 // namesPluginConfig is the plugin block of these tests: short periods and
 // reserve_timeout, one class "scratch" of n slots.
@@ -86,8 +64,7 @@ func namesPluginConfig(parent string, n int) string {
 // name), group and task names, and deregisters it when the test ends.
 func namesRegister(t *testing.T, agent *nomadtest.Agent, jobID, group, task string, hold bool) nomadtest.Job {
 	t.Helper()
-	h := map[bool]string{false: "0", true: "1"}[hold]
-	job, err := agent.API.Jobs().ParseHCL(strings.ReplaceAll(namesTenantHCL, "@HOLD@", h), true)
+	job, err := agent.API.Jobs().ParseHCL(namesTenantHCL(hold), true)
 	must.NoError(t, err)
 	job.ID, job.Name = &jobID, &jobID
 	job.TaskGroups[0].Name = &group
@@ -276,7 +253,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	unmount()
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
-	checker := agent.RunJob(t, checkerJob, jobTimeout)
+	checker := agent.RunJob(t, checkerJob("checker"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker.ClientStatus)
 	var checkerArchived string
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {
@@ -337,7 +314,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	must.Positive(t, polls)
 	must.MapEmpty(t, seen, must.Sprintf("no slot may turn unhealthy over legacy values; agent log tail:\n%s", agent.LogTail(40)))
 
-	checker2 := agent.RunJob(t, strings.Replace(checkerJob, `job "checker"`, `job "checker2"`, 1), jobTimeout)
+	checker2 := agent.RunJob(t, checkerJob("checker2"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker2.ClientStatus)
 	step("a second checker ran on a fresh slot")
 }
@@ -409,7 +386,7 @@ func TestFailClosed_LongNames(t *testing.T) {
 	unmount()
 	agent.WaitForDevice(t, "zfs", "dataset", "scratch", 1, deviceTimeout)
 
-	checker := agent.RunJob(t, checkerJob, jobTimeout)
+	checker := agent.RunJob(t, checkerJob("checker"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker.ClientStatus)
 	must.EqOp(t, "scratch-0", namesDeviceOf(t, checker, "c"))
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {

@@ -12,58 +12,22 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
 // poststopJob's main task fails at once; its poststop task, which holds
-// the device, fetches the held artifact (%s) and then writes a secret into
-// its dataset.
-const poststopJob = `
-job "poststop" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "main" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args    = ["-c", "exit 1"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-      }
-    }
-    task "post" {
-      lifecycle {
-        hook = "poststop"
-      }
-      driver       = "exec"
-      kill_timeout = "2s"
-      artifact {
-        source      = "%s"
-        destination = "local/"
-      }
-      config {
-        command = "/bin/sh"
-        args    = ["-c", "echo secret-of-$NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/secret.txt"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
+// the device, fetches the held artifact (at url) and then writes a secret
+// into its dataset.
+func poststopJob(url string) string {
+	return nomadtest.JobSpec{ID: "poststop", Tasks: []nomadtest.TaskSpec{
+		{Name: "main", Script: "exit 1"},
+		{
+			Name: "post", Poststop: true, KillTimeout: "2s", Artifact: url, Device: "zfs/dataset/scratch",
+			Script: "echo secret-of-$NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/secret.txt",
+		},
+	}}.HCL()
 }
-`
 
 // TestFailClosed_PoststopOfAFailedAllocation (found by a review of issue
 // 10's preparation): Nomad reports an allocation failed as soon as one
@@ -102,13 +66,13 @@ func TestFailClosed_PoststopOfAFailedAllocation(t *testing.T) {
 		}
 	})
 
-	failed := agent.RegisterJob(t, fmt.Sprintf(poststopJob, artPost.URL))
+	failed := agent.RegisterJob(t, poststopJob(artPost.URL))
 	fa := agent.WaitForAlloc(t, failed, "failed", jobTimeout, func(a *api.Allocation) bool {
 		return a.ClientStatus == api.AllocClientStatusFailed
 	})
 	// The main task has failed; the poststop task is held at its artifact,
 	// before its Reserve, and Nomad has freed the device.
-	next := agent.RegisterJob(t, fmt.Sprintf(preparedJob, artNext.URL, "after-poststop", "batch", "echo done"))
+	next := agent.RegisterJob(t, preparedJob(artNext.URL, "after-poststop", "batch", "echo done"))
 	artNext.waitFetch(t)
 	artPost.waitFetch(t)
 	na := agent.WaitForAlloc(t, next, "placed", jobTimeout, func(*api.Allocation) bool { return true })

@@ -26,21 +26,6 @@ import (
 // grants nothing to a host user or to the task itself, because every slot
 // mount carries nosuid and nodev (unless the class asks for setuid = "on").
 
-// hostReachable makes dir and its parents up to the temp root searchable
-// by everyone: t.TempDir directories are 0700, and user nobody must reach
-// the slot's mountpoint as any host user would.
-func hostReachable(t *testing.T, dir string) {
-	t.Helper()
-	root := filepath.Clean(os.TempDir())
-	for d := filepath.Clean(dir); strings.HasPrefix(d, root+"/"); d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		must.NoError(t, err)
-		if fi.Mode().Perm()&0o005 != 0o005 {
-			must.NoError(t, os.Chmod(d, fi.Mode().Perm()|0o005))
-		}
-	}
-}
-
 // hostEUIDAsNobody runs `bin -u` (a copy of id(1), which prints the
 // effective UID) as user nobody and returns the UID it printed.
 func hostEUIDAsNobody(t *testing.T, bin string) int {
@@ -79,102 +64,52 @@ func hostSetuidCopy(t *testing.T, src, dir string) string {
 // root task on a host whose capability bounding set lacks one of Nomad's
 // legacy root capabilities, as in containers without CAP_SYS_RESOURCE;
 // raw_exec writes the same file into the same dataset.)
-const hostRootJob = `
-job "suid-root" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "raw_exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", <<-EOT
-          set -eu
-          p="$ZFS_SCRATCH_HOST_PATH"
-          echo "task-euid: $(id -u)"
-          cp /usr/bin/id "$p/id"
-          chown 0:0 "$p/id"
-          chmod 4755 "$p/id"
-          ls -ln "$p/id"
-          touch "$p/ready"
-          i=0
-          while [ ! -e "$p/release-me" ]; do
-            i=$((i + 1))
-            if [ "$i" -gt 600 ]; then echo "no release-me" >&2; exit 1; fi
-            sleep 1
-          done
-          echo "released by the test"
-          EOT
-        ]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
-}
-`
+var hostRootJob = nomadtest.JobSpec{ID: "suid-root", Tasks: []nomadtest.TaskSpec{{
+	Name: "t", Driver: "raw_exec", Device: "zfs/dataset/scratch",
+	Script: `set -eu
+p="$ZFS_SCRATCH_HOST_PATH"
+echo "task-euid: $(id -u)"
+cp /usr/bin/id "$p/id"
+chown 0:0 "$p/id"
+chmod 4755 "$p/id"
+ls -ln "$p/id"
+touch "$p/ready"
+i=0
+while [ ! -e "$p/release-me" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 600 ]; then echo "no release-me" >&2; exit 1; fi
+  sleep 1
+done
+echo "released by the test"
+`,
+}}}.HCL()
 
 // hostViewJob is a tenant under the exec driver (as nobody): it prints
 // its own view of its slot's bind mount (the mountinfo line), waits for
 // the test to put a setuid-root binary in its slot, prints the effective
 // UID that binary runs with inside the task, and holds the slot until the
 // test drops release-me.
-const hostViewJob = `
-job "suid-view" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", <<-EOT
-          set -eu
-          p="$ZFS_SCRATCH_PATH"
-          echo "task-mountinfo: $(grep " $p " /proc/self/mountinfo)"
-          touch "$p/ready"
-          i=0
-          while [ ! -e "$p/planted" ]; do
-            i=$((i + 1))
-            if [ "$i" -gt 600 ]; then echo "no planted" >&2; exit 1; fi
-            sleep 1
-          done
-          echo "task-setuid-euid: $("$p/id" -u)"
-          while [ ! -e "$p/release-me" ]; do
-            i=$((i + 1))
-            if [ "$i" -gt 600 ]; then echo "no release-me" >&2; exit 1; fi
-            sleep 1
-          done
-          echo "released by the test"
-          EOT
-        ]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
-}
-`
+var hostViewJob = nomadtest.JobSpec{ID: "suid-view", Tasks: []nomadtest.TaskSpec{{
+	Name: "t", Device: "zfs/dataset/scratch",
+	Script: `set -eu
+p="$ZFS_SCRATCH_PATH"
+echo "task-mountinfo: $(grep " $p " /proc/self/mountinfo)"
+touch "$p/ready"
+i=0
+while [ ! -e "$p/planted" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 600 ]; then echo "no planted" >&2; exit 1; fi
+  sleep 1
+done
+echo "task-setuid-euid: $("$p/id" -u)"
+while [ ! -e "$p/release-me" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 600 ]; then echo "no release-me" >&2; exit 1; fi
+  sleep 1
+done
+echo "released by the test"
+`,
+}}}.HCL()
 
 // hostRawExec is agent configuration appended after the plugin block: it
 // enables the raw_exec driver for hostRootJob.
@@ -304,7 +239,7 @@ func TestFailClosed_SetuidGrantsNothing(t *testing.T) {
 
 	// 2. From the host, while the tenant holds the slot: its mount carries
 	// nosuid,nodev, and user nobody running the binary stays nobody.
-	hostReachable(t, filepath.Dir(rootMP))
+	zfstest.Reachable(t, filepath.Dir(rootMP))
 	m := hostAssertSafe(t, "held slot "+rootSlot, rootMP)
 	must.EqOp(t, hostNobody, hostEUIDAsNobody(t, bin), must.Sprint("the slot's setuid binary grants nothing"))
 	step("host: %s is %s; nobody runs %s as euid %d", rootMP, strings.Join(m.Options, ","), bin, hostNobody)
@@ -312,7 +247,7 @@ func TestFailClosed_SetuidGrantsNothing(t *testing.T) {
 	// The control: the same binary on a host filesystem without nosuid
 	// makes nobody root, so the test sees the difference.
 	ctlDir := t.TempDir()
-	hostReachable(t, ctlDir)
+	zfstest.Reachable(t, ctlDir)
 	table, err := hostfs.ReadTable()
 	must.NoError(t, err)
 	var ctlMount hostfs.Mount
@@ -388,7 +323,7 @@ func TestFailClosed_SetuidGrantsNothing(t *testing.T) {
 	step("setuid=on slot %s: %s", suidSlot, strings.Join(sm.Options, ","))
 	must.False(t, sm.HasOption("nosuid"), must.Sprintf("setuid=on class mount options %v", sm.Options))
 	must.True(t, sm.HasOption("nodev"), must.Sprintf("setuid=on class mount options %v", sm.Options))
-	hostReachable(t, filepath.Dir(smp))
+	zfstest.Reachable(t, filepath.Dir(smp))
 	idPath, err := exec.LookPath("id")
 	must.NoError(t, err)
 	sbin := hostSetuidCopy(t, idPath, smp)

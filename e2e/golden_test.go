@@ -23,40 +23,15 @@ import (
 // goldenJob prints the golden file it finds, then overwrites it and adds a
 // file of its own: neither may reach the snapshot or the next tenant.
 func goldenJob(id string) string {
-	return fmt.Sprintf(`
-job %q {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", <<-EOT
-          set -eu
-          echo "seed: $(cat "$ZFS_CI_PATH/seed.txt")"
-          echo "files: $(ls -A "$ZFS_CI_PATH" | tr '\n' ' ')"
-          echo "written by $NOMAD_JOB_ID" > "$ZFS_CI_PATH/seed.txt"
-          echo x > "$ZFS_CI_PATH/$NOMAD_JOB_ID.txt"
-          EOT
-        ]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/ci" { count = 1 }
-      }
-    }
-  }
-}
-`, id)
+	return nomadtest.JobSpec{ID: id, Tasks: []nomadtest.TaskSpec{{
+		Name: "t", Device: "zfs/dataset/ci",
+		Script: `set -eu
+echo "seed: $(cat "$ZFS_CI_PATH/seed.txt")"
+echo "files: $(ls -A "$ZFS_CI_PATH" | tr '\n' ' ')"
+echo "written by $NOMAD_JOB_ID" > "$ZFS_CI_PATH/seed.txt"
+echo x > "$ZFS_CI_PATH/$NOMAD_JOB_ID.txt"
+`,
+	}}}.HCL()
 }
 
 // TestGoldenSourceEndToEnd: a class whose fresh slots are clones of a

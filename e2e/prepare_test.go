@@ -64,41 +64,15 @@ func (h *heldArtifact) waitFetch(t *testing.T) {
 	}
 }
 
-// preparedJob is a job whose task fetches the held artifact, then writes
-// its allocation ID into its dataset; %s is the artifact's URL, then the
-// job's name and type, then the command after the write.
-const preparedJob = `
-job "%[2]s" {
-  type = "%[3]s"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "exec"
-      kill_timeout = "2s"
-      artifact {
-        source      = "%[1]s"
-        destination = "local/"
-      }
-      config {
-        command = "/bin/sh"
-        args = ["-c", "left=$(ls -A \"$ZFS_SCRATCH_PATH\"); if [ -n \"$left\" ]; then echo \"not empty: $left\" >&2; exit 3; fi; echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/owner.txt; %[4]s"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
+// preparedJob is a job whose task fetches the held artifact (at url),
+// then writes its allocation ID into its dataset, then runs then; id and
+// typ are the job's.
+func preparedJob(url, id, typ, then string) string {
+	return nomadtest.JobSpec{ID: id, Type: typ, Tasks: []nomadtest.TaskSpec{{
+		Name: "t", KillTimeout: "2s", Artifact: url, Device: "zfs/dataset/scratch",
+		Script: `left=$(ls -A "$ZFS_SCRATCH_PATH"); if [ -n "$left" ]; then echo "not empty: $left" >&2; exit 3; fi; echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/owner.txt; ` + then,
+	}}}.HCL()
 }
-`
 
 // TestPreparedReserveEndToEnd (issue 10): with a real Nomad agent, an
 // allocation placed on a slot finds the slot reserved for it before its
@@ -114,7 +88,7 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	first := servingDataset(pool, parent, 0)
 
 	// 1. A fresh slot: the writer is placed, and held at its artifact.
-	writer := agent.RegisterJob(t, fmt.Sprintf(preparedJob, art.URL, "prep-writer", "service", "exec sleep 3600"))
+	writer := agent.RegisterJob(t, preparedJob(art.URL, "prep-writer", "service", "exec sleep 3600"))
 	art.waitFetch(t)
 	alloc := agent.WaitForAlloc(t, writer, "placed", jobTimeout, func(*api.Allocation) bool { return true })
 	agent.Wait(t, "the slot reserved before the Reserve", holdTimeout, func() (bool, string) {
@@ -144,7 +118,7 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 
 	// 2. The spare of a slot whose tenant ended: the checker waits for the
 	// only slot, is placed when the writer stops, and is held again.
-	checker := agent.RegisterJob(t, fmt.Sprintf(preparedJob, art.URL, "prep-checker", "batch", "echo done"))
+	checker := agent.RegisterJob(t, preparedJob(art.URL, "prep-checker", "batch", "echo done"))
 	agent.Wait(t, "the slot's spare", holdTimeout, func() (bool, string) {
 		s := servingDataset(pool, parent, 0)
 		spare := other(first)

@@ -90,7 +90,7 @@ func TestReleaseHealthReachesNomad(t *testing.T) {
 	// The other slot is offered and served meanwhile.
 	h, d, _ := instance(t, e, other)
 	must.True(t, h, must.Sprint(d))
-	t2 := a.RunJob(t, fcCheckerJob("checker"), jobTimeout)
+	t2 := a.RunJob(t, checkerJob("checker"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, t2.ClientStatus)
 	must.EqOp(t, other, deviceOf(t, t2))
 	e.step(t, "tenant %s ran on %s while the release of %s was paused", t2.ID[:8], other, dev)

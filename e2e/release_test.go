@@ -16,71 +16,30 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
-// writerJob writes its allocation ID into the dataset and runs until it is
-// stopped.
-const writerJob = `
-job "writer" {
-  type = "service"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    task "w" {
-      driver = "exec"
-      kill_timeout = "2s"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/owner.txt && exec sleep 3600"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
+// writerJob writes its allocation ID into file in the dataset and runs
+// until it is stopped.
+func writerJob(id, file string) nomadtest.JobSpec {
+	return nomadtest.JobSpec{ID: id, Type: "service", Reschedule: true, Tasks: []nomadtest.TaskSpec{{
+		Name: "w", KillTimeout: "2s", Device: "zfs/dataset/scratch",
+		Script: "echo $NOMAD_ALLOC_ID > $ZFS_SCRATCH_PATH/" + file + " && exec sleep 3600",
+	}}}
 }
-`
 
 // checkerJob fails unless its dataset is empty (nothing of a previous
 // tenant, not even .zfs/snapshot entries), then writes its own file.
-const checkerJob = `
-job "checker" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "c" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", <<-EOT
-          set -eu
-          left=$(ls -A "$ZFS_SCRATCH_PATH")
-          if [ -n "$left" ]; then echo "not empty: $left" >&2; exit 3; fi
-          snaps=$(ls -A "$ZFS_SCRATCH_PATH/.zfs/snapshot" 2>/dev/null || true)
-          if [ -n "$snaps" ]; then echo "snapshots: $snaps" >&2; exit 4; fi
-          echo $NOMAD_ALLOC_ID > "$ZFS_SCRATCH_PATH/owner.txt"
-          echo "empty dataset $ZFS_SCRATCH_DATASET"
-          EOT
-        ]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
+func checkerJob(id string) string {
+	return nomadtest.JobSpec{ID: id, Tasks: []nomadtest.TaskSpec{{
+		Name: "c", Device: "zfs/dataset/scratch",
+		Script: `set -eu
+left=$(ls -A "$ZFS_SCRATCH_PATH")
+if [ -n "$left" ]; then echo "not empty: $left" >&2; exit 3; fi
+snaps=$(ls -A "$ZFS_SCRATCH_PATH/.zfs/snapshot" 2>/dev/null || true)
+if [ -n "$snaps" ]; then echo "snapshots: $snaps" >&2; exit 4; fi
+echo $NOMAD_ALLOC_ID > "$ZFS_SCRATCH_PATH/owner.txt"
+echo "empty dataset $ZFS_SCRATCH_DATASET"
+`,
+	}}}.HCL()
 }
-`
 
 // TestReleaseEndToEnd runs a job that writes into its dataset, stops it,
 // waits for the slot to come back fresh and healthy, checks that the archive
@@ -152,7 +111,7 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	guid := pool.Prop(t, slot, "guid")
 
 	// 1. A service job writes into its dataset and runs until stopped.
-	writer := agent.RegisterJob(t, writerJob)
+	writer := agent.RegisterJob(t, writerJob("writer", "owner.txt").HCL())
 	alloc := agent.WaitForAlloc(t, writer, "running", jobTimeout, func(a *api.Allocation) bool {
 		return a.ClientStatus == api.AllocClientStatusRunning
 	})
@@ -199,7 +158,7 @@ func releaseEndToEnd(t *testing.T, acl bool) {
 	unmount()
 
 	// 3. The same slot again: the new tenant finds it empty.
-	checker := agent.RunJob(t, checkerJob, jobTimeout)
+	checker := agent.RunJob(t, checkerJob("checker"), jobTimeout)
 	must.EqOp(t, api.AllocClientStatusComplete, checker.ClientStatus)
 	must.EqOp(t, "scratch-0", checker.AllocatedResources.Tasks["c"].Devices[0].DeviceIDs[0])
 	agent.Wait(t, "the checker's release", releaseTimeout, func() (bool, string) {

@@ -18,33 +18,14 @@ import (
 )
 
 // keeperJob appends its allocation ID to a history in its dataset, prints
-// the history, and runs until stopped. ROUND makes each registration a new
-// version of the job.
-const keeperJob = `
-job "keeper" {
-  type = "service"
-  meta { round = "ROUND" }
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    task "k" {
-      driver = "exec"
-      kill_timeout = "2s"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo $NOMAD_ALLOC_ID >> $ZFS_STATE_PATH/history.txt && cat $ZFS_STATE_PATH/history.txt && exec sleep 3600"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/state" { count = 1 }
-      }
-    }
-  }
+// the history, and runs until stopped. Its meta round makes each
+// registration a new version of the job.
+func keeperJob(round string) nomadtest.JobSpec {
+	return nomadtest.JobSpec{ID: "keeper", Type: "service", Reschedule: true, Meta: map[string]string{"round": round}, Tasks: []nomadtest.TaskSpec{{
+		Name: "k", KillTimeout: "2s", Device: "zfs/dataset/state",
+		Script: "echo $NOMAD_ALLOC_ID >> $ZFS_STATE_PATH/history.txt && cat $ZFS_STATE_PATH/history.txt && exec sleep 3600",
+	}}}
 }
-`
 
 // TestRestoreEndToEnd: on a class with restore = "required", the data
 // follows the job on this node. A stopped and re-run job's new allocation
@@ -110,11 +91,11 @@ type keeperRuns struct {
 // keeper returns keeperJob as round's version, pinned to node nodeID
 // unless that is "".
 func keeper(round, nodeID string) string {
-	job := strings.Replace(keeperJob, "ROUND", round, 1)
+	job := keeperJob(round)
 	if nodeID != "" {
-		job = strings.Replace(job, `group "g" {`, fmt.Sprintf("group \"g\" {\n    constraint {\n      attribute = \"${node.unique.id}\"\n      value     = %q\n    }", nodeID), 1)
+		job.Constraints = []nomadtest.Constraint{{Attribute: "${node.unique.id}", Value: nodeID}}
 	}
-	return job
+	return job.HCL()
 }
 
 // run registers job (a version of keeperJob) through agent and returns its

@@ -56,7 +56,9 @@ func TestRetentionEndToEnd(t *testing.T) {
 	for round := 1; round <= 3; round++ {
 		// Each round is a new version of the same job: one more
 		// allocation of writer.g[0].
-		job := agent.RegisterJob(t, strings.Replace(writerJob, `type = "service"`, fmt.Sprintf("type = \"service\"\n  meta { round = \"%d\" }", round), 1))
+		spec := writerJob("writer", "owner.txt")
+		spec.Meta = map[string]string{"round": fmt.Sprint(round)}
+		job := agent.RegisterJob(t, spec.HCL())
 		var alloc *api.AllocationListStub
 		agent.Wait(t, fmt.Sprintf("round %d's allocation running", round), jobTimeout, func() (bool, string) {
 			stubs, _, err := agent.API.Jobs().Allocations(job.ID, true, nil)

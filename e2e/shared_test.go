@@ -20,36 +20,11 @@ import (
 // sharedReaderJob reads the shared class's file, tries to write beside it,
 // says which of the two happened on stdout, and holds the device.
 func sharedReaderJob(id string) string {
-	return fmt.Sprintf(`
-job %q {
-  type = "service"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    task "r" {
-      driver = "exec"
-      kill_timeout = "2s"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo \"read: $(cat $ZFS_MODELS_PATH/weights.txt)\"; if echo x > $ZFS_MODELS_PATH/$NOMAD_ALLOC_ID 2>/dev/null; then echo WROTE; else echo READ-ONLY; fi; exec sleep 3600"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset" {
-          count = 1
-          constraint {
-            attribute = "${device.attr.shared}"
-            value     = "true"
-          }
-        }
-      }
-    }
-  }
-}
-`, id)
+	return nomadtest.JobSpec{ID: id, Type: "service", Reschedule: true, Tasks: []nomadtest.TaskSpec{{
+		Name: "r", KillTimeout: "2s",
+		Device: "zfs/dataset", DeviceConstraints: []nomadtest.Constraint{{Attribute: "${device.attr.shared}", Value: "true"}},
+		Script: `echo "read: $(cat $ZFS_MODELS_PATH/weights.txt)"; if echo x > $ZFS_MODELS_PATH/$NOMAD_ALLOC_ID 2>/dev/null; then echo WROTE; else echo READ-ONLY; fi; exec sleep 3600`,
+	}}}.HCL()
 }
 
 // operatorView is what must not change of the operator's dataset: its

@@ -38,7 +38,7 @@ func newSlot(t *testing.T, p *zfstest.Pool, name string, props ...string) string
 	p.ZFS(t, append(args, ds)...)
 	mp := p.Prop(t, ds, "mountpoint")
 	must.NoError(t, os.Chmod(mp, 0o755))
-	reachable(t, filepath.Dir(mp))
+	zfstest.Reachable(t, filepath.Dir(mp))
 	return mp
 }
 
@@ -50,21 +50,6 @@ func poolFor(t *testing.T) *zfstest.Pool {
 		zfstest.Unavailable(t, "mounting needs root")
 	}
 	return zfstest.NewPool(t, 256<<20)
-}
-
-// reachable makes dir and its parents up to the temp root searchable by
-// everyone: t.TempDir directories are 0700, and user nobody must reach the
-// slot as a host user would.
-func reachable(t *testing.T, dir string) {
-	t.Helper()
-	root := filepath.Clean(os.TempDir())
-	for d := filepath.Clean(dir); strings.HasPrefix(d, root+"/"); d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		must.NoError(t, err)
-		if fi.Mode().Perm()&0o005 != 0o005 {
-			must.NoError(t, os.Chmod(d, fi.Mode().Perm()|0o055))
-		}
-	}
 }
 
 // setuidRoot copies id(1) into dir as a setuid-root binary, as a root task
@@ -125,7 +110,7 @@ func openDevice(p string) error {
 func bindMount(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()
-	reachable(t, dst)
+	zfstest.Reachable(t, dst)
 	must.NoError(t, unix.Mount(src, dst, "", unix.MS_BIND, ""))
 	t.Cleanup(func() {
 		if err := unix.Unmount(dst, 0); err != nil {

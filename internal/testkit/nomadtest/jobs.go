@@ -346,3 +346,153 @@ func (a *Agent) TaskLog(alloc *api.Allocation, task, typ string) (string, error)
 		}
 	}
 }
+
+// JobSpec describes a test job of one group "g" whose tasks never restart
+// and which is never rescheduled unless Reschedule says so; HCL renders it
+// for RegisterJob and RunJob.
+type JobSpec struct {
+	ID          string            // the job's ID and name
+	Namespace   string            // "" leaves the job in the default namespace
+	Type        string            // "batch" when ""
+	Reschedule  bool              // keep Nomad's reschedule policy for the type
+	Meta        map[string]string // the job's meta, rendered in key order
+	Constraints []Constraint      // the group's constraints
+	Tasks       []TaskSpec        // the group's tasks, in order
+}
+
+// TaskSpec is one task of a JobSpec: Script run by /bin/sh -c, with the
+// resources cpu 100 and Memory, and one instance of Device when it names
+// one.
+type TaskSpec struct {
+	Name              string
+	Driver            string // "exec" when ""
+	Poststop          bool   // a poststop lifecycle task
+	KillTimeout       string // "" keeps Nomad's default
+	Artifact          string // a URL fetched into local/ before the task starts ("" none)
+	Script            string // the shell script, as the shell gets it
+	Memory            int    // MiB; 32 when 0
+	Device            string // the device asked for, such as "zfs/dataset/scratch" ("" none)
+	DeviceConstraints []Constraint
+}
+
+// Constraint is a constraint block: attribute (such as
+// "${node.unique.id}", left for Nomad to interpret) equal to value.
+type Constraint struct {
+	Attribute, Value string
+}
+
+// HCL renders the job. A one-line script goes in a quoted string, any
+// other in a heredoc (which ends it with a newline), with HCL's template
+// sequences ("${", "%{") escaped, so that the task's args hold Script as
+// written (a script must hold no line "EOT"; Nomad still interpolates its
+// runtime variables, such as ${NOMAD_ALLOC_ID}, in args when the task
+// starts).
+func (j JobSpec) HCL() string {
+	var b strings.Builder
+	w := func(indent int, format string, args ...any) {
+		b.WriteString(strings.Repeat("  ", indent))
+		fmt.Fprintf(&b, format, args...)
+		b.WriteByte('\n')
+	}
+	typ := j.Type
+	if typ == "" {
+		typ = "batch"
+	}
+	w(0, "job %q {", j.ID)
+	if j.Namespace != "" {
+		w(1, "namespace = %q", j.Namespace)
+	}
+	w(1, "type = %q", typ)
+	if len(j.Meta) > 0 {
+		keys := make([]string, 0, len(j.Meta))
+		for k := range j.Meta {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		w(1, "meta {")
+		for _, k := range keys {
+			w(2, "%s = %q", k, j.Meta[k])
+		}
+		w(1, "}")
+	}
+	w(1, `group "g" {`)
+	writeConstraints(w, 2, j.Constraints)
+	w(2, "restart {")
+	w(3, "attempts = 0")
+	w(3, `mode     = "fail"`)
+	w(2, "}")
+	if !j.Reschedule {
+		w(2, "reschedule {")
+		w(3, "attempts  = 0")
+		w(3, "unlimited = false")
+		w(2, "}")
+	}
+	for _, task := range j.Tasks {
+		task.write(w)
+	}
+	w(1, "}")
+	w(0, "}")
+	return b.String()
+}
+
+// write renders the task block at depth 2.
+func (task TaskSpec) write(w func(indent int, format string, args ...any)) {
+	driver, memory := task.Driver, task.Memory
+	if driver == "" {
+		driver = "exec"
+	}
+	if memory == 0 {
+		memory = 32
+	}
+	w(2, "task %q {", task.Name)
+	if task.Poststop {
+		w(3, "lifecycle {")
+		w(4, `hook = "poststop"`)
+		w(3, "}")
+	}
+	w(3, "driver = %q", driver)
+	if task.KillTimeout != "" {
+		w(3, "kill_timeout = %q", task.KillTimeout)
+	}
+	if task.Artifact != "" {
+		w(3, "artifact {")
+		w(4, "source      = %q", task.Artifact)
+		w(4, `destination = "local/"`)
+		w(3, "}")
+	}
+	w(3, "config {")
+	w(4, `command = "/bin/sh"`)
+	script := strings.NewReplacer("${", "$${", "%{", "%%{").Replace(task.Script)
+	if !strings.Contains(script, "\n") {
+		w(4, `args    = ["-c", "%s"]`, strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\t", `\t`, "\r", `\r`).Replace(script))
+	} else {
+		w(4, `args = ["-c", <<-EOT`)
+		for _, line := range strings.Split(strings.TrimSuffix(script, "\n"), "\n") {
+			w(5, "%s", line)
+		}
+		w(5, "EOT")
+		w(4, "]")
+	}
+	w(3, "}")
+	w(3, "resources {")
+	w(4, "cpu    = 100")
+	w(4, "memory = %d", memory)
+	if task.Device != "" {
+		w(4, "device %q {", task.Device)
+		w(5, "count = 1")
+		writeConstraints(w, 5, task.DeviceConstraints)
+		w(4, "}")
+	}
+	w(3, "}")
+	w(2, "}")
+}
+
+// writeConstraints renders constraint blocks at depth indent.
+func writeConstraints(w func(indent int, format string, args ...any), indent int, cs []Constraint) {
+	for _, c := range cs {
+		w(indent, "constraint {")
+		w(indent+1, "attribute = %q", c.Attribute)
+		w(indent+1, "value     = %q", c.Value)
+		w(indent, "}")
+	}
+}
