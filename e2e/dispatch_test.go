@@ -21,34 +21,9 @@ import (
 // runnerJob is a parameterized batch job: every dispatch is a new job
 // ("runner/dispatch-<time>-<id>") whose parent is runner, as every run of a
 // periodic job is a new job whose parent is the periodic one.
-const runnerJob = `
-job "runner" {
-  type = "batch"
-  parameterized {}
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "w" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo $NOMAD_JOB_ID > $ZFS_SCRATCH_PATH/run.txt"]
-      }
-      resources {
-        cpu    = 100
-        memory = 32
-        device "zfs/dataset/scratch" { count = 1 }
-      }
-    }
-  }
-}
-`
+var runnerJob = nomadtest.JobSpec{ID: "runner", Parameterized: true, Tasks: []nomadtest.TaskSpec{{
+	Name: "w", Script: "echo $NOMAD_JOB_ID > $ZFS_SCRATCH_PATH/run.txt", Device: "zfs/dataset/scratch",
+}}}.HCL()
 
 // TestRetention_DispatchedRunsAreTheirParentsIdentity: each dispatch of a
 // parameterized job (as each run of a periodic job) is a new job, and its

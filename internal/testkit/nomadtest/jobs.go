@@ -351,13 +351,16 @@ func (a *Agent) TaskLog(alloc *api.Allocation, task, typ string) (string, error)
 // and which is never rescheduled unless Reschedule says so; HCL renders it
 // for RegisterJob and RunJob.
 type JobSpec struct {
-	ID          string            // the job's ID and name
-	Namespace   string            // "" leaves the job in the default namespace
-	Type        string            // "batch" when ""
-	Reschedule  bool              // keep Nomad's reschedule policy for the type
-	Meta        map[string]string // the job's meta, rendered in key order
-	Constraints []Constraint      // the group's constraints
-	Tasks       []TaskSpec        // the group's tasks, in order
+	ID         string // the job's ID and name
+	Namespace  string // "" leaves the job in the default namespace
+	Type       string // "batch" when ""
+	Reschedule bool   // keep Nomad's reschedule policy for the type
+	// Parameterized: a parameterized job, run by dispatch (each dispatch
+	// a new job whose parent is this one).
+	Parameterized bool
+	Meta          map[string]string // the job's meta, rendered in key order
+	Constraints   []Constraint      // the group's constraints
+	Tasks         []TaskSpec        // the group's tasks, in order
 }
 
 // TaskSpec is one task of a JobSpec: Script run by /bin/sh -c, with the
@@ -403,6 +406,9 @@ func (j JobSpec) HCL() string {
 		w(1, "namespace = %q", j.Namespace)
 	}
 	w(1, "type = %q", typ)
+	if j.Parameterized {
+		w(1, "parameterized {}")
+	}
 	if len(j.Meta) > 0 {
 		keys := make([]string, 0, len(j.Meta))
 		for k := range j.Meta {

@@ -57,7 +57,7 @@ func TestJobSpecHCL(t *testing.T) {
 		{
 			name: "every option",
 			job: JobSpec{
-				ID: "keeper", Namespace: "other", Type: "service", Reschedule: true,
+				ID: "keeper", Namespace: "other", Type: "service", Reschedule: true, Parameterized: true,
 				Meta:        map[string]string{"round": "2", "a": "b"},
 				Constraints: []Constraint{{"${node.unique.id}", "n1"}},
 				Tasks: []TaskSpec{
@@ -73,6 +73,7 @@ func TestJobSpecHCL(t *testing.T) {
 			want: `job "keeper" {
   namespace = "other"
   type = "service"
+  parameterized {}
   meta {
     a = "b"
     round = "2"
