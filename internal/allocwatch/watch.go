@@ -25,6 +25,8 @@ import (
 	cleanhttp "github.com/hashicorp/go-cleanhttp"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 )
 
 // Device vendor and type of the plugin's devices in allocations.
@@ -336,20 +338,26 @@ func (w *Watcher) NodeID(ctx context.Context) (string, error) {
 // or after a full read; after such a read it waits readGap before the
 // next. Errors are logged, kept for Err, and retried with a capped
 // backoff; they never clear the last snapshot.
+//
+// Unlike the plugin's other loops the watch has no period: each pass is a
+// Nomad blocking query, which waits in the read until the node's
+// allocations change (or the query's wait ends). The driver's timer only
+// spaces the reads: at once after an answer that changed who holds the
+// devices or changed nothing, readGap after any other change, the backoff
+// after a failure.
 func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 	backoff := w.minBackoff
+	retry := func() loop.Next {
+		next := loop.After(backoff)
+		backoff = min(backoff*2, w.maxBackoff)
+		return next
+	}
 	var index, seen uint64 // wait index; highest index taken
 	var holding string     // holdingKey of the latest snapshot taken
 	behind := 0
 	lastFull := time.Time{}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
+	cfg := loop.Config{Name: "allocation watch", Log: w.log, First: loop.After(0)}
+	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		full := time.Since(lastFull) >= w.fullPeriod
 		wait := index
 		if full {
@@ -358,13 +366,11 @@ func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 		snap, err := w.read(ctx, wait)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return loop.Stop(nil)
 			}
 			w.setErr(err)
 			w.log.Warn("reading the node's allocations failed; keeping every dataset", "error", err, "retry_in", backoff)
-			timer.Reset(backoff)
-			backoff = min(backoff*2, w.maxBackoff)
-			continue
+			return retry()
 		}
 		if snap.Index < seen && behind < maxBehind {
 			// An answer older than what we have (a stale server): keep
@@ -375,9 +381,7 @@ func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 			behind++
 			w.log.Debug("allocation list older than the last one; ignored", "index", snap.Index, "have", seen)
 			index = 0
-			timer.Reset(backoff)
-			backoff = min(backoff*2, w.maxBackoff)
-			continue
+			return retry()
 		}
 		behind = 0
 		backoff = w.minBackoff
@@ -387,19 +391,16 @@ func (w *Watcher) Run(ctx context.Context, onUpdate func(*Snapshot)) {
 		changed := snap.Index != index || full
 		index, seen = snap.Index, snap.Index
 		w.setSnapshot(snap)
-		if changed {
-			onUpdate(snap)
-			key := holdingKey(snap)
-			if key != holding {
-				holding = key
-				timer.Reset(0)
-				continue
-			}
-			timer.Reset(w.readGap)
-			continue
+		if !changed {
+			return loop.After(0)
 		}
-		timer.Reset(0)
-	}
+		onUpdate(snap)
+		if key := holdingKey(snap); key != holding {
+			holding = key
+			return loop.After(0)
+		}
+		return loop.After(w.readGap)
+	})
 }
 
 // holdingKey sums up who holds the plugin's devices in s: every

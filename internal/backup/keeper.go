@@ -12,6 +12,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -119,23 +120,22 @@ func (k *Keeper) config() (Config, string) {
 }
 
 // Kick asks Run for a pass now. It never blocks.
-func (k *Keeper) Kick() {
-	select {
-	case k.kick <- struct{}{}:
-	default:
-	}
-}
+func (k *Keeper) Kick() { loop.Kick(k.kick) }
 
 // Run makes a pass at once, every period and at each Kick (kicks within
-// retention.KickGap of a pass share the next one), until ctx is done.
+// retention.KickGap of a pass share the next one), and again at once while
+// a pass leaves archives for the next, until ctx is done.
 func (k *Keeper) Run(ctx context.Context, period time.Duration) {
-	retention.Loop(ctx, period, retention.KickGap, k.kick, func(ctx context.Context) (bool, error) {
-		sent, more, err := k.Pass(ctx)
+	cfg := loop.Config{Name: "backup", Log: k.log, First: loop.After(0), Kick: k.kick, Gap: retention.KickGap}
+	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
+		_, more, err := k.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			k.log.Error("backup pass incomplete", "error", err)
 		}
-		_ = sent
-		return more && err == nil, err
+		if more && err == nil {
+			return loop.After(0)
+		}
+		return loop.After(period)
 	})
 }
 

@@ -4,13 +4,14 @@ package device
 // once and then whenever they change.
 
 import (
+	"context"
 	"sort"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
@@ -28,52 +29,64 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 	}
 	ctx := stream.Context()
 	p.startWatching(ctx)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	// A change of a slot (a release, a reservation) or of a shared class's
+	// health (found by a Reserve) kicks a send now rather than at the next
+	// period. The slots' channel is taken before the first read of them.
+	kick := make(chan struct{}, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func(changed <-chan struct{}) {
+		defer close(watched)
+		p.kickAtChanges(wctx, changed, kick)
+	}(p.slots.Changed())
+	defer func() { cancel(); <-watched }()
+
 	var last []*nomadproto.DeviceGroup
 	sent := false
-	changed, sharedChanged := p.slots.Changed(), p.shared.Changed()
-	for {
-		doSync := false
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-			doSync = true
-		case <-changed:
-			// A release or a reservation changed a slot: send its health
-			// now rather than at the next period.
-		case <-sharedChanged:
-			// A Reserve found a shared dataset changed.
-		}
+	cfg := loop.Config{Name: "fingerprint", Log: p.log, First: loop.After(0), Kick: kick}
+	return loop.Run(ctx, cfg, func(ctx context.Context, w loop.Wake) loop.Next {
 		s, _ := p.current()
-		if doSync {
+		next := loop.Next{} // a kicked run leaves the sync's timer as it is
+		if w.Timer {
 			if err := p.slots.Sync(ctx); err != nil {
 				p.log.Error("sync with zfs incomplete; affected devices are unhealthy", "error", err)
 			}
 			if !p.shared.EverRead() {
 				p.refreshShared(ctx) // the first time; then shared.Run does
 			}
-			timer.Reset(s.FingerprintPeriod)
+			next = loop.After(s.FingerprintPeriod)
 		}
-		// The next change is watched for before the slots are read, so
-		// that a change landing after the read, while Send waits on the
-		// agent, wakes the loop at once rather than at the next period.
-		changed, sharedChanged = p.slots.Changed(), p.shared.Changed()
 		groups := append(deviceGroups(s, p.slots.Slots()), sharedGroups(p.shared.States())...)
 		if sent && sameGroups(groups, last) {
-			continue
+			return next
 		}
 		// Send blocks while the agent does not read, and fails once the
 		// stream has ended (ctx done): then the loop ends.
 		if err := stream.Send(&nomadproto.FingerprintResponse{DeviceGroup: groups}); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return streamEnded(ctx, err)
 		}
 		last, sent = groups, true
 		p.log.Debug("fingerprint sent", "groups", len(groups), "unhealthy", unhealthyIDs(groups))
+		return next
+	})
+}
+
+// kickAtChanges kicks at each change of the slot list (changed is the
+// slots' channel, taken before the fingerprint first read them) and of a
+// shared class's health, until ctx is done. The next channel of the slots
+// is taken before the kick, so that the run the kick starts reads the slots
+// after it was taken: a change landing after that read, while Send waits
+// on the agent, closes the channel watched here and kicks again.
+func (p *Plugin) kickAtChanges(ctx context.Context, changed <-chan struct{}, kick chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			changed = p.slots.Changed()
+		case <-p.shared.Changed():
+		}
+		loop.Kick(kick)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
 
@@ -84,21 +85,19 @@ func (m *metaPublisher) Update(archives []retention.Archive) {
 	m.mu.Lock()
 	m.want = &v
 	m.mu.Unlock()
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
+	loop.Kick(m.kick)
 }
 
 // Run publishes each new value until ctx is done; a failed call is tried
 // again at the next Update or after retry.
 func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Duration) {
-	retention.Loop(ctx, retry, 0, m.kick, func(ctx context.Context) (bool, error) {
+	cfg := loop.Config{Name: "node metadata", Log: m.log, First: loop.After(0), Kick: m.kick}
+	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		m.mu.Lock()
 		want, have, denied := m.want, m.have, m.denied
 		m.mu.Unlock()
 		if denied || want == nil || (have != nil && *have == *want) {
-			return false, nil
+			return loop.After(retry)
 		}
 		var val *string
 		if *want != "" {
@@ -117,6 +116,6 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Dura
 		default:
 			m.log.Debug("publishing node metadata failed; trying again", "key", ArchivesMetaKey, "error", err)
 		}
-		return false, err
+		return loop.After(retry)
 	})
 }

@@ -4,6 +4,7 @@ package device
 // streamed at the interval Nomad asks for.
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
@@ -33,14 +35,8 @@ func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlu
 		}
 	}
 	ctx := stream.Context()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		}
+	cfg := loop.Config{Name: "stats", Log: p.log, First: loop.After(0)}
+	return loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		s, _ := p.current()
 		if err := p.slots.RefreshIfOlder(ctx, s.StatsPeriod); err != nil {
 			p.log.Warn("stats refresh failed; serving the last figures", "error", err)
@@ -50,13 +46,20 @@ func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlu
 		// Send blocks while the agent does not read, and fails once the
 		// stream has ended (ctx done): then the loop ends.
 		if err := stream.Send(&nomadproto.StatsResponse{Groups: groups}); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return streamEnded(ctx, err)
 		}
-		timer.Reset(interval)
+		return loop.After(interval)
+	})
+}
+
+// streamEnded ends a stream's loop after a failed Send: with no error when
+// the stream's ctx is done (Nomad or the plugin ended it), with err
+// otherwise.
+func streamEnded(ctx context.Context, err error) loop.Next {
+	if ctx.Err() != nil {
+		return loop.Stop(nil)
 	}
+	return loop.Stop(err)
 }
 
 func statsGroups(s config.Settings, all []slots.Slot, now time.Time) []*nomadproto.DeviceGroupStats {

@@ -11,6 +11,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -112,23 +113,23 @@ func (p *Pruner) SetConfig(cfg Config) {
 
 // Kick asks Run for a pass now, or KickGap after the last one began (after
 // a release added an archive). It never blocks.
-func (p *Pruner) Kick() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
+func (p *Pruner) Kick() { loop.Kick(p.kick) }
 
-// Run makes a pass at once, then every period, at each Kick, and again at
-// once while a pass leaves prunes for the next; it returns when ctx is
-// done. A failed pass is logged and tried again at the next.
+// Run makes a pass at once, then every period, at each Kick (no sooner
+// than KickGap after the last pass began), and again at once while a pass
+// leaves prunes for the next; it returns when ctx is done. A failed pass is
+// logged and tried again at the next.
 func (p *Pruner) Run(ctx context.Context, period time.Duration) {
-	Loop(ctx, period, KickGap, p.kick, func(ctx context.Context) (bool, error) {
+	cfg := loop.Config{Name: "retention", Log: p.log, First: loop.After(0), Kick: p.kick, Gap: KickGap}
+	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		res, err := p.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Error("retention pass incomplete", "error", err)
 		}
-		return res.More && err == nil, err
+		if res.More && err == nil {
+			return loop.After(0)
+		}
+		return loop.After(period)
 	})
 }
 
@@ -137,43 +138,6 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 // within KickGap of a pass are served by one pass at its end, so that the
 // archive is read once for many releases rather than once per release.
 const KickGap = 2 * time.Second
-
-// Loop runs pass at once, then every period, at each value on kick (no
-// sooner than gap after the last pass began), and again at once while
-// pass says more is due; it returns when ctx is done. The archive's
-// background work (retention, backups) runs in it.
-func Loop(ctx context.Context, period, gap time.Duration, kick <-chan struct{}, pass func(context.Context) (more bool, err error)) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var last time.Time // when the last pass began
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-kick:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			if wait := gap - time.Since(last); wait > 0 {
-				// Kicks that come meanwhile find the channel's one place
-				// taken or are absorbed here: the pass at the timer
-				// serves them all.
-				timer.Reset(wait)
-				continue
-			}
-		case <-timer.C:
-		}
-		last = time.Now()
-		next := period
-		if more, _ := pass(ctx); more {
-			next = 0
-		}
-		timer.Reset(next)
-	}
-}
 
 // Pass reads the archive once, destroys up to BatchSize of the archives
 // the rules prune (oldest first), then brings the container's quota to

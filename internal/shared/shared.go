@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -185,30 +186,21 @@ func (s *Set) recordLocked(st State) {
 	}
 	s.states[st.Class.Name] = st
 	if old.Healthy != st.Healthy || old.Why != st.Why {
-		select {
-		case s.changed <- struct{}{}:
-		default: // a signal is already waiting
-		}
+		loop.Kick(s.changed) // a signal already waiting is enough
 	}
 }
 
 // Run refreshes the shared classes every period until ctx is done, apart
 // from the fingerprint and stats loops: a slow read of the operator's
-// datasets never delays the plugin's own classes.
+// datasets never delays the plugin's own classes. The first read is the
+// fingerprint's, so Run's first comes a period after it starts; each read
+// is bounded by timeout.
 func (s *Set) Run(ctx context.Context, period time.Duration, timeout time.Duration) {
-	timer := time.NewTimer(period)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, timeout)
-		s.Refresh(rctx)
-		cancel()
-		timer.Reset(period)
-	}
+	cfg := loop.Config{Name: "shared classes", First: loop.After(period), Timeout: timeout}
+	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
+		s.Refresh(ctx)
+		return loop.After(period)
+	})
 }
 
 // Check reads one class's dataset now and returns its state: what Reserve

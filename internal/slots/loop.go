@@ -6,6 +6,8 @@ package slots
 import (
 	"context"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 )
 
 // Run records owners and starts the release of the slots of ended
@@ -17,11 +19,13 @@ import (
 //
 // Three loops share each wake-up: the preparation of slots for
 // allocations just placed (prepare.go), the owners identified at Reserve
-// (recordOwners: ZFS only), and the release passes. Run itself only wakes
-// them. None waits for another: a hung or slow API holds up only the loops
-// that read it, never the owner records. A release pass resumes the
-// releases already begun before it reads the API. Each loop coalesces the
-// wake-ups that come while it works into one more round.
+// (recordOwners: ZFS only), and the release passes, each a loop.Run. Run
+// itself only wakes them, at each kick and each period; the release passes
+// keep the period on a timer of their own, which kicks never put off. None
+// waits for another: a hung or slow API holds up only the loops that read
+// it, never the owner records. A release pass resumes the releases already
+// begun before it reads the API. Each loop coalesces the wake-ups that
+// come while it works into one more round.
 //
 // A pass that a kick starts decides from the latest read of the
 // allocations when that read began after the latest Reserve arrived (the
@@ -35,16 +39,16 @@ import (
 // that an API that stopped answering shows in the slots' health within a
 // period.
 func (m *Manager) Run(ctx context.Context, period time.Duration) {
-	prep, owners := make(chan struct{}, 1), make(chan struct{}, 1)
-	kicked, periodic := make(chan struct{}, 1), make(chan struct{}, 1)
-	go rounds(ctx, prep, func() {
+	prep, owners, kicked := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	go loop.Run(ctx, loop.Config{Name: "slot preparation", Log: m.log, Kick: prep}, func(ctx context.Context, _ loop.Wake) loop.Next {
 		// Allocations just placed: their Reserve may come at any moment,
 		// and waits for what this starts.
 		if _, err := m.prepare(ctx); err != nil && ctx.Err() == nil {
 			m.log.Debug("no slot prepared", "error", err)
 		}
+		return loop.Next{}
 	})
-	go rounds(ctx, owners, func() {
+	go loop.Run(ctx, loop.Config{Name: "owner records", Log: m.log, Kick: owners}, func(ctx context.Context, _ loop.Wake) loop.Next {
 		err := m.recordOwners(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -52,67 +56,44 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 		case err == nil && m.ownersPending():
 			// Left for a slot busy with other work (the spare made
 			// behind its Reserve, say): again shortly.
-			time.AfterFunc(ownerRetry, func() { wake(owners) })
+			return loop.After(ownerRetry)
 		}
+		return loop.Next{}
 	})
-	go m.passes(ctx, kicked, periodic)
-	timer := time.NewTimer(period)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.kick:
-			wake(kicked)
-		case <-timer.C:
-			timer.Reset(period)
-			wake(periodic)
+	// The release passes: a kicked one decides from a recent read (see
+	// above), the periodic one reads anew (since), and serves a kick that
+	// came meanwhile too.
+	passes := loop.Config{Name: "release passes", Log: m.log, First: loop.After(period), Kick: kicked}
+	go loop.Run(ctx, passes, func(ctx context.Context, w loop.Wake) loop.Next {
+		var since time.Time // a kick: any read after the latest Reserve (startReleases)
+		next := loop.Next{}
+		if w.Timer {
+			since, next = time.Now(), loop.After(period)
 		}
-		wake(prep)
-		wake(owners)
-	}
+		if _, err := m.releasePass(ctx, since); err != nil && ctx.Err() == nil {
+			m.log.Error("release pass incomplete", "error", err)
+		}
+		return next
+	})
+	// Run itself only hands each wake-up to the three.
+	wakes := loop.Config{Name: "slot manager", Log: m.log, First: loop.After(period), Kick: m.kick}
+	loop.Run(ctx, wakes, func(_ context.Context, w loop.Wake) loop.Next {
+		loop.Kick(prep)
+		loop.Kick(owners)
+		if w.Kick {
+			loop.Kick(kicked)
+		}
+		if w.Timer {
+			return loop.After(period)
+		}
+		return loop.Next{}
+	})
 }
 
 // ownerRetry is how soon the owner loop tries again to record an owner
 // left pending because its slot was busy.
 const ownerRetry = 250 * time.Millisecond
 
-// passes runs a release pass for each wake-up on kicked (see Run) and a
-// periodic one, reading anew, for each on periodic, until ctx is done.
-func (m *Manager) passes(ctx context.Context, kicked, periodic <-chan struct{}) {
-	for {
-		var since time.Time // a kick: any read after the latest Reserve (startReleases)
-		select {
-		case <-ctx.Done():
-			return
-		case <-kicked:
-		case <-periodic:
-			since = time.Now()
-		}
-		if _, err := m.releasePass(ctx, since); err != nil && ctx.Err() == nil {
-			m.log.Error("release pass incomplete", "error", err)
-		}
-	}
-}
-
-// rounds calls round once for each wake-up on ch (those that come while a
-// round runs make one more round), until ctx is done.
-func rounds(ctx context.Context, ch <-chan struct{}, round func()) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
-			round()
-		}
-	}
-}
-
-// wake sends a wake-up on ch (a rounds loop's, or Run's kick) without
-// blocking: ch has room for one, and one waiting is enough.
-func wake(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
+// wake sends a wake-up on ch (Run's kick) without blocking: ch has room
+// for one, and one waiting is enough.
+func wake(ch chan<- struct{}) { loop.Kick(ch) }
