@@ -227,8 +227,9 @@ func TestBackup_ACutSendLeavesNoStreamAndIsSentAgain(t *testing.T) {
 
 	w.CutAfter("send", 64<<10)
 	sent, _, err := a.keeper.Pass(ctx)
-	must.Error(t, err)
-	must.StrContains(t, err.Error(), "cut off after")
+	var zerr *zfs.Error
+	must.True(t, errors.As(err, &zerr), must.Sprintf("a zfs error, not %v", err))
+	must.StrContains(t, zerr.Stderr, "cut off after")
 	must.SliceEmpty(t, sent)
 	must.SliceEmpty(t, filesUnder(t, dir), must.Sprint("nothing of the cut stream is left"))
 	must.EqOp(t, "", a.pool.Prop(t, arch, retention.PropBackup), must.Sprint("not marked backed up"))
@@ -325,7 +326,7 @@ func TestBackup_ChainsRestartAndOldChainsArePrunedWhole(t *testing.T) {
 	defer cancel()
 	a, b := newNode(t, dir), newNode(t, dir)
 	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
-		Rules: retention.Rules{Classes: map[string]retention.Policy{"state": {Keep: 1}}}, FullEvery: 1})
+		Rules: retention.Rules{Classes: map[string]retention.Policy{"state": {Keep: 1}}}, FullEvery: 1, PruneGrace: time.Nanosecond})
 	arch := a.archive(t, tenant(1), 2)
 	var sent []backup.Manifest
 	for round := 1; round <= 3; round++ {

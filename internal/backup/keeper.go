@@ -2,8 +2,12 @@ package backup
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +38,7 @@ type ZFS interface {
 	Receiver
 	Snapshot(ctx context.Context, name string) error
 	DestroySnapshot(ctx context.Context, name string) error
+	Rename(ctx context.Context, from, to string) error
 	Snapshots(ctx context.Context, dataset string) ([]zfs.Snap, error)
 	SnapshotGUID(ctx context.Context, name string) (uint64, error)
 	Set(ctx context.Context, name, prop, value string) error
@@ -59,6 +64,9 @@ type Config struct {
 	// FullEvery is how many increments a chain holds before the next
 	// backup starts a new one (DefaultFullEvery when 0).
 	FullEvery int
+	// PruneGrace is how long a new chain exists before the chains it
+	// replaces may be deleted (PruneGrace when 0; tests set less).
+	PruneGrace time.Duration
 }
 
 // PruneScanPeriod is how often a pass reads the whole of backup_dir for
@@ -200,14 +208,21 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 // go (PlanPrune), of identity only (nil: of every identity of the
 // configured classes).
 func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
-	ms, _, err := List(cfg.Dir, only)
+	ms, problems, err := List(cfg.Dir, only)
 	if err != nil {
 		return fmt.Errorf("pruning backup_dir: %w", err)
+	}
+	// An identity whose directory holds a manifest that does not parse
+	// (damaged, or a newer version's) is not pruned: what that manifest
+	// needs cannot be known.
+	unsure := map[string]bool{}
+	for _, p := range problems {
+		unsure[filepath.Dir(p.Path)] = true
 	}
 	byID := map[retention.Identity][]Manifest{}
 	var ids []retention.Identity
 	for _, m := range ms {
-		if !cfg.Classes[m.Identity.Class] || m.Identity.Unknown {
+		if !cfg.Classes[m.Identity.Class] || m.Identity.Unknown || unsure[filepath.Dir(m.Path())] {
 			continue
 		}
 		if _, seen := byID[m.Identity]; !seen {
@@ -226,7 +241,11 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 			p.Keep = retention.DefaultKeep
 		}
 		left := byID[id]
-		for _, c := range PlanPrune(byID[id], p, now) {
+		grace := cfg.PruneGrace
+		if grace <= 0 {
+			grace = PruneGrace
+		}
+		for _, c := range PlanPrune(byID[id], p, now, grace, StreamPresent) {
 			gone := map[uint64]bool{}
 			var bytes int64
 			for _, m := range c.Streams {
@@ -273,18 +292,18 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 			snap = s
 		}
 	}
+	var baseManifest Manifest
 	if base.Name != "" {
 		// A long chain, or one whose increments weigh as much as its full
 		// stream, restarts from a full stream, so that retention can
 		// delete the older chain whole.
-		var last Manifest
 		for _, m := range have {
 			if m.GUID == base.GUID {
-				last = m
+				baseManifest = m
 				break
 			}
 		}
-		if chain, err := chainOf(have, last); err != nil || restartChain(chain, cfg.FullEvery) {
+		if chain, err := chainOf(have, baseManifest); err != nil || restartChain(chain, cfg.FullEvery) {
 			base = zfs.Snap{}
 		}
 	}
@@ -309,6 +328,17 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		}
 	}
 	m, err = Write(sctx, k.zfs, dir, snap.Name, base.Name, m)
+	if err == nil && base.Name != "" {
+		// Retention on another node may have pruned the base's chain
+		// while this increment was sent (it waits PruneGrace, longer than
+		// a send, but clocks differ): an increment whose base is gone
+		// restores nothing, so it goes, and the next pass sends whole.
+		if _, serr := os.Stat(baseManifest.Path()); serr != nil {
+			os.Remove(m.Path())
+			os.Remove(m.StreamPath())
+			err = fmt.Errorf("the base of this increment (%s) left backup_dir while it was sent; the next pass sends the archive whole: %w", baseManifest.Path(), serr)
+		}
+	}
 	if err != nil {
 		if keySaved { // no stream of it made it: its key goes too
 			if rerr := record.RemoveKey(IdentityDir(dir, a.Identity), a.KeyID); rerr != nil {
@@ -408,20 +438,37 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 			return "", fmt.Errorf("backup of %s: %w", id, err)
 		}
 	}
+	// The chain is received under a name that is no archive's (a leaf
+	// starting with '.': retention and the keeper's passes never take it
+	// for one), marked as in backup_dir, and only then renamed to the
+	// archive's name: no pass sends it, and no retention destroys it,
+	// while it is received.
+	recv, err := receivingName(cfg.Container)
+	if err != nil {
+		return "", err
+	}
 	received := func() error {
-		if err := Receive(ctx, k.zfs, chain, target); err != nil {
+		if err := Receive(ctx, k.zfs, chain, recv); err != nil {
 			return err
 		}
-		if keyID == "" {
-			return nil
+		if keyID != "" {
+			// The sender's keylocation came with the stream; the key is
+			// here now.
+			if err := k.zfs.Set(ctx, recv, "keylocation", record.KeyLocation(cfg.KeyDir, keyID)); err != nil {
+				return err
+			}
 		}
-		// The sender's keylocation came with the stream; the key is
-		// here now.
-		return k.zfs.Set(ctx, target, "keylocation", record.KeyLocation(cfg.KeyDir, keyID))
+		if err := k.zfs.Set(ctx, recv, retention.PropBackup, strconv.FormatUint(newest.GUID, 10)); err != nil {
+			return err
+		}
+		// The chain's older snapshots came with it; the newest is the
+		// base of the next increment, the rest are released.
+		k.releaseSnapshots(ctx, recv, recv+"@"+newest.Snapshot)
+		return k.zfs.Rename(ctx, recv, target)
 	}
 	if err := received(); err != nil {
-		if derr := k.zfs.DestroyRecursive(context.WithoutCancel(ctx), target, cfg.Container); derr != nil && !errors.Is(derr, zfs.ErrNotExist) {
-			k.log.Error("a failed receive left a dataset that cannot be destroyed", "dataset", target, "error", derr)
+		if derr := k.zfs.DestroyRecursive(context.WithoutCancel(ctx), recv, cfg.Container); derr != nil && !errors.Is(derr, zfs.ErrNotExist) {
+			k.log.Error("a failed receive left a dataset that cannot be destroyed", "dataset", recv, "error", derr)
 		} else if installed {
 			if rerr := record.RemoveKey(cfg.KeyDir, keyID); rerr != nil {
 				k.log.Warn("the key installed for a failed receive could not be removed", "key_id", keyID, "error", rerr)
@@ -429,12 +476,17 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 		}
 		return "", err
 	}
-	if err := k.zfs.Set(ctx, target, retention.PropBackup, strconv.FormatUint(newest.GUID, 10)); err != nil {
-		return "", err
-	}
-	// The chain's older snapshots came with it; the newest is the base
-	// of the next increment, the rest are released.
-	k.releaseSnapshots(ctx, target, target+"@"+newest.Snapshot)
 	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node)
 	return target, nil
+}
+
+// receivingName returns a new name in the archive container for a receive
+// under way: ".recv-<random>", which no archive name can be (ParseArchiveLeaf
+// refuses it), so that neither retention nor a pass takes it for an archive.
+func receivingName(container string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("naming a receive: %w", err)
+	}
+	return container + "/.recv-" + hex.EncodeToString(b[:]), nil
 }

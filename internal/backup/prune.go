@@ -25,6 +25,14 @@ import (
 // before the next backup of an identity starts a new chain.
 const DefaultFullEvery = 8
 
+// PruneGrace is how long a new chain must have existed before the chains
+// it replaces may be deleted: longer than any send or receive of a stream
+// (SendTimeout), so that a restore on another node that listed the older
+// chain before the new one was written has finished reading it, and a
+// sender that listed an older base has written its increment (and found
+// its base still there: see Keeper.send).
+const PruneGrace = SendTimeout + 10*time.Minute
+
 // restartChain reports whether the next backup of an identity whose
 // newest chain is chain (full stream first) is sent whole: the chain holds
 // fullEvery increments already, or its increments weigh as much as its
@@ -53,19 +61,28 @@ type PrunedChain struct {
 // PlanPrune decides which chains of one identity's streams (ms, as List
 // returns them for that identity: newest first) retention deletes under
 // policy p at now. It is a pure function. Nothing is deleted unless the
-// newest stream's chain is complete; that chain is never deleted. An older
-// chain is deleted whole when none of its streams is of the newest p.Keep
-// allocations (rule "keep"), or when every stream of it was released
-// longer ago than p.MaxAge (rule "max_age"). A stream whose chain is
-// broken (its base missing) is never deleted: it is reported by `backups
-// verify`, and left to the operator.
-func PlanPrune(ms []Manifest, p retention.Policy, now time.Time) []PrunedChain {
+// newest stream's chain is complete (its manifests link up, and present
+// says each of its streams is there whole) and began grace (PruneGrace in
+// the plugin) before now; that chain is never deleted. An older chain is deleted whole when
+// none of its streams is of the newest p.Keep allocations (rule "keep"),
+// or when every stream of it was released longer ago than p.MaxAge (rule
+// "max_age"). A stream whose chain is broken (its base missing) is never
+// deleted: it is reported by `backups verify`, and left to the operator.
+func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Duration, present func(Manifest) bool) []PrunedChain {
 	if len(ms) == 0 {
 		return nil
 	}
 	newest, err := Chain(ms)
 	if err != nil {
 		return nil // no complete newest chain: nothing goes
+	}
+	for _, m := range newest {
+		if !present(m) {
+			return nil // a stream of it is missing or cut: nothing goes
+		}
+	}
+	if now.Sub(newest[0].Created) < grace {
+		return nil // readers and senders may still use the older chains
 	}
 	byGUID := map[uint64]Manifest{}
 	for _, m := range ms {
@@ -125,14 +142,17 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time) []PrunedChain {
 	return out
 }
 
-// deleteChain removes the streams of c from backup_dir, each manifest
-// before its stream (a reader never finds a manifest whose stream is
-// gone), then the key copies no remaining manifest of the identity names.
-// left are the identity's manifests that stay.
+// deleteChain removes the streams of c from backup_dir, newest first, so
+// that whatever a crash leaves is still a whole chain that a later pass
+// deletes; each manifest before its stream, so that a reader that lists
+// after it never finds a manifest whose stream is gone; then the key copies
+// no remaining manifest of the identity names. left are the identity's
+// manifests that stay.
 func deleteChain(c PrunedChain, left []Manifest) error {
 	var errs []error
 	dirs := map[string]bool{}
-	for _, m := range c.Streams {
+	for i := len(c.Streams) - 1; i >= 0; i-- {
+		m := c.Streams[i]
 		dirs[filepath.Dir(m.Path())] = true
 		if err := os.Remove(m.Path()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
@@ -162,4 +182,12 @@ func deleteChain(c PrunedChain, left []Manifest) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// StreamPresent reports whether m's stream is in backup_dir at the size its
+// manifest records: a cheap check (no checksum) that a chain about to
+// stand alone has not lost a stream. `backups verify` checks the bytes.
+func StreamPresent(m Manifest) bool {
+	fi, err := os.Stat(m.StreamPath())
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == m.Size
 }

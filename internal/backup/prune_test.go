@@ -37,7 +37,7 @@ func TestPlanPrune(t *testing.T) {
 	// b makes a backup: guid, its base (0: full), its allocation, released
 	// hoursAgo; List's order is newest first, so cases list them so.
 	b := func(guid, base uint64, alloc string, hoursAgo int) Manifest {
-		at := now.Add(-time.Duration(hoursAgo) * time.Hour)
+		at := now.Add(-PruneGrace - time.Duration(hoursAgo)*time.Hour)
 		return Manifest{GUID: guid, BaseGUID: base, AllocID: alloc, ReleasedAt: at, Created: at,
 			path: fmt.Sprintf("/b/id/%d.json", guid), Stream: fmt.Sprintf("%d.zstream", guid)}
 	}
@@ -75,12 +75,23 @@ func TestPlanPrune(t *testing.T) {
 		{"a broken older stream is never deleted",
 			[]Manifest{b(5, 0, "e", 1), b(3, 77, "c", 3), b(1, 0, "a", 5)}, retention.Policy{Keep: 1},
 			[][]uint64{{1, 0}}},
+		{"a stream of the newest chain missing: nothing goes",
+			[]Manifest{b(5, 4, "e", 1), b(4, 0, "d", 2), b(1, 0, "a", 5)}, retention.Policy{Keep: 1}, nil},
 		{"several older chains, newest first",
 			[]Manifest{b(6, 0, "f", 1), b(5, 4, "e", 2), b(4, 0, "d", 3), b(3, 2, "c", 4), b(2, 1, "b", 5), b(1, 0, "a", 6)}, retention.Policy{Keep: 1},
 			[][]uint64{{4, 5, 0}, {1, 2, 3, 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			must.Eq(t, tc.want, guids(PlanPrune(tc.ms, tc.p, now)))
+			missing := func(m Manifest) bool {
+				return !(tc.name == "a stream of the newest chain missing: nothing goes" && m.GUID == 4)
+			}
+			must.Eq(t, tc.want, guids(PlanPrune(tc.ms, tc.p, now, PruneGrace, missing)))
 		})
 	}
+	// A newest chain younger than the grace: readers and senders may
+	// still use the older chain.
+	young := []Manifest{b(4, 0, "d", 0), b(1, 0, "a", 5)}
+	young[0].Created = now.Add(-PruneGrace + time.Minute)
+	must.SliceEmpty(t, PlanPrune(young, retention.Policy{Keep: 1}, now, PruneGrace, func(Manifest) bool { return true }))
+	must.SliceLen(t, 1, PlanPrune(young, retention.Policy{Keep: 1}, now.Add(time.Minute), PruneGrace, func(Manifest) bool { return true }))
 }

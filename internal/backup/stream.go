@@ -63,6 +63,8 @@ func Write(ctx context.Context, z Sender, dir, snapshot, base string, m Manifest
 		return nil
 	})
 	if err != nil {
+		// Nothing, or a stream not known to be on disk: it goes.
+		os.Remove(streamPath)
 		return m, err
 	}
 	m.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -77,7 +79,10 @@ func Write(ctx context.Context, z Sender, dir, snapshot, base string, m Manifest
 		return err
 	})
 	if err != nil {
-		// A stream without its manifest is no backup: no reader takes it.
+		// A manifest not known to be on disk goes (it could name a
+		// stream that is gone after a crash), and a stream without its
+		// manifest is no backup: no reader takes it.
+		os.Remove(m.path)
 		os.Remove(streamPath)
 		return m, err
 	}

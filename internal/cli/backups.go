@@ -64,11 +64,13 @@ func verifyBackups(dir string) (backupsReport, error) {
 	}
 	r.Other = problems
 	byID := map[retention.Identity][]backup.Manifest{}
+	bad := map[uint64]error{} // streams that fail Verify, by GUID
 	for _, m := range ms {
 		row := streamRow{Identity: m.Identity, Path: m.StreamPath(), Created: m.Created, Full: m.BaseGUID == 0, Size: m.Size, OK: true}
 		if err := backup.Verify(m); err != nil {
 			row.OK, row.Error = false, err.Error()
 			r.Bad++
+			bad[m.GUID] = err
 		}
 		r.Streams = append(r.Streams, row)
 		byID[m.Identity] = append(byID[m.Identity], m)
@@ -83,6 +85,10 @@ func verifyBackups(dir string) (backupsReport, error) {
 		row.Streams = len(chain)
 		for _, m := range chain {
 			row.Bytes += m.Size
+			if err, ok := bad[m.GUID]; ok && row.OK {
+				// A chain is only as good as each of its streams.
+				row.OK, row.Error = false, fmt.Sprintf("its stream %s: %v", m.StreamPath(), err)
+			}
 		}
 		r.Chains = append(r.Chains, row)
 	}

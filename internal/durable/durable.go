@@ -8,16 +8,24 @@ package durable
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 )
 
+// ErrNotDurable: a directory's fsync failed, so the entries made in it are
+// not known to be on disk.
+var ErrNotDurable = errors.New("not known to be on disk")
+
 // WriteFile writes path with what fill writes, mode perm. On a nil error
-// the file is complete, fsynced, and its directory entry too; on an error
-// nothing new is left behind (the temporary file is removed) and a file
-// already at path is unchanged.
+// the file is complete, fsynced, and its directory entry too. An error
+// before the rename leaves nothing new behind (the temporary file is
+// removed) and a file already at path unchanged; an error from the
+// directory's fsync comes after the rename: the new file is at path, and
+// not known to be on disk (errors.Is(err, ErrNotDurable)), which a caller
+// that must not leave it there removes.
 func WriteFile(path string, perm os.FileMode, fill func(w io.Writer) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := tempFile(dir, perm)
@@ -60,7 +68,7 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
+		return fmt.Errorf("fsync %s: %w: %w", dir, ErrNotDurable, err)
 	}
 	return nil
 }

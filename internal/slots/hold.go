@@ -22,8 +22,9 @@ import (
 const DefaultSpareHold = 500 * time.Millisecond
 
 // holds are the slots held for their next tenant: one part of the
-// manager, with its own lock. mu guards bySlot and d; it is never held
-// while anything else is locked or a command runs.
+// manager, with its own lock. mu guards bySlot and d; it is the last lock
+// taken (no other is taken while it is held), and never held while a
+// command runs.
 type holds struct {
 	mu sync.Mutex
 	// bySlot are the slots whose owner a kicked release pass found ended

@@ -66,8 +66,9 @@ type Manager struct {
 	kick chan struct{}
 
 	// The manager's parts, each with a lock of its own that guards its
-	// own fields only, taken after mu when both are held, and never held
-	// while a command runs:
+	// own fields only. Each is the last lock taken (mu may be held when
+	// it is taken, never the other way round), and none is held while a
+	// command runs:
 	//   - arm is what this run knows of armed datasets (armed.go); m.zfs
 	//     reads and creates through it.
 	//   - starts is when tasks' starts are under way, which background

@@ -81,7 +81,8 @@ type prep struct {
 
 // preparations are the slots prepared, or being prepared, for the
 // allocation Nomad placed on them: one part of the manager, with its own
-// lock. mu guards byID and reserving; it is never held while anything else
+// lock. mu guards byID and reserving; it is the last lock taken (no other
+// is taken while it is held), and never held while anything else
 // is locked or a command runs.
 type preparations struct {
 	mu sync.Mutex
