@@ -358,3 +358,57 @@ func TestBackup_ChainsRestartAndOldChainsArePrunedWhole(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, want, b.sum(t, got))
 }
+
+// TestBackup_ADatasetBeingReceivedIsNoArchive: while a restore receives a
+// chain (here: paused at the mark that ends it), the dataset it receives
+// into is no archive to a backup pass or to retention, so nothing sends it
+// back to backup_dir half made; once received and marked it takes the
+// archive's name, and is not sent either.
+func TestBackup_ADatasetBeingReceivedIsNoArchive(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	a, b := newNode(t, dir), newNode(t, dir)
+	arch := a.archive(t, tenant(1), 2)
+	want := a.sum(t, arch)
+	sent, _, err := a.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+
+	w.PauseFor("set", record.PropBackup+"="+itoa(sent[0].GUID))
+	type fetched struct {
+		name string
+		err  error
+	}
+	done := make(chan fetched, 1)
+	go func() {
+		name, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+		done <- fetched{name, err}
+	}()
+	args := w.WaitPaused(t, "set", time.Minute)
+	receiving := args[len(args)-1]
+	must.StrHasPrefix(t, b.cfg.ArchiveDataset()+"/.recv-", receiving)
+
+	again, _, err := b.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceEmpty(t, again, must.Sprint("a dataset being received is not sent"))
+	_, archives, _, err := retention.Read(ctx, zfs.NewClient(b.pool.Runner), b.cfg.ArchiveDataset())
+	must.NoError(t, err)
+	must.SliceEmpty(t, archives, must.Sprint("nor is it an archive to retention"))
+
+	w.Resume("set")
+	var got fetched
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		t.Fatal("the receive did not end")
+	}
+	must.NoError(t, got.err)
+	must.StrHasPrefix(t, b.cfg.ArchiveDataset()+"/state-0.", got.name)
+	must.EqOp(t, want, b.sum(t, got.name))
+	again, _, err = b.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceEmpty(t, again, must.Sprint("received from backup_dir: not sent back"))
+}
