@@ -190,19 +190,30 @@ func Chain(ms []Manifest) ([]Manifest, error) {
 // chainOf returns the chain of streams among ms that rebuilds the snapshot
 // of last: a full stream and the incrementals after it, last at the end.
 func chainOf(ms []Manifest, last Manifest) ([]Manifest, error) {
-	byGUID := map[uint64]Manifest{}
+	return chainIn(byGUID(ms), last)
+}
+
+// byGUID indexes ms by snapshot GUID, the first of each GUID kept (the
+// newest, as List orders them).
+func byGUID(ms []Manifest) map[uint64]Manifest {
+	index := make(map[uint64]Manifest, len(ms))
 	for _, m := range ms {
-		if _, dup := byGUID[m.GUID]; !dup {
-			byGUID[m.GUID] = m
+		if _, dup := index[m.GUID]; !dup {
+			index[m.GUID] = m
 		}
 	}
+	return index
+}
+
+// chainIn is chainOf over an index made by byGUID.
+func chainIn(index map[uint64]Manifest, last Manifest) ([]Manifest, error) {
 	chain := []Manifest{last}
 	for cur := last; cur.BaseGUID != 0; {
-		base, ok := byGUID[cur.BaseGUID]
+		base, ok := index[cur.BaseGUID]
 		if !ok {
 			return nil, fmt.Errorf("the chain of %s is broken: its base (snapshot GUID %d) is not in backup_dir", cur.Path(), cur.BaseGUID)
 		}
-		if len(chain) > len(ms) {
+		if len(chain) > len(index) {
 			return nil, fmt.Errorf("the chain of %s loops", last.Path())
 		}
 		chain = append(chain, base)

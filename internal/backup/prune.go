@@ -84,23 +84,15 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	if now.Sub(newest[0].Created) < grace {
 		return nil // readers and senders may still use the older chains
 	}
-	byGUID := map[uint64]Manifest{}
-	for _, m := range ms {
-		if _, dup := byGUID[m.GUID]; !dup {
-			byGUID[m.GUID] = m
-		}
-	}
+	index := byGUID(ms)
 	// rootOf is the GUID of the full stream a stream's chain starts from;
 	// 0 for a broken chain.
 	rootOf := func(m Manifest) uint64 {
-		for steps := 0; m.BaseGUID != 0; steps++ {
-			base, ok := byGUID[m.BaseGUID]
-			if !ok || steps > len(ms) {
-				return 0
-			}
-			m = base
+		chain, err := chainIn(index, m)
+		if err != nil {
+			return 0
 		}
-		return m.GUID
+		return chain[0].GUID
 	}
 	// The newest p.Keep allocations, newest first, as retention counts
 	// archives.
