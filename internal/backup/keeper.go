@@ -350,7 +350,9 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	if err := k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10)); err != nil {
 		return m, err
 	}
-	k.releaseSnapshots(ctx, a.Name, snap.Name)
+	// The snapshots read before the send are all the keeper's older ones
+	// (passes are serialised): no second read.
+	k.destroyOlder(ctx, snaps, a.Name, snap.Name)
 	return m, nil
 }
 
@@ -367,6 +369,12 @@ func (k *Keeper) releaseSnapshots(ctx context.Context, dataset, keep string) {
 		k.log.Warn("the keeper's older snapshots were not read; they go at the next backup", "dataset", dataset, "error", err)
 		return
 	}
+	k.destroyOlder(ctx, snaps, dataset, keep)
+}
+
+// destroyOlder is releaseSnapshots over snaps, the snapshots of dataset as
+// read.
+func (k *Keeper) destroyOlder(ctx context.Context, snaps []zfs.Snap, dataset, keep string) {
 	for _, s := range snaps {
 		if s.Name == keep || !strings.HasPrefix(s.Name, dataset+"@"+SnapshotPrefix) {
 			continue
