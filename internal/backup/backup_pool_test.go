@@ -86,16 +86,23 @@ func (n *node) sum(t *testing.T, ds string) string {
 	return hex.EncodeToString(s[:])
 }
 
+// twoNodes makes two nodes that share one backup_dir, and a context that
+// bounds the test's work (5 minutes), ended when the test ends.
+func twoNodes(t *testing.T) (context.Context, string, *node, *node) {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, dir, newNode(t, dir), newNode(t, dir)
+}
+
 func tenant(n int) record.Owner {
 	return record.Owner{AllocID: strings.Repeat(string(rune('0'+n)), 8) + "-1111-4222-8333-444444444444",
 		Namespace: "default", Job: "db", Group: "g", Task: "t", AllocName: "db.g[0]"}
 }
 
 func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	a, b := newNode(t, dir), newNode(t, dir)
+	ctx, dir, a, b := twoNodes(t)
 
 	// Node a: the first tenant's archive goes to backup_dir whole.
 	arch := a.archive(t, tenant(1), 4)
@@ -173,10 +180,7 @@ func TestBackup_DamagedStreamsAreNeverReceived(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			a, b := newNode(t, dir), newNode(t, dir)
+			ctx, _, a, b := twoNodes(t)
 			a.archive(t, tenant(1), 2)
 			sent, _, err := a.keeper.Pass(ctx)
 			must.NoError(t, err)
@@ -218,10 +222,7 @@ func snapshotsOf(t *testing.T, pool *zfstest.Pool, ds string) []string {
 func TestBackup_ACutSendLeavesNoStreamAndIsSentAgain(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	a, b := newNode(t, dir), newNode(t, dir)
+	ctx, dir, a, b := twoNodes(t)
 	arch := a.archive(t, tenant(1), 2)
 	want := a.sum(t, arch)
 
@@ -271,10 +272,7 @@ func filesUnder(t *testing.T, dir string) []string {
 // base_guid is the previous guid), another pool gets the data byte for
 // byte.
 func TestBackup_AChainReceivedByHand(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	a, b := newNode(t, dir), newNode(t, dir)
+	ctx, dir, a, b := twoNodes(t)
 	arch := a.archive(t, tenant(1), 2)
 	_, _, err := a.keeper.Pass(ctx)
 	must.NoError(t, err)
@@ -321,10 +319,7 @@ func TestBackup_AChainReceivedByHand(t *testing.T) {
 // increment, neither of the newest allocation) is deleted from backup_dir
 // whole, manifests and streams; the new chain alone restores the data.
 func TestBackup_ChainsRestartAndOldChainsArePrunedWhole(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	a, b := newNode(t, dir), newNode(t, dir)
+	ctx, dir, a, b := twoNodes(t)
 	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
 		Rules: retention.Rules{Classes: map[string]retention.Policy{"state": {Keep: 1}}}, FullEvery: 1, PruneGrace: time.Nanosecond})
 	arch := a.archive(t, tenant(1), 2)
@@ -367,10 +362,7 @@ func TestBackup_ChainsRestartAndOldChainsArePrunedWhole(t *testing.T) {
 func TestBackup_ADatasetBeingReceivedIsNoArchive(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	a, b := newNode(t, dir), newNode(t, dir)
+	ctx, _, a, b := twoNodes(t)
 	arch := a.archive(t, tenant(1), 2)
 	want := a.sum(t, arch)
 	sent, _, err := a.keeper.Pass(ctx)
