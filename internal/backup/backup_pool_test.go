@@ -404,3 +404,101 @@ func TestBackup_ADatasetBeingReceivedIsNoArchive(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceEmpty(t, again, must.Sprint("received from backup_dir: not sent back"))
 }
+
+// inUse makes slot 0 of class "state" under n's parent, in use by o, as a
+// Reserve leaves it, and returns its name.
+func (n *node) inUse(t *testing.T, o record.Owner) string {
+	t.Helper()
+	class := n.cfg.ClassDataset("state")
+	n.pool.ZFS(t, "create", "-p", class)
+	name := class + "/0"
+	n.pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", record.PropManaged+"="+record.ManagedSlot,
+		"-o", record.PropState+"="+string(record.StateReserved), "-o", record.PropOwner+"="+o.Encode(), name)
+	return name
+}
+
+// release renames the dataset in use into n's archive, as a release does,
+// and returns the archive's name.
+func (n *node) release(t *testing.T, ds string, o record.Owner) string {
+	t.Helper()
+	name := record.ArchivedName(n.cfg.ArchiveDataset(), "state", 0, o, time.Now().UTC())
+	n.pool.ZFS(t, "rename", ds, name)
+	n.pool.ZFS(t, "set", record.PropState+"="+string(record.StateArchived), name)
+	return name
+}
+
+// TestBackup_LiveBackupsWhileTheTaskRuns: a dataset in use of a class with
+// backup_interval is backed up while its task runs, each live backup an
+// increment of the last, with one snapshot of the keeper's left on it. On
+// another node (its node lost), a restore takes the newest live backup:
+// with max_restore_lag, only while it is younger than that (StaleError
+// otherwise, nothing received). Once the dataset is released, the archive's
+// pass sends its final state as an increment of the last live backup, and
+// the older chain goes as superseded once the chain restarts.
+func TestBackup_LiveBackupsWhileTheTaskRuns(t *testing.T) {
+	ctx, dir, a, b := twoNodes(t)
+	saved := backup.LiveSettle
+	backup.LiveSettle = 200 * time.Millisecond
+	t.Cleanup(func() { backup.LiveSettle = saved })
+	live := func(n *node, lag time.Duration) {
+		n.keeper.SetConfig(backup.Config{Dir: dir, Container: n.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+			Live: map[string]time.Duration{"state": time.Millisecond}, ClassDatasets: map[string]string{"state": n.cfg.ClassDataset("state")},
+			MaxLag: map[string]time.Duration{"state": lag}})
+	}
+	live(a, 0)
+	live(b, time.Hour)
+	ds := a.inUse(t, tenant(1))
+	a.write(t, ds, 2)
+
+	// Two live backups: a full stream, then an increment of it.
+	sent, _, err := a.keeper.LivePass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+	first := sent[0]
+	must.True(t, first.Live)
+	must.EqOp(t, uint64(0), first.BaseGUID)
+	must.StrHasPrefix(t, backup.LiveSnapshotPrefix, first.Snapshot)
+	must.EqOp(t, "", a.pool.Prop(t, ds, retention.PropBackup), must.Sprint("a dataset in use is not marked: its release is sent too"))
+	a.write(t, ds, 1)
+	sent, _, err = a.keeper.LivePass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+	second := sent[0]
+	must.EqOp(t, first.GUID, second.BaseGUID)
+	must.Eq(t, []string{ds + "@" + second.Snapshot}, snapshotsOf(t, a.pool, ds), must.Sprint("one snapshot of the keeper's left"))
+	atSecond := a.sum(t, ds)
+
+	// The task writes on; its node is lost before the next live backup.
+	// Node b takes the newest live backup after LiveSettle.
+	a.write(t, ds, 1)
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	must.NoError(t, err)
+	must.EqOp(t, atSecond, b.sum(t, got), must.Sprint("the data of the last live backup"))
+	b.pool.ZFS(t, "destroy", "-r", got)
+
+	// With max_restore_lag shorter than its age, it is refused.
+	live(b, time.Nanosecond)
+	_, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	var stale *backup.StaleError
+	must.True(t, errors.As(err, &stale), must.Sprintf("a StaleError, not %v", err))
+	must.ErrorIs(t, err, backup.ErrStale)
+	must.StrContains(t, err.Error(), "max_restore_lag")
+	left := b.pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", b.cfg.ArchiveDataset())
+	must.EqOp(t, b.cfg.ArchiveDataset(), strings.TrimSpace(left), must.Sprint("nothing received"))
+
+	// Released: the archive's pass sends the final state as an increment
+	// of the last live backup, not as live; a restore takes it, whatever
+	// max_restore_lag says.
+	final := a.sum(t, ds)
+	arch := a.release(t, ds, tenant(1))
+	sent, _, err = a.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+	must.False(t, sent[0].Live)
+	must.EqOp(t, second.GUID, sent[0].BaseGUID)
+	must.False(t, strings.HasPrefix(sent[0].Snapshot, backup.LiveSnapshotPrefix))
+	got, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	must.NoError(t, err)
+	must.EqOp(t, final, b.sum(t, got))
+	must.Eq(t, []string{arch + "@" + sent[0].Snapshot}, snapshotsOf(t, a.pool, arch))
+}

@@ -67,6 +67,14 @@ type Config struct {
 	// PruneGrace is how long a new chain exists before the chains it
 	// replaces may be deleted (PruneGrace when 0; tests set less).
 	PruneGrace time.Duration
+	// Live are, by class, the backup_interval of the classes whose
+	// datasets in use are backed up while their tasks run (LivePass);
+	// ClassDatasets, by class, the dataset that holds its slots.
+	Live          map[string]time.Duration
+	ClassDatasets map[string]string
+	// MaxLag are, by class, max_restore_lag: Fetch refuses a newest backup
+	// that is a live one older than this.
+	MaxLag map[string]time.Duration
 }
 
 // PruneScanPeriod is how often a pass reads the whole of backup_dir for
@@ -90,15 +98,17 @@ type Keeper struct {
 	mu   sync.Mutex
 	cfg  Config
 	node string
-	// scanned is when a pass last pruned the whole of backup_dir; only
-	// passes (under passMu) touch it.
+	// scanned is when a pass last pruned the whole of backup_dir, live
+	// the datasets in use as LivePass last backed them up; only passes
+	// (under passMu) touch them.
 	scanned time.Time
+	live    map[string]liveMark
 }
 
 // NewKeeper returns a keeper that reaches ZFS through z. It does nothing
 // until SetConfig gives it a backup_dir.
 func NewKeeper(z ZFS, log hclog.Logger) *Keeper {
-	return &Keeper{zfs: z, log: log, kick: make(chan struct{}, 1)}
+	return &Keeper{zfs: z, log: log, kick: make(chan struct{}, 1), live: map[string]liveMark{}}
 }
 
 // SetConfig replaces the configuration, and makes backup_dir's
@@ -176,7 +186,7 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 	}
 	var errs []error
 	for _, a := range todo {
-		m, err := k.send(ctx, cfg, node, a)
+		m, err := k.send(ctx, cfg, node, a, false)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("backing up %s: %w", a.Name, err))
 			continue
@@ -263,8 +273,10 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 	return errors.Join(errs...)
 }
 
-// send backs up one archive: see Pass.
-func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.Archive) (Manifest, error) {
+// send backs up one archive (see Pass), or, live, one dataset in use (see
+// LivePass): a.ReleasedAt is then the time the snapshot is taken, and the
+// dataset is not marked (its final state is sent once it is archived).
+func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.Archive, live bool) (Manifest, error) {
 	dir := cfg.Dir
 	have, _, err := List(dir, &a.Identity)
 	if err != nil {
@@ -279,16 +291,24 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		return Manifest{}, err
 	}
 	// The newest of the plugin's snapshots that backup_dir holds is the
-	// base; a newer one of the plugin's (an earlier pass that stopped
-	// before its manifest) is sent rather than a new one taken.
+	// base; a newer one of the plugin's taken of the archive (an earlier
+	// pass that stopped before its manifest) is sent rather than a new one
+	// taken. A live one (LiveSnapshotPrefix: a live backup that did not
+	// finish) misses what the task wrote after it: never sent as the
+	// archive's. A live backup always takes a new one.
+	now := time.Now().UTC()
+	if live {
+		a.ReleasedAt = now
+	}
 	base, snap := zfs.Snap{}, zfs.Snap{}
 	for _, s := range snaps {
 		if !strings.HasPrefix(s.Name, a.Name+"@"+SnapshotPrefix) {
 			continue
 		}
-		if inDir[s.GUID] {
+		switch {
+		case inDir[s.GUID]:
 			base, snap = s, zfs.Snap{}
-		} else {
+		case !live && !strings.HasPrefix(s.Name, a.Name+"@"+LiveSnapshotPrefix):
 			snap = s
 		}
 	}
@@ -308,7 +328,11 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		}
 	}
 	if snap.Name == "" {
-		snap.Name = a.Name + "@" + SnapshotPrefix + time.Now().UTC().Format("20060102T150405.000000000Z")
+		prefix := SnapshotPrefix
+		if live {
+			prefix = LiveSnapshotPrefix
+		}
+		snap.Name = a.Name + "@" + prefix + now.Format(snapTimeFormat)
 		if err := k.zfs.Snapshot(ctx, snap.Name); err != nil {
 			return Manifest{}, err
 		}
@@ -320,7 +344,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	defer cancel()
 	m := Manifest{Identity: a.Identity, AllocID: a.AllocID, Node: node, Dataset: a.Name, Slot: a.Slot,
 		Snapshot: strings.SplitN(snap.Name, "@", 2)[1], GUID: snap.GUID, BaseGUID: base.GUID, ReleasedAt: a.ReleasedAt,
-		KeyID: a.KeyID}
+		KeyID: a.KeyID, Live: live}
 	keySaved := false
 	if a.KeyID != "" {
 		if keySaved, err = saveKey(cfg.KeyDir, dir, a.Identity, a.KeyID); err != nil {
@@ -347,8 +371,10 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		}
 		return m, err
 	}
-	if err := k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10)); err != nil {
-		return m, err
+	if !live {
+		if err := k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10)); err != nil {
+			return m, err
+		}
 	}
 	// The snapshots read before the send are all the keeper's older ones
 	// (passes are serialised): no second read.
@@ -399,9 +425,15 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
 		return "", nil
 	}
+	id := retention.IdentityOf(class, o)
+	// A live backup newest: wait a little for its allocation's final
+	// stream (its release on its node sends it within seconds), outside
+	// fetchMu, which restores of other identities take.
+	if newest, err := k.newest(cfg.Dir, id); err == nil && newest.Live && newest.ReleasedAt.After(newerThan) {
+		k.settle(ctx, cfg.Dir, id)
+	}
 	k.fetchMu.Lock()
 	defer k.fetchMu.Unlock()
-	id := retention.IdentityOf(class, o)
 	ms, problems, err := List(cfg.Dir, &id)
 	if err != nil {
 		return "", err
@@ -424,6 +456,9 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 	newest := chain[len(chain)-1]
 	if !newest.ReleasedAt.After(newerThan) {
 		return "", nil // the local archive is as new
+	}
+	if lag := cfg.MaxLag[class]; newest.Live && lag > 0 && time.Since(newest.ReleasedAt) > lag {
+		return "", &StaleError{Identity: id, Newest: newest, Age: time.Since(newest.ReleasedAt).Truncate(time.Second), MaxLag: lag}
 	}
 	prev := record.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
 	prefix := cfg.Container + "/"
@@ -484,7 +519,8 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 		}
 		return "", err
 	}
-	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node)
+	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node,
+		"live", newest.Live, "taken", newest.ReleasedAt, "age", time.Since(newest.ReleasedAt).Truncate(time.Second))
 	return target, nil
 }
 

@@ -51,8 +51,13 @@ type Manifest struct {
 	// BaseGUID is the GUID of the snapshot an incremental stream is based
 	// on (the identity's previous backup); 0 for a full stream.
 	BaseGUID uint64 `json:"base_guid,omitempty"`
-	// ReleasedAt is when the archive's release began.
+	// ReleasedAt is when the archive's release began; for a live backup,
+	// when its snapshot was taken.
 	ReleasedAt time.Time `json:"released_at"`
+	// Live marks a live backup: a snapshot of a dataset in use, taken
+	// while its task ran (backup_interval), not of its release; the
+	// allocation may have written more after it.
+	Live bool `json:"live,omitempty"`
 	Created    time.Time `json:"created"`
 	// Stream is the stream's file name, beside the manifest; Size and
 	// SHA256 are the file's.

@@ -35,8 +35,9 @@ const PruneGrace = SendTimeout + 10*time.Minute
 
 // restartChain reports whether the next backup of an identity whose
 // newest chain is chain (full stream first) is sent whole: the chain holds
-// fullEvery increments already, or its increments weigh as much as its
-// full stream (they no longer save anything).
+// fullEvery increments of releases already, or LiveFullEvery increments in
+// all (live backups come every backup_interval), or its increments weigh
+// as much as its full stream (they no longer save anything).
 func restartChain(chain []Manifest, fullEvery int) bool {
 	if len(chain) == 0 {
 		return false
@@ -45,10 +46,14 @@ func restartChain(chain []Manifest, fullEvery int) bool {
 		fullEvery = DefaultFullEvery
 	}
 	var inc int64
+	released := 0
 	for _, m := range chain[1:] {
 		inc += m.Size
+		if !m.Live {
+			released++
+		}
 	}
-	return len(chain)-1 >= fullEvery || inc >= chain[0].Size
+	return released >= fullEvery || len(chain)-1 >= LiveFullEvery || inc >= chain[0].Size
 }
 
 // PrunedChain is a chain of one identity's streams that retention deletes,
@@ -63,10 +68,11 @@ type PrunedChain struct {
 // policy p at now. It is a pure function. Nothing is deleted unless the
 // newest stream's chain is complete (its manifests link up, and present
 // says each of its streams is there whole) and began grace (PruneGrace in
-// the plugin) before now; that chain is never deleted. An older chain is deleted whole when
-// none of its streams is of the newest p.Keep allocations (rule "keep"),
-// or when every stream of it was released longer ago than p.MaxAge (rule
-// "max_age"). A stream whose chain is broken (its base missing) is never
+// the plugin) before now; that chain is never deleted. An older chain is
+// deleted whole when none of its streams is of the newest p.Keep
+// allocations (rule "keep"); when it holds none of their newest streams,
+// only older ones (live backups: rule "superseded"); or when every stream
+// of it was released longer ago than p.MaxAge (rule "max_age"). A stream whose chain is broken (its base missing) is never
 // deleted: it is reported by `backups verify`, and left to the operator.
 func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Duration, present func(Manifest) bool) []PrunedChain {
 	if len(ms) == 0 {
@@ -103,6 +109,23 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 		}
 		kept[m.AllocID] = true
 	}
+	// The chains that hold a kept allocation's newest stream: its data as
+	// it last was. A chain that holds only older streams of kept
+	// allocations (live backups since sent again in a newer chain) is
+	// superseded. An allocation whose newest stream's chain is broken
+	// needs all of its chains.
+	holds, unsure, newestSeen := map[uint64]bool{}, map[string]bool{}, map[string]bool{}
+	for _, m := range ms {
+		if !kept[m.AllocID] || newestSeen[m.AllocID] {
+			continue
+		}
+		newestSeen[m.AllocID] = true
+		if r := rootOf(m); r != 0 {
+			holds[r] = true
+		} else {
+			unsure[m.AllocID] = true
+		}
+	}
 	chains := map[uint64][]Manifest{}
 	var roots []uint64
 	for _, m := range ms {
@@ -119,14 +142,17 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	for _, r := range roots {
 		c := chains[r]
 		sort.SliceStable(c, func(i, j int) bool { return c[i].Created.Before(c[j].Created) })
-		inKeep, allOld := false, p.MaxAge > 0
+		inKeep, needed, allOld := false, holds[r], p.MaxAge > 0
 		for _, m := range c {
 			inKeep = inKeep || kept[m.AllocID]
+			needed = needed || unsure[m.AllocID]
 			allOld = allOld && now.Sub(m.ReleasedAt) > p.MaxAge
 		}
 		switch {
 		case !inKeep:
 			out = append(out, PrunedChain{Streams: c, Rule: "keep"})
+		case !needed:
+			out = append(out, PrunedChain{Streams: c, Rule: "superseded"})
 		case allOld:
 			out = append(out, PrunedChain{Streams: c, Rule: "max_age"})
 		}

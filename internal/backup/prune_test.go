@@ -11,8 +11,15 @@ import (
 )
 
 func TestRestartChain(t *testing.T) {
-	full := Manifest{GUID: 1, Size: 100}
+	full := Manifest{GUID: 1, Size: 1 << 20}
 	inc := func(guid uint64, size int64) Manifest { return Manifest{GUID: guid, BaseGUID: guid - 1, Size: size} }
+	live := func(m Manifest) Manifest { m.Live = true; return m }
+	lives := func(n int) (out []Manifest) {
+		for i := range n {
+			out = append(out, live(inc(uint64(i+2), 1)))
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name      string
 		chain     []Manifest
@@ -24,7 +31,10 @@ func TestRestartChain(t *testing.T) {
 		{"short increments", []Manifest{full, inc(2, 10), inc(3, 10)}, 8, false},
 		{"fullEvery increments", []Manifest{full, inc(2, 10), inc(3, 10)}, 2, true},
 		{"the default", []Manifest{full, inc(2, 1), inc(3, 1), inc(4, 1), inc(5, 1), inc(6, 1), inc(7, 1), inc(8, 1), inc(9, 1)}, 0, true},
-		{"increments as heavy as the full stream", []Manifest{full, inc(2, 60), inc(3, 40)}, 8, true},
+		{"increments as heavy as the full stream", []Manifest{full, inc(2, 600 << 10), inc(3, 424 << 10)}, 8, true},
+		{"live increments do not count to fullEvery", []Manifest{full, live(inc(2, 1)), live(inc(3, 1)), inc(4, 1)}, 2, false},
+		{"LiveFullEvery increments in all", append([]Manifest{full}, lives(LiveFullEvery)...), 8, true},
+		{"one fewer than LiveFullEvery", append([]Manifest{full}, lives(LiveFullEvery-1)...), 8, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			must.EqOp(t, tc.restart, restartChain(tc.chain, tc.fullEvery))
@@ -48,7 +58,7 @@ func TestPlanPrune(t *testing.T) {
 			for _, m := range c.Streams {
 				g = append(g, m.GUID)
 			}
-			out = append(out, append(g, map[string]uint64{"keep": 0, "max_age": 1}[c.Rule]))
+			out = append(out, append(g, map[string]uint64{"keep": 0, "max_age": 1, "superseded": 2}[c.Rule]))
 		}
 		return out
 	}
@@ -56,7 +66,7 @@ func TestPlanPrune(t *testing.T) {
 		name string
 		ms   []Manifest
 		p    retention.Policy
-		want [][]uint64 // each chain's GUIDs, oldest first, then 0 for keep, 1 for max_age
+		want [][]uint64 // each chain's GUIDs, oldest first, then 0 for keep, 1 for max_age, 2 for superseded
 	}{
 		{"one chain is never pruned",
 			[]Manifest{b(3, 2, "c", 1), b(2, 1, "b", 2), b(1, 0, "a", 3)}, retention.Policy{Keep: 1}, nil},
@@ -77,6 +87,16 @@ func TestPlanPrune(t *testing.T) {
 			[][]uint64{{1, 0}}},
 		{"a stream of the newest chain missing: nothing goes",
 			[]Manifest{b(5, 4, "e", 1), b(4, 0, "d", 2), b(1, 0, "a", 5)}, retention.Policy{Keep: 1}, nil},
+		// Live backups: an allocation's older chains go once a newer
+		// chain holds its newest stream; one that holds another kept
+		// allocation's last stream stays.
+		{"an allocation's older live chain is superseded",
+			[]Manifest{b(5, 4, "x", 1), b(4, 0, "x", 2), b(3, 2, "x", 3), b(2, 1, "x", 4), b(1, 0, "x", 5)}, retention.Policy{Keep: 3},
+			[][]uint64{{1, 2, 3, 2}}},
+		{"a chain with a kept allocation's last stream stays",
+			[]Manifest{b(5, 4, "x", 1), b(4, 0, "x", 2), b(3, 2, "x", 3), b(2, 1, "w", 4), b(1, 0, "w", 5)}, retention.Policy{Keep: 3}, nil},
+		{"a kept allocation whose newest chain is broken keeps its older chains",
+			[]Manifest{b(6, 0, "y", 1), b(5, 77, "x", 2), b(3, 2, "x", 3), b(2, 1, "x", 4), b(1, 0, "x", 5)}, retention.Policy{Keep: 3}, nil},
 		{"several older chains, newest first",
 			[]Manifest{b(6, 0, "f", 1), b(5, 4, "e", 2), b(4, 0, "d", 3), b(3, 2, "c", 4), b(2, 1, "b", 5), b(1, 0, "a", 6)}, retention.Policy{Keep: 1},
 			[][]uint64{{4, 5, 0}, {1, 2, 3, 0}}},

@@ -84,6 +84,8 @@ func validateShared(name string, cc ClassConfig, parent string) (shared.Class, e
 		{"restore", cc.Restore != "" && cc.Restore != slots.RestoreOff},
 		{"keep", cc.Keep != nil},
 		{"max_age", cc.MaxAge != ""},
+		{"backup_interval", cc.BackupInterval != ""},
+		{"max_restore_lag", cc.MaxRestoreLag != ""},
 		{"source", cc.Source != ""},
 		{"encryption", cc.Encryption},
 	} {
@@ -233,4 +235,47 @@ func validateSource(src, parent string) error {
 		return fmt.Errorf("is in pool %q, and parent_dataset %q in pool %q: a clone must be in its snapshot's pool", zfs.PoolOf(ds), parent, zfs.PoolOf(parent))
 	}
 	return nil
+}
+
+// MinBackupInterval bounds backup_interval from below: each live backup is
+// a snapshot and a `zfs send` of what changed.
+const MinBackupInterval = time.Second
+
+// validateLive checks a class's backup_interval and max_restore_lag, which
+// need backup_dir and restore on (max_restore_lag: restore = "required"),
+// and returns them (0 for not set).
+func validateLive(name string, cc ClassConfig, cl slots.Class, backupDir string) (interval, lag time.Duration, err error) {
+	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
+	duration := func(f, v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, fmt.Errorf("%s = %q: not a duration (use a value such as \"5m\")", field(f), v)
+		}
+		if d < MinBackupInterval {
+			return 0, fmt.Errorf("%s = %q: must be at least %s (leave it out for none)", field(f), v, MinBackupInterval)
+		}
+		return d, nil
+	}
+	if cc.BackupInterval != "" {
+		if cl.Restore != slots.RestoreBestEffort && cl.Restore != slots.RestoreRequired {
+			return 0, 0, fmt.Errorf("%s = %q: live backups are restored on another node, and restore = %q restores nothing; set restore = %q or %q",
+				field("backup_interval"), cc.BackupInterval, cl.Restore, slots.RestoreBestEffort, slots.RestoreRequired)
+		}
+		if backupDir == "" {
+			return 0, 0, fmt.Errorf("%s = %q: live backups go to backup_dir, and none is set", field("backup_interval"), cc.BackupInterval)
+		}
+		if interval, err = duration("backup_interval", cc.BackupInterval); err != nil {
+			return 0, 0, err
+		}
+	}
+	if cc.MaxRestoreLag != "" {
+		if cl.Restore != slots.RestoreRequired {
+			return 0, 0, fmt.Errorf("%s = %q: it bounds what a restore = %q takes, and this class has restore = %q (best-effort takes the newest backup of any age)",
+				field("max_restore_lag"), cc.MaxRestoreLag, slots.RestoreRequired, cl.Restore)
+		}
+		if lag, err = duration("max_restore_lag", cc.MaxRestoreLag); err != nil {
+			return 0, 0, err
+		}
+	}
+	return interval, lag, nil
 }

@@ -94,6 +94,9 @@ var Spec = configspec.Object(map[string]configspec.Spec{
 		"restore":    withDefault("restore", DefaultRestore),
 		"keep":       configspec.Attr("keep", "number", false),
 		"max_age":    configspec.Attr("max_age", "string", false),
+		// Live backups (see validateLive).
+		"backup_interval": configspec.Attr("backup_interval", "string", false),
+		"max_restore_lag": configspec.Attr("max_restore_lag", "string", false),
 	})),
 })
 
@@ -171,6 +174,12 @@ type ClassConfig struct {
 	Keep *int `cty:"keep"`
 	// MaxAge prunes archives older than this ("" for no limit).
 	MaxAge string `cty:"max_age"`
+	// BackupInterval is how often a dataset in use is backed up into
+	// backup_dir while its task runs ("" for only at release).
+	BackupInterval string `cty:"backup_interval"`
+	// MaxRestoreLag is how old a live backup (one taken while its task
+	// ran) a restore = "required" restore takes ("" for any age).
+	MaxRestoreLag string `cty:"max_restore_lag"`
 }
 
 // Settings is a validated configuration.
@@ -188,6 +197,10 @@ type Settings struct {
 	// whose archives go there (restore on).
 	BackupDir     string
 	BackupClasses map[string]bool
+	// BackupLive are, by class, the backup_interval of classes that back
+	// up their datasets in use; RestoreLag, by class, max_restore_lag.
+	BackupLive map[string]time.Duration
+	RestoreLag map[string]time.Duration
 	// Shared are the shared classes (shared = true), sorted by name;
 	// Slots.Classes holds the others.
 	Shared []shared.Class
@@ -280,6 +293,7 @@ func (c *Config) Validate() (Settings, error) {
 	}
 	s.Slots.Parent = c.ParentDataset
 	s.Retention = retention.Rules{Classes: map[string]retention.Policy{}, Default: retention.Policy{Keep: retention.DefaultKeep}}
+	s.BackupLive, s.RestoreLag = map[string]time.Duration{}, map[string]time.Duration{}
 	names := make([]string, 0, len(c.Classes))
 	for name := range c.Classes {
 		names = append(names, name)
@@ -305,6 +319,16 @@ func (c *Config) Validate() (Settings, error) {
 		pol, err := validateRetention(name, *cc, cl)
 		if err != nil {
 			return s, err
+		}
+		interval, lag, err := validateLive(name, *cc, cl, c.BackupDir)
+		if err != nil {
+			return s, err
+		}
+		if interval > 0 {
+			s.BackupLive[name] = interval
+		}
+		if lag > 0 {
+			s.RestoreLag[name] = lag
 		}
 		s.Slots.Classes = append(s.Slots.Classes, cl)
 		s.Retention.Classes[name] = pol

@@ -101,6 +101,35 @@ func TestConfig_Retention(t *testing.T) {
 	must.Eq(t, map[string]bool{"state": true}, s.BackupClasses)
 }
 
+func TestConfig_LiveBackups(t *testing.T) {
+	s, err := decode(t, `config {
+  parent_dataset = "tank/nomad"
+  backup_dir     = "/mnt/backups"
+  class "db" {
+    slots           = 2
+    quota           = "10GiB"
+    restore         = "required"
+    backup_interval = "5m"
+    max_restore_lag = "15m"
+  }
+  class "cache" {
+    slots           = 1
+    quota           = "1GiB"
+    restore         = "best-effort"
+    backup_interval = "1h"
+  }
+  class "plain" {
+    slots   = 1
+    quota   = "1GiB"
+    restore = "required"
+  }
+}`)
+	must.NoError(t, err)
+	must.Eq(t, map[string]time.Duration{"db": 5 * time.Minute, "cache": time.Hour}, s.BackupLive)
+	must.Eq(t, map[string]time.Duration{"db": 15 * time.Minute}, s.RestoreLag)
+	must.Eq(t, map[string]bool{"db": true, "cache": true, "plain": true}, s.BackupClasses)
+}
+
 func TestConfig_NomadBlockAndRelease(t *testing.T) {
 	token := filepath.Join(t.TempDir(), "zfs.token")
 	must.NoError(t, os.WriteFile(token, []byte("secret"), 0o600))
@@ -162,6 +191,24 @@ func TestConfig_FullAndBothPropertySyntaxes(t *testing.T) {
 		must.Eq(t, uint64(1<<30), s.Slots.Classes[1].Quota)
 		must.Eq(t, 0, s.Slots.Classes[1].Slots)
 	}
+}
+
+// withBackupDir is a configuration with backup_dir and one class "b" whose
+// body is body, beside a class "a" with restore on (so that backup_dir
+// itself is valid).
+func withBackupDir(body string) string {
+	return `config {
+  parent_dataset = "tank/nomad"
+  backup_dir     = "/mnt/backups"
+  class "a" {
+    slots   = 1
+    quota   = "1G"
+    restore = "required"
+  }
+  class "b" {
+    ` + body + `
+  }
+}`
 }
 
 func TestConfig_Invalid(t *testing.T) {
@@ -346,6 +393,38 @@ func TestConfig_Invalid(t *testing.T) {
     quota = "1G"
   }
 }`, `backup_dir = "/mnt/backups": no class has restore on`},
+		{"backup_interval without restore", withBackupDir(`slots = 1
+    quota = "1G"
+    backup_interval = "5m"`), `class "b": backup_interval = "5m": live backups are restored on another node, and restore = "off" restores nothing`},
+		{"backup_interval without backup_dir", class(`slots = 1
+    quota = "1G"
+    restore = "required"
+    backup_interval = "5m"`), `class "scratch": backup_interval = "5m": live backups go to backup_dir, and none is set`},
+		{"backup_interval not a duration", withBackupDir(`slots = 1
+    quota = "1G"
+    restore = "required"
+    backup_interval = "5 minutes"`), `class "b": backup_interval = "5 minutes": not a duration`},
+		{"backup_interval too short", withBackupDir(`slots = 1
+    quota = "1G"
+    restore = "required"
+    backup_interval = "10ms"`), `class "b": backup_interval = "10ms": must be at least 1s`},
+		{"max_restore_lag with best-effort", withBackupDir(`slots = 1
+    quota = "1G"
+    restore = "best-effort"
+    max_restore_lag = "10m"`), `class "b": max_restore_lag = "10m": it bounds what a restore = "required" takes, and this class has restore = "best-effort"`},
+		{"max_restore_lag negative", withBackupDir(`slots = 1
+    quota = "1G"
+    restore = "required"
+    max_restore_lag = "-1m"`), `class "b": max_restore_lag = "-1m": must be at least 1s`},
+		{"backup_interval on a shared class", `config {
+  parent_dataset = "tank/nomad"
+  class "models" {
+    shared = true
+    dataset = "tank/models"
+    slots = 2
+    backup_interval = "5m"
+  }
+}`, `class "models": backup_interval: not for a shared class`},
 		{"keep zero", class(`slots = 1
     quota = "1G"
     keep = 0`), `class "scratch": keep = 0: must be from 1 to 10000`},

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -67,6 +68,8 @@ func TestGolden_AgentCapture(t *testing.T) {
 	must.Eq(t, 1, classes["tmp"].Slots)
 	must.Eq(t, "destroy", classes["golden"].OnRelease)
 	must.True(t, classes["secret"].Encrypted)
+	must.Eq(t, map[string]time.Duration{"scratch": 5 * time.Minute}, fromAgent.BackupLive)
+	must.Eq(t, map[string]time.Duration{"scratch": 15 * time.Minute}, fromAgent.RestoreLag)
 	must.SliceLen(t, 1, fromAgent.Shared)
 	must.Eq(t, "tank/models", fromAgent.Shared[0].Dataset)
 	must.True(t, fromAgent.Shared[0].ReadOnly)

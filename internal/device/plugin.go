@@ -189,8 +189,12 @@ func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) 
 	p.slots.SetConfig(s.Slots)
 	p.shared.SetConfig(s.Slots.Parent, []string{s.Slots.KeyDir, s.BackupDir}, s.Shared)
 	p.pruner.SetConfig(retention.Config{Container: s.Slots.ArchiveDataset(), Rules: s.Retention, KeyDir: s.Slots.KeyDir})
+	classDatasets := map[string]string{}
+	for c := range s.BackupLive {
+		classDatasets[c] = s.Slots.ClassDataset(c)
+	}
 	p.keeper.SetConfig(backup.Config{Dir: s.BackupDir, Container: s.Slots.ArchiveDataset(), Classes: s.BackupClasses, KeyDir: s.Slots.KeyDir,
-		Rules: s.Retention})
+		Rules: s.Retention, Live: s.BackupLive, ClassDatasets: classDatasets, MaxLag: s.RestoreLag})
 	p.log.Info("configured", "parent_dataset", s.Slots.Parent, "classes", len(s.Slots.Classes), "shared_classes", len(s.Shared),
 		"fingerprint_period", s.FingerprintPeriod, "stats_period", s.StatsPeriod, "prometheus_address", s.MetricsAddress)
 	return &nomadproto.SetConfigResponse{}, nil

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -56,14 +57,18 @@ func (p *Plugin) Reserve(_ context.Context, req *nomadproto.ReserveRequest) (*no
 	}
 	hs := make([]held, len(reserved))
 	for i, sl := range reserved {
-		hs[i] = held{dataset: sl.Dataset, mountpoint: sl.Mountpoint}
+		hs[i] = held{dataset: sl.Dataset, mountpoint: sl.Mountpoint, restoredAt: sl.RestoredAt}
 	}
 	return reservation(class.Name, class.MountPath, class.ReadOnly, hs), nil
 }
 
-// held is one dataset Reserve hands a task: its name and where it is
-// mounted on the host.
-type held struct{ dataset, mountpoint string }
+// held is one dataset Reserve hands a task: its name, where it is mounted
+// on the host, and when its data was left when this Reserve restored it
+// (zero otherwise).
+type held struct {
+	dataset, mountpoint string
+	restoredAt          time.Time
+}
 
 // reservation builds the mounts and environment for the datasets reserved
 // for one request of a class, in the order given: the order of the
@@ -77,16 +82,19 @@ func reservation(class, mountPath string, readOnly bool, ds []held) *nomadproto.
 			taskPath = path.Join(mountPath, strconv.Itoa(i))
 		}
 		res.Mounts = append(res.Mounts, &nomadproto.Mount{TaskPath: taskPath, HostPath: d.mountpoint, ReadOnly: readOnly})
-		if i == 0 {
-			res.Envs["ZFS_"+name+"_DATASET"] = d.dataset
-			res.Envs["ZFS_"+name+"_PATH"] = taskPath
-			res.Envs["ZFS_"+name+"_HOST_PATH"] = d.mountpoint
-		}
-		if len(ds) > 1 {
-			prefix := "ZFS_" + name + "_" + strconv.Itoa(i) + "_"
+		set := func(prefix string) {
 			res.Envs[prefix+"DATASET"] = d.dataset
 			res.Envs[prefix+"PATH"] = taskPath
 			res.Envs[prefix+"HOST_PATH"] = d.mountpoint
+			if !d.restoredAt.IsZero() {
+				res.Envs[prefix+"RESTORED_AT"] = d.restoredAt.UTC().Format(time.RFC3339)
+			}
+		}
+		if i == 0 {
+			set("ZFS_" + name + "_")
+		}
+		if len(ds) > 1 {
+			set("ZFS_" + name + "_" + strconv.Itoa(i) + "_")
 		}
 	}
 	return &nomadproto.ReserveResponse{ContainerRes: res}

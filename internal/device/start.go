@@ -36,6 +36,7 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	go p.shared.Run(ctx, s.FingerprintPeriod, sharedReadTimeout)
 	go p.pruner.Run(ctx, RetentionPeriod)
 	go p.keeper.Run(ctx, RetentionPeriod)
+	go p.keeper.RunLive(ctx)
 	if standIn != nil {
 		return // the caller runs the release passes (UseAllocations)
 	}

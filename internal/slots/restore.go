@@ -121,7 +121,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 	names, release, err := archives.Claim(ctx, c.Name, asker)
 	defer release()
 	if err != nil {
-		return fail(fmt.Sprintf("the archive of %s cannot be read (%v)", asker, err), true)
+		return fail(fmt.Sprintf("the data of %s cannot be restored (%v)", asker, err), true)
 	}
 	if len(names) == 0 {
 		out.fresh = ids
@@ -234,7 +234,13 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 	if err != nil {
 		return Slot{}, fmt.Errorf("mounting %s: %w", target, err)
 	}
-	m.log.Info("slot reserved", "device", id, "dataset", target, "owner", asker.String(), "how", "restored", "archive", archive)
+	// The archive's name says when its data was left: at its release, or
+	// for a live backup received from another node, when it was taken.
+	if _, _, at, ok := record.ParseArchiveLeaf(archive[strings.LastIndexByte(archive, '/')+1:]); ok {
+		got.RestoredAt = at
+	}
+	m.log.Info("slot reserved", "device", id, "dataset", target, "owner", asker.String(), "how", "restored", "archive", archive,
+		"data_from", got.RestoredAt, "data_age", time.Since(got.RestoredAt).Truncate(time.Second))
 	return got, nil
 }
 

@@ -1,6 +1,8 @@
 package slots
 
 import (
+	"time"
+
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -23,6 +25,10 @@ type Slot struct {
 	// configured count: it is kept until released, and offered to no one.
 	Surplus bool
 	Usage   zfs.Usage
+	// RestoredAt is, on a slot Reserve has just restored an archive into,
+	// when that data was left (its release, or a live backup's snapshot);
+	// zero otherwise. It is not kept with the slot.
+	RestoredAt time.Time
 	// Origin is the snapshot Dataset was cloned from ("" when it was
 	// made empty): a class's source, or an older one (see Class.Source).
 	Origin string

@@ -37,6 +37,8 @@ plugin "nomad-device-zfs" {
       restore    = "required"
       keep       = 3
       max_age    = "168h"
+      backup_interval = "5m"
+      max_restore_lag = "15m"
       properties = {
         compression = "on"
         atime       = "off"

@@ -1,0 +1,256 @@
+package backup
+
+// Live backups: while a task holds a slot of a class with backup_interval,
+// its dataset is snapshotted and sent into backup_dir every interval, so
+// that a node lost with its task costs at most an interval (plus a send)
+// of the task's writes. The streams continue the identity's chain: a live
+// backup's snapshot is the base of the next one, and of the archive's at
+// release (the dataset is renamed into the archive, snapshots and all).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// LiveSnapshotPrefix starts the name of the keeper's snapshots of
+// datasets in use (within SnapshotPrefix): never sent as an archive's
+// final state.
+const LiveSnapshotPrefix = SnapshotPrefix + "live-"
+
+// snapTimeFormat is the time in the names of the keeper's snapshots, after
+// SnapshotPrefix (UTC).
+const snapTimeFormat = "20060102T150405.000000000Z"
+
+// LiveFullEvery is how many increments a chain holds before a live backup
+// starts a new one: live backups come every backup_interval, and a full
+// stream of a large dataset that often would cost more than it saves. The
+// size rule (increments as heavy as the full stream) still applies.
+const LiveFullEvery = 64
+
+// liveIdle is how long RunLive sleeps when no class has backup_interval.
+const liveIdle = time.Minute
+
+// liveProps are what LivePass reads of each slot dataset.
+var liveProps = append([]string{record.PropManaged, record.PropState, record.PropKeyID}, record.OwnerProps...)
+
+// liveMark is a dataset in use as the keeper last backed it up.
+type liveMark struct {
+	alloc string
+	at    time.Time
+}
+
+// InUse is a slot's dataset in use, as LivePass reads it.
+type InUse struct {
+	retention.Archive
+	// Interval is its class's backup_interval.
+	Interval time.Duration
+}
+
+// ParseInUse sorts one read of a class's slot datasets (`zfs get -r -d 1`
+// of classDataset, with liveProps) into those a live backup may send: the
+// plugin's, reserved, of a known owner whose identity can be told from
+// another's. It is a pure function.
+func ParseInUse(class, classDataset string, ds []zfs.Dataset) []InUse {
+	var out []InUse
+	for _, d := range ds {
+		leaf, ok := strings.CutPrefix(d.Name, classDataset+"/")
+		if !ok || leaf == "" || strings.ContainsAny(leaf, "/@") || d.Err != nil {
+			continue
+		}
+		index, _ := record.SlotIndex(leaf)
+		if index < 0 || !record.IsManaged(d, record.ManagedSlot) || record.Recorded(d) != record.StateReserved {
+			continue
+		}
+		o, err := record.RecordedOwner(d)
+		if err != nil || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
+			continue
+		}
+		keyID, _ := d.Local(record.PropKeyID)
+		out = append(out, InUse{Archive: retention.Archive{Name: d.Name, Class: class, Slot: index, Owner: o, AllocID: o.AllocID,
+			Identity: retention.IdentityOf(class, o), KeyID: keyID}})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// RunLive makes live passes (LivePass) until ctx is done, each when the
+// next dataset is due.
+func (k *Keeper) RunLive(ctx context.Context) {
+	cfg := loop.Config{Name: "live backup", Log: k.log, First: loop.After(0)}
+	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
+		_, next, err := k.LivePass(ctx)
+		if err != nil && ctx.Err() == nil {
+			k.log.Error("live backup pass incomplete", "error", err)
+		}
+		return loop.After(next)
+	})
+}
+
+// LivePass sends a live backup of each dataset in use of the classes with
+// backup_interval whose last live backup by this keeper is an interval old
+// (or that it has not backed up since it started, or since a new tenant
+// took it), up to BatchSize of them, longest due first. Passes and live
+// passes are serialised. next is when the next one is due.
+func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Duration, err error) {
+	k.passMu.Lock()
+	defer k.passMu.Unlock()
+	cfg, node := k.config()
+	if cfg.Dir == "" || len(cfg.Live) == 0 {
+		return nil, liveIdle, nil
+	}
+	classes := make([]string, 0, len(cfg.Live))
+	for c := range cfg.Live {
+		classes = append(classes, c)
+	}
+	sort.Strings(classes)
+	var errs []error
+	var inUse []InUse
+	for _, c := range classes {
+		ds := cfg.ClassDatasets[c]
+		if ds == "" {
+			continue
+		}
+		read, err := k.zfs.Get(ctx, ds, 1, liveProps...)
+		if errors.Is(err, zfs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading the slots of class %q: %w", c, err))
+			continue
+		}
+		for _, u := range ParseInUse(c, ds, read) {
+			u.Interval = cfg.Live[c]
+			inUse = append(inUse, u)
+		}
+	}
+	now := time.Now()
+	next = liveIdle
+	seen := map[string]bool{}
+	var due []InUse
+	var dueAt []time.Time
+	for _, u := range inUse {
+		seen[u.Name] = true
+		mark, ok := k.live[u.Name]
+		at := now // not backed up by this keeper, or a new tenant: due now
+		if ok && mark.alloc == u.AllocID {
+			at = mark.at.Add(u.Interval)
+		}
+		if at.After(now) {
+			next = min(next, at.Sub(now))
+			continue
+		}
+		due, dueAt = append(due, u), append(dueAt, at)
+	}
+	for name := range k.live {
+		if !seen[name] {
+			delete(k.live, name) // released: the archive pass takes over
+		}
+	}
+	sort.SliceStable(due, func(i, j int) bool { return dueAt[i].Before(dueAt[j]) })
+	if len(due) > BatchSize {
+		due, next = due[:BatchSize], 0
+	}
+	for _, u := range due {
+		m, err := k.send(ctx, cfg, node, u.Archive, true)
+		// A failed one is tried again an interval later, not at once: a
+		// full backup_dir or a dataset on its way out would otherwise
+		// keep the loop busy.
+		k.live[u.Name] = liveMark{alloc: u.AllocID, at: time.Now()}
+		next = min(next, u.Interval)
+		if errors.Is(err, zfs.ErrNotExist) {
+			// Released (renamed into the archive) since the read: the
+			// archive's pass sends it.
+			k.log.Debug("a dataset in use left before its live backup", "dataset", u.Name, "error", err)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("live backup of %s: %w", u.Name, err))
+			continue
+		}
+		sent = append(sent, m)
+		k.log.Debug("dataset in use backed up", "dataset", u.Name, "identity", u.Identity.String(), "stream", m.StreamPath(), "bytes", m.Size, "incremental", m.BaseGUID != 0)
+	}
+	for _, m := range sent {
+		if err := k.prune(cfg, &m.Identity); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return sent, next, errors.Join(errs...)
+}
+
+// LiveSettle is how long a restore whose newest backup is a live one waits
+// for that allocation's final stream before it takes the live one: a
+// release sends it within seconds; a lost node never does.
+var LiveSettle = 15 * time.Second
+
+// ErrStale says that a restore found only data older than max_restore_lag
+// (see StaleError).
+var ErrStale = errors.New("older than max_restore_lag")
+
+// StaleError is a restore refused because the newest backup of its
+// identity is a live one older than the class's max_restore_lag: the
+// allocation it was taken from may have written more since (its node
+// lost), and the class wants no task started on older data.
+type StaleError struct {
+	Identity retention.Identity
+	Newest   Manifest
+	Age      time.Duration
+	MaxLag   time.Duration
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("the newest backup of %s in backup_dir (%s) was taken %s ago while allocation %s ran on node %s, and no backup of its release followed: older than max_restore_lag = %s; "+
+		"restore it by hand (docs/operations.md, \"Backups and a lost node\"), or raise max_restore_lag",
+		e.Identity, e.Newest.Path(), e.Age, e.Newest.AllocID, orNone(e.Newest.Node), e.MaxLag)
+}
+
+// Unwrap makes errors.Is(err, ErrStale) hold.
+func (e *StaleError) Unwrap() error { return ErrStale }
+
+func orNone(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// newest returns the newest manifest of identity id in backup_dir (zero
+// when there is none).
+func (k *Keeper) newest(dir string, id retention.Identity) (Manifest, error) {
+	ms, _, err := List(dir, &id)
+	if err != nil || len(ms) == 0 {
+		return Manifest{}, err
+	}
+	return ms[0], nil
+}
+
+// settle waits, up to LiveSettle and ctx, until the newest backup of id is
+// no longer a live one.
+func (k *Keeper) settle(ctx context.Context, dir string, id retention.Identity) {
+	t := time.NewTimer(LiveSettle)
+	defer t.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			k.log.Info("the newest backup is a live one and no backup of its release came: taking it", "identity", id.String(), "waited", LiveSettle)
+			return
+		case <-tick.C:
+			if m, err := k.newest(dir, id); err == nil && !m.Live {
+				return
+			}
+		}
+	}
+}
