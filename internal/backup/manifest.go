@@ -57,8 +57,8 @@ type Manifest struct {
 	// Live marks a live backup: a snapshot of a dataset in use, taken
 	// while its task ran (backup_interval), not of its release; the
 	// allocation may have written more after it.
-	Live bool `json:"live,omitempty"`
-	Created    time.Time `json:"created"`
+	Live    bool      `json:"live,omitempty"`
+	Created time.Time `json:"created"`
 	// Stream is the stream's file name, beside the manifest; Size and
 	// SHA256 are the file's.
 	Stream string `json:"stream"`

@@ -31,7 +31,7 @@ func TestRestartChain(t *testing.T) {
 		{"short increments", []Manifest{full, inc(2, 10), inc(3, 10)}, 8, false},
 		{"fullEvery increments", []Manifest{full, inc(2, 10), inc(3, 10)}, 2, true},
 		{"the default", []Manifest{full, inc(2, 1), inc(3, 1), inc(4, 1), inc(5, 1), inc(6, 1), inc(7, 1), inc(8, 1), inc(9, 1)}, 0, true},
-		{"increments as heavy as the full stream", []Manifest{full, inc(2, 600 << 10), inc(3, 424 << 10)}, 8, true},
+		{"increments as heavy as the full stream", []Manifest{full, inc(2, 600<<10), inc(3, 424<<10)}, 8, true},
 		{"live increments do not count to fullEvery", []Manifest{full, live(inc(2, 1)), live(inc(3, 1)), inc(4, 1)}, 2, false},
 		{"LiveFullEvery increments in all", append([]Manifest{full}, lives(LiveFullEvery)...), 8, true},
 		{"one fewer than LiveFullEvery", append([]Manifest{full}, lives(LiveFullEvery-1)...), 8, false},
