@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -242,6 +243,13 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 	}
 	var errs []error
 	now := time.Now()
+	grace := cfg.PruneGrace
+	if grace <= 0 {
+		grace = PruneGrace
+	}
+	if only == nil {
+		errs = append(errs, k.collectLeftovers(byID, ids, now, grace))
+	}
 	for _, id := range ids {
 		p, ok := cfg.Rules.Classes[id.Class]
 		if !ok {
@@ -251,10 +259,6 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 			p.Keep = retention.DefaultKeep
 		}
 		left := byID[id]
-		grace := cfg.PruneGrace
-		if grace <= 0 {
-			grace = PruneGrace
-		}
 		for _, c := range PlanPrune(byID[id], p, now, grace, StreamPresent) {
 			gone := map[uint64]bool{}
 			var bytes int64
@@ -268,6 +272,29 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 				continue
 			}
 			k.log.Info("backup chain pruned", "identity", id.String(), "rule", c.Rule, "streams", len(c.Streams), "bytes", bytes)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// collectLeftovers removes, from the directories of identities ids (their
+// manifests byID), what crashes left there (leftovers).
+func (k *Keeper) collectLeftovers(byID map[retention.Identity][]Manifest, ids []retention.Identity, now time.Time, grace time.Duration) error {
+	var errs []error
+	for _, id := range ids {
+		ms := byID[id]
+		dir := filepath.Dir(ms[0].Path())
+		files, err := leftovers(dir, ms, now, grace)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("collecting leftovers of %s: %w", id, err))
+			continue
+		}
+		for _, f := range files {
+			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			k.log.Info("a file a crash left in backup_dir removed", "identity", id.String(), "file", f)
 		}
 	}
 	return errors.Join(errs...)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/durable"
@@ -208,4 +209,36 @@ func deleteChain(c PrunedChain, left []Manifest) error {
 func StreamPresent(m Manifest) bool {
 	fi, err := os.Stat(m.StreamPath())
 	return err == nil && fi.Mode().IsRegular() && fi.Size() == m.Size
+}
+
+// leftovers returns the files of identity directory dir that no backup is
+// made of and that were last changed longer than grace ago (PruneGrace:
+// longer than any send, so never a stream still being written): temporary
+// files (".tmp-*", a write cut short by a crash) and streams that none of
+// ms, the directory's manifests, names (a crash between a stream's rename
+// and its manifest's). Manifests and key files are never among them.
+func leftovers(dir string, ms []Manifest, now time.Time, grace time.Duration) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	named := map[string]bool{}
+	for _, m := range ms {
+		if filepath.Dir(m.Path()) == dir {
+			named[m.Stream] = true
+		}
+	}
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if !e.Type().IsRegular() || !(strings.HasPrefix(n, ".tmp-") || strings.HasSuffix(n, ".zstream") && !named[n]) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || now.Sub(fi.ModTime()) <= grace {
+			continue
+		}
+		out = append(out, filepath.Join(dir, n))
+	}
+	return out, nil
 }

@@ -2,6 +2,9 @@ package backup
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -114,4 +117,37 @@ func TestPlanPrune(t *testing.T) {
 	young[0].Created = now.Add(-PruneGrace + time.Minute)
 	must.SliceEmpty(t, PlanPrune(young, retention.Policy{Keep: 1}, now, PruneGrace, func(Manifest) bool { return true }))
 	must.SliceLen(t, 1, PlanPrune(young, retention.Policy{Keep: 1}, now.Add(time.Minute), PruneGrace, func(Manifest) bool { return true }))
+}
+
+func TestLeftovers(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	files := []struct {
+		name string
+		age  time.Duration
+		gone bool
+	}{
+		{"20261205T100000Z-01.zstream", 2 * PruneGrace, false}, // its manifest names it
+		{"20261205T100000Z-01.json", 2 * PruneGrace, false},
+		{"20261205T100000Z-02.zstream", 2 * PruneGrace, true}, // no manifest: a crash before it
+		{"20261205T115900Z-03.zstream", time.Minute, false},   // no manifest yet: maybe being written
+		{".tmp-0123456789abcdef", 2 * PruneGrace, true},
+		{".tmp-fedcba9876543210", time.Minute, false},
+		{"0123.key", 2 * PruneGrace, false},
+	}
+	var want []string
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		must.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
+		must.NoError(t, os.Chtimes(p, now.Add(-f.age), now.Add(-f.age)))
+		if f.gone {
+			want = append(want, p)
+		}
+	}
+	ms := []Manifest{{Stream: "20261205T100000Z-01.zstream", path: filepath.Join(dir, "20261205T100000Z-01.json")}}
+	got, err := leftovers(dir, ms, now, PruneGrace)
+	must.NoError(t, err)
+	sort.Strings(want)
+	sort.Strings(got)
+	must.Eq(t, want, got)
 }
