@@ -67,8 +67,10 @@ func ParseInUse(class, classDataset string, ds []zfs.Dataset) []InUse {
 			continue
 		}
 		index, _ := record.SlotIndex(leaf)
-		if index < 0 || !record.IsManaged(d, record.ManagedSlot) || record.Recorded(d) != record.StateReserved {
-			continue
+		stored, _ := d.Local(record.PropState)
+		owner, _ := d.Local(record.PropOwner)
+		if index < 0 || !record.IsManaged(d, record.ManagedSlot) || record.StateOf(stored, owner) != record.StateReserved {
+			continue // an armed dataset with its owner recorded is in use too
 		}
 		o, err := record.RecordedOwner(d)
 		if err != nil || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {

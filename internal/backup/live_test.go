@@ -1,0 +1,28 @@
+package backup
+
+import (
+	"os"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+func TestParseInUse_SavedZFSFuseOutput(t *testing.T) {
+	out, err := os.ReadFile("testdata/get-class-zfs-fuse-0.7.txt")
+	must.NoError(t, err)
+	ds, err := zfs.ParseGet(out, append(append([]string(nil), liveProps...), "name"))
+	must.NoError(t, err)
+	got := ParseInUse("state", "capt/nomad/state", ds)
+	must.SliceLen(t, 2, got)
+	must.Eq(t, "capt/nomad/state/0", got[0].Name)
+	must.Eq(t, 0, got[0].Slot)
+	must.Eq(t, "1a2b3c4d-1111-4222-8333-444444444444", got[0].AllocID)
+	must.Eq(t, retention.Identity{Namespace: "default", Job: "web", Group: "g", Task: "server", Index: 2, Class: "state"}, got[0].Identity)
+	must.Eq(t, "capt/nomad/state/1", got[1].Name, must.Sprint("armed with its owner recorded: in use"))
+	must.Eq(t, "etl", got[1].Identity.Job)
+	must.True(t, got[1].Owner.Known())
+	must.SliceEmpty(t, ParseInUse("state", "capt/nomad/other", ds), must.Sprint("another class's datasets are not this one's"))
+}
