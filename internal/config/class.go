@@ -18,12 +18,17 @@ import (
 )
 
 // validateRetention checks a class's keep and max_age, which apply to the
-// archives of a class that archives.
+// archives of a class that archives. A class that archives and leaves
+// max_age out gets DefaultMaxAge, so that archives are bounded out of the
+// box; max_age = "none" (MaxAgeNone) turns the age limit off.
 func validateRetention(name string, cc ClassConfig, cl slots.Class) (retention.Policy, error) {
 	field := func(f string) string { return fmt.Sprintf("class %q: %s", name, f) }
 	pol := retention.Policy{Keep: retention.DefaultKeep}
-	if cl.OnRelease != slots.OnReleaseArchive && (cc.Keep != nil || cc.MaxAge != "") {
-		return pol, fmt.Errorf("%s: keep and max_age apply to archives, and on_release = %q keeps none", field("keep/max_age"), cl.OnRelease)
+	if cl.OnRelease != slots.OnReleaseArchive {
+		if cc.Keep != nil || cc.MaxAge != "" {
+			return pol, fmt.Errorf("%s: keep and max_age apply to archives, and on_release = %q keeps none", field("keep/max_age"), cl.OnRelease)
+		}
+		return pol, nil
 	}
 	if cc.Keep != nil {
 		if *cc.Keep < 1 || *cc.Keep > MaxKeep {
@@ -31,16 +36,21 @@ func validateRetention(name string, cc ClassConfig, cl slots.Class) (retention.P
 		}
 		pol.Keep = *cc.Keep
 	}
-	if cc.MaxAge != "" {
-		d, err := time.ParseDuration(cc.MaxAge)
-		if err != nil {
-			return pol, fmt.Errorf("%s = %q: not a duration (use a value such as \"168h\")", field("max_age"), cc.MaxAge)
-		}
-		if d <= 0 {
-			return pol, fmt.Errorf("%s = %q: must be greater than zero (leave it out for no age limit)", field("max_age"), cc.MaxAge)
-		}
-		pol.MaxAge = d
+	maxAge := cc.MaxAge
+	switch maxAge {
+	case MaxAgeNone:
+		return pol, nil // no age limit: pol.MaxAge stays 0
+	case "":
+		maxAge = DefaultMaxAge
 	}
+	d, err := time.ParseDuration(maxAge)
+	if err != nil {
+		return pol, fmt.Errorf("%s = %q: not a duration (use a value such as \"168h\", or %q for no age limit)", field("max_age"), cc.MaxAge, MaxAgeNone)
+	}
+	if d <= 0 {
+		return pol, fmt.Errorf("%s = %q: must be greater than zero (use %q for no age limit)", field("max_age"), cc.MaxAge, MaxAgeNone)
+	}
+	pol.MaxAge = d
 	return pol, nil
 }
 

@@ -46,6 +46,12 @@ const (
 	DefaultOnRelease         = "archive"
 	DefaultRestore           = "off"
 	DefaultKeyDir            = "/var/lib/nomad-device-zfs/keys"
+	// DefaultMaxAge is a class's max_age when it archives and leaves
+	// max_age out: archives (and backup_dir's chains, by the same policy)
+	// released longer ago are pruned, so they are bounded out of the box.
+	DefaultMaxAge = "720h"
+	// MaxAgeNone is the max_age that turns the age limit off.
+	MaxAgeNone = "none"
 )
 
 // Spec is the agent-side schema of the plugin block. Nomad parses agent
@@ -172,7 +178,8 @@ type ClassConfig struct {
 	Restore string `cty:"restore"`
 	// Keep is how many archives each identity keeps (nil: DefaultKeep).
 	Keep *int `cty:"keep"`
-	// MaxAge prunes archives older than this ("" for no limit).
+	// MaxAge prunes archives older than this ("" for DefaultMaxAge,
+	// MaxAgeNone for no limit).
 	MaxAge string `cty:"max_age"`
 	// BackupInterval is how often a dataset in use is backed up into
 	// backup_dir while its task runs ("" for only at release).

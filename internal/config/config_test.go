@@ -58,7 +58,7 @@ func TestConfig_Defaults(t *testing.T) {
 	must.Eq(t, "off", c.Restore)
 	must.Eq(t, 2*time.Minute, s.ReserveTimeout)
 	must.Eq(t, allocwatch.Config{}, s.Nomad)
-	must.Eq(t, retention.Rules{Classes: map[string]retention.Policy{"scratch": {Keep: retention.DefaultKeep}},
+	must.Eq(t, retention.Rules{Classes: map[string]retention.Policy{"scratch": {Keep: retention.DefaultKeep, MaxAge: 720 * time.Hour}},
 		Default: retention.Policy{Keep: retention.DefaultKeep}, Headroom: 10 << 30}, s.Retention)
 }
 
@@ -87,8 +87,8 @@ func TestConfig_Retention(t *testing.T) {
 	must.Eq(t, retention.Rules{
 		Classes: map[string]retention.Policy{
 			"state": {Keep: 5, MaxAge: 168 * time.Hour},
-			"big":   {Keep: retention.DefaultKeep},
-			"tmp":   {Keep: retention.DefaultKeep},
+			"big":   {Keep: retention.DefaultKeep, MaxAge: 720 * time.Hour}, // max_age left out
+			"tmp":   {Keep: retention.DefaultKeep},                          // destroys: no archives of its own
 		},
 		Default:  retention.Policy{Keep: retention.DefaultKeep},
 		Quota:    200 << 30,
@@ -432,12 +432,6 @@ func TestConfig_Invalid(t *testing.T) {
     quota = "1G"
     on_release = "destroy"
     keep = 2`), `class "scratch": keep/max_age: keep and max_age apply to archives, and on_release = "destroy" keeps none`},
-		{"max_age not a duration", class(`slots = 1
-    quota = "1G"
-    max_age = "7d"`), `class "scratch": max_age = "7d": not a duration`},
-		{"max_age negative", class(`slots = 1
-    quota = "1G"
-    max_age = "-1h"`), `class "scratch": max_age = "-1h": must be greater than zero`},
 		{"archive_quota not a size", `config {
   parent_dataset = "tank/nomad"
   archive_quota  = "lots"
@@ -459,6 +453,58 @@ func TestConfig_Invalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decode(t, tc.block)
 			must.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+// max_age: a class that archives and leaves it out is bounded by
+// DefaultMaxAge; "none" turns the limit off; anything else must be a
+// duration greater than zero, and an error names the field and the value.
+func TestConfig_MaxAge(t *testing.T) {
+	block := func(onRelease, maxAge string) string {
+		b := "config {\n  parent_dataset = \"tank/nomad\"\n  class \"state\" {\n    slots = 1\n    quota = \"1G\"\n"
+		if onRelease != "" {
+			b += "    on_release = \"" + onRelease + "\"\n"
+		}
+		if maxAge != "" {
+			b += "    max_age = \"" + maxAge + "\"\n"
+		}
+		return b + "  }\n}"
+	}
+	cases := []struct {
+		name, onRelease, maxAge string
+		want                    time.Duration
+		wantErr                 string
+	}{
+		{name: "left out: the default", want: 720 * time.Hour},
+		{name: "left out, archive given: the default", onRelease: "archive", want: 720 * time.Hour},
+		{name: "none: no age limit", maxAge: "none", want: 0},
+		{name: "a duration", maxAge: "168h", want: 168 * time.Hour},
+		{name: "longer than the default", maxAge: "8760h", want: 8760 * time.Hour},
+		{name: "destroy: no archives, no age", onRelease: "destroy", want: 0},
+		{name: "zero", maxAge: "0", wantErr: `class "state": max_age = "0": must be greater than zero (use "none" for no age limit)`},
+		{name: "zero seconds", maxAge: "0s", wantErr: `class "state": max_age = "0s": must be greater than zero`},
+		{name: "negative", maxAge: "-1h", wantErr: `class "state": max_age = "-1h": must be greater than zero (use "none" for no age limit)`},
+		{name: "days are no Go duration", maxAge: "7d", wantErr: `class "state": max_age = "7d": not a duration (use a value such as "168h", or "none" for no age limit)`},
+		{name: "garbage", maxAge: "forever", wantErr: `class "state": max_age = "forever": not a duration`},
+		{name: "None is not none", maxAge: "None", wantErr: `class "state": max_age = "None": not a duration`},
+		{name: "none with destroy", onRelease: "destroy", maxAge: "none",
+			wantErr: `class "state": keep/max_age: keep and max_age apply to archives, and on_release = "destroy" keeps none`},
+		{name: "a duration with destroy", onRelease: "destroy", maxAge: "24h",
+			wantErr: `class "state": keep/max_age: keep and max_age apply to archives`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := decode(t, block(tc.onRelease, tc.maxAge))
+			if tc.wantErr != "" {
+				must.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			must.NoError(t, err)
+			must.Eq(t, retention.Policy{Keep: retention.DefaultKeep, MaxAge: tc.want}, s.Retention.Classes["state"])
+			// Archives of a class no longer configured keep their own
+			// default: no age limit.
+			must.Eq(t, retention.Policy{Keep: retention.DefaultKeep}, s.Retention.Default)
 		})
 	}
 }

@@ -61,6 +61,12 @@ type metaSetter interface {
 	SetNodeMeta(ctx context.Context, meta map[string]*string) error
 }
 
+// MetaDeniedBackoff is how long the publisher waits, after Nomad refused
+// the token node metadata (a 403: no node:write), before it tries again:
+// an operator who grants node:write (the token file is read at each call)
+// sees the metadata published within it, with no restart.
+const MetaDeniedBackoff = 10 * time.Minute
+
 // metaPublisher keeps ArchivesMetaKey in the node's metadata in step with
 // the archive, off the retention pass's path: Update records the latest
 // value and wakes Run, which makes the Nomad call.
@@ -68,11 +74,14 @@ type metaPublisher struct {
 	log  hclog.Logger
 	kick chan struct{}
 
-	// mu guards want, have and denied.
-	mu     sync.Mutex
-	want   *string // nil until the first Update
-	have   *string // what was last published; nil for nothing yet
-	denied bool    // the token may not write node metadata: logged once, then left
+	// mu guards want, have, denied and deniedUntil.
+	mu   sync.Mutex
+	want *string // nil until the first Update
+	have *string // what was last published; nil for nothing yet
+	// denied: the last answer about permission was a refusal (a streak of
+	// them, warned about once); deniedUntil is when the next try is due.
+	denied      bool
+	deniedUntil time.Time
 }
 
 func newMetaPublisher(log hclog.Logger) *metaPublisher {
@@ -89,14 +98,18 @@ func (m *metaPublisher) Update(archives []retention.Archive) {
 }
 
 // Run publishes each new value until ctx is done; a failed call is tried
-// again at the next Update or after retry.
-func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Duration) {
+// again at the next Update or after retry, a refused one (no node:write)
+// only once backoff has passed (MetaDeniedBackoff in the plugin).
+func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry, backoff time.Duration) {
 	cfg := loop.Config{Name: "node metadata", Log: m.log, First: loop.After(0), Kick: m.kick}
 	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		m.mu.Lock()
-		want, have, denied := m.want, m.have, m.denied
+		want, have, denied, until := m.want, m.have, m.denied, m.deniedUntil
 		m.mu.Unlock()
-		if denied || want == nil || (have != nil && *have == *want) {
+		if wait := time.Until(until); denied && wait > 0 {
+			return loop.After(wait) // an Update meanwhile waits for it too
+		}
+		if want == nil || (have != nil && *have == *want) {
 			return loop.After(retry)
 		}
 		var val *string
@@ -109,10 +122,19 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry time.Dura
 		switch {
 		case err == nil:
 			m.have = want
+			if m.denied {
+				m.denied = false
+				m.log.Info("node metadata written again: jobs can prefer the node that holds their archived data", "key", ArchivesMetaKey)
+			}
 		case errors.Is(err, allocwatch.ErrPermission):
-			m.denied = true
-			m.log.Warn("the token may not write node metadata (node:write): jobs cannot prefer the node that holds their archived data; going on without it",
-				"key", ArchivesMetaKey, "error", err)
+			if !m.denied {
+				m.log.Warn("the token may not write node metadata (node:write): jobs cannot prefer the node that holds their archived data; going on without it, and trying again from time to time",
+					"key", ArchivesMetaKey, "retry_in", backoff, "error", err)
+			} else {
+				m.log.Debug("node metadata still refused; trying again later", "key", ArchivesMetaKey, "retry_in", backoff, "error", err)
+			}
+			m.denied, m.deniedUntil = true, time.Now().Add(backoff)
+			return loop.After(backoff)
 		default:
 			m.log.Debug("publishing node metadata failed; trying again", "key", ArchivesMetaKey, "error", err)
 		}

@@ -2,8 +2,12 @@ package device
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -40,6 +44,9 @@ type setterFunc func(map[string]*string) error
 
 func (f setterFunc) SetNodeMeta(_ context.Context, m map[string]*string) error { return f(m) }
 
+// TestMetaPublisher runs in a synctest bubble: time is fake, so the
+// back-off is the plugin's own, and synctest.Wait says when Run has
+// nothing left to do.
 func TestMetaPublisher(t *testing.T) {
 	arch := []retention.Archive{{Identity: retention.Identity{Namespace: "default", Job: "db", Group: "g"}}}
 	cases := []struct {
@@ -48,30 +55,127 @@ func TestMetaPublisher(t *testing.T) {
 		wantCalls int32
 	}{
 		{"published once per change", nil, 2},
-		{"no permission: tried once, then left", allocwatch.ErrPermission, 1},
+		{"no permission: tried once, then not within the back-off", allocwatch.ErrPermission, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var calls atomic.Int32
-			got := make(chan map[string]*string, 10)
-			m := newMetaPublisher(hclog.NewNullLogger())
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go m.Run(ctx, setterFunc(func(v map[string]*string) error {
-				calls.Add(1)
-				got <- v
-				return tc.err
-			}), time.Hour)
-			m.Update(arch)
-			first := <-got
-			must.Eq(t, "default/db/g", *first[ArchivesMetaKey])
-			m.Update(arch) // unchanged: no call
-			m.Update(nil)  // emptied: the key is removed (when allowed)
-			time.Sleep(200 * time.Millisecond)
-			must.Eq(t, tc.wantCalls, calls.Load())
-			if tc.wantCalls == 2 {
-				must.Nil(t, (<-got)[ArchivesMetaKey])
-			}
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int32
+				got := make(chan map[string]*string, 10)
+				m := newMetaPublisher(hclog.NewNullLogger())
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go m.Run(ctx, setterFunc(func(v map[string]*string) error {
+					calls.Add(1)
+					got <- v
+					return tc.err
+				}), RetentionPeriod, MetaDeniedBackoff)
+				m.Update(arch)
+				first := <-got
+				must.Eq(t, "default/db/g", *first[ArchivesMetaKey])
+				m.Update(arch) // unchanged: no call
+				m.Update(nil)  // emptied: the key is removed (when allowed)
+				time.Sleep(MetaDeniedBackoff - time.Second)
+				synctest.Wait()
+				must.Eq(t, tc.wantCalls, calls.Load())
+				if tc.wantCalls == 2 {
+					must.Nil(t, (<-got)[ArchivesMetaKey])
+				}
+			})
 		})
 	}
+}
+
+// logCounter counts an hclog JSON logger's lines by level.
+type logCounter struct {
+	mu     sync.Mutex // guards levels
+	levels map[string]int
+}
+
+func (c *logCounter) Write(b []byte) (int, error) {
+	var line struct {
+		Level string `json:"@level"`
+	}
+	if err := json.Unmarshal(b, &line); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.levels[line.Level]++
+	return len(b), nil
+}
+
+func (c *logCounter) count(level string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.levels[level]
+}
+
+// A refusal (403: no node:write) is not remembered until a restart: the
+// publisher tries again after the back-off, warns once per streak of
+// refusals, and says when it succeeds again.
+func TestMetaPublisher_RefusalIsRetriedAfterTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The API's answers, in order: refused, refused, then allowed; a
+		// later refusal starts a new streak.
+		answers := []error{allocwatch.ErrPermission, allocwatch.ErrPermission, nil, nil, allocwatch.ErrPermission}
+		var (
+			mu   sync.Mutex // guards sent
+			sent []string   // the values of every call, "-" for a removal
+		)
+		calls := func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(sent)
+		}
+		api := setterFunc(func(v map[string]*string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			val := "-"
+			if p := v[ArchivesMetaKey]; p != nil {
+				val = *p
+			}
+			sent = append(sent, val)
+			return answers[len(sent)-1]
+		})
+		logs := &logCounter{levels: map[string]int{}}
+		m := newMetaPublisher(hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug, JSONFormat: true}))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go m.Run(ctx, api, RetentionPeriod, MetaDeniedBackoff)
+		group := func(job string) []retention.Archive {
+			return []retention.Archive{{Identity: retention.Identity{Namespace: "default", Job: job, Group: "g"}}}
+		}
+
+		m.Update(group("a"))
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g"}, calls(), must.Sprint("the first value is sent, and refused"))
+		must.Eq(t, 1, logs.count("warn"))
+
+		m.Update(group("b")) // a new value within the back-off waits for it
+		time.Sleep(MetaDeniedBackoff - time.Second)
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g"}, calls(), must.Sprint("no call within the back-off, though the value changed"))
+
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g", "default/b/g"}, calls(), must.Sprint("tried again after the back-off, with the latest value"))
+		must.Eq(t, 1, logs.count("warn"), must.Sprint("one warning per streak of refusals"))
+		must.Eq(t, 0, logs.count("info"))
+
+		time.Sleep(MetaDeniedBackoff)
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g"}, calls(), must.Sprint("tried again after a second back-off, and allowed"))
+		must.Eq(t, 1, logs.count("info"), must.Sprint("success after refusals is said once"))
+
+		m.Update(nil) // allowed now: a change goes out at once
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g", "-"}, calls())
+
+		m.Update(group("c")) // refused again: a new streak, a new warning
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g", "-", "default/c/g"}, calls())
+		must.Eq(t, 2, logs.count("warn"))
+		must.Eq(t, 1, logs.count("info"))
+	})
 }

@@ -54,7 +54,7 @@ func (p *Plugin) startWatching(ctx context.Context) {
 			p.keeper.SetNode(id) // named in backup manifests
 		}
 	}()
-	go p.meta.Run(ctx, w, RetentionPeriod)
+	go p.meta.Run(ctx, w, RetentionPeriod, MetaDeniedBackoff)
 	go w.Run(ctx, func(*allocwatch.Snapshot) { p.slots.Kick() })
 	go p.slots.Run(ctx, s.FingerprintPeriod)
 }

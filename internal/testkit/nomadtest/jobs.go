@@ -379,9 +379,11 @@ type TaskSpec struct {
 }
 
 // Constraint is a constraint block: attribute (such as
-// "${node.unique.id}", left for Nomad to interpret) equal to value.
+// "${node.unique.id}", left for Nomad to interpret) equal to value, or in
+// the relation Operator names (such as "set_contains"; "" for equal).
 type Constraint struct {
 	Attribute, Value string
+	Operator         string
 }
 
 // HCL renders the job. A one-line script goes in a quoted string, any
@@ -498,6 +500,9 @@ func writeConstraints(w func(indent int, format string, args ...any), indent int
 	for _, c := range cs {
 		w(indent, "constraint {")
 		w(indent+1, "attribute = %q", c.Attribute)
+		if c.Operator != "" {
+			w(indent+1, "operator  = %q", c.Operator)
+		}
 		w(indent+1, "value     = %q", c.Value)
 		w(indent, "}")
 	}

@@ -58,15 +58,18 @@ func TestJobSpecHCL(t *testing.T) {
 			name: "every option",
 			job: JobSpec{
 				ID: "keeper", Namespace: "other", Type: "service", Reschedule: true, Parameterized: true,
-				Meta:        map[string]string{"round": "2", "a": "b"},
-				Constraints: []Constraint{{"${node.unique.id}", "n1"}},
+				Meta: map[string]string{"round": "2", "a": "b"},
+				Constraints: []Constraint{
+					{Attribute: "${node.unique.id}", Value: "n1"},
+					{Attribute: "${meta.nomad_device_zfs.archives}", Operator: "set_contains", Value: "default/keeper/g"},
+				},
 				Tasks: []TaskSpec{
 					{Name: "main", Script: "exit 1"},
 					{
 						Name: "post", Driver: "raw_exec", Poststop: true, KillTimeout: "2s",
 						Artifact: "http://127.0.0.1:1/a", Memory: 64,
 						Script: "echo \"${HOME}\" %{x} \\ \t",
-						Device: "zfs/dataset", DeviceConstraints: []Constraint{{"${device.attr.shared}", "true"}},
+						Device: "zfs/dataset", DeviceConstraints: []Constraint{{Attribute: "${device.attr.shared}", Value: "true"}},
 					},
 				},
 			},
@@ -82,6 +85,11 @@ func TestJobSpecHCL(t *testing.T) {
     constraint {
       attribute = "${node.unique.id}"
       value     = "n1"
+    }
+    constraint {
+      attribute = "${meta.nomad_device_zfs.archives}"
+      operator  = "set_contains"
+      value     = "default/keeper/g"
     }
     restart {
       attempts = 0
