@@ -134,8 +134,13 @@ func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Durat
 			inUse = append(inUse, u)
 		}
 	}
+	// A dataset taken into use since is seen at the next read: within the
+	// shortest interval.
 	now := time.Now()
 	next = liveIdle
+	for _, d := range cfg.Live {
+		next = min(next, d)
+	}
 	seen := map[string]bool{}
 	var due []InUse
 	var dueAt []time.Time
