@@ -104,6 +104,8 @@ type Keeper struct {
 	// (under passMu) touch them.
 	scanned time.Time
 	live    map[string]liveMark
+	// summaries is backup_dir as the passes last listed it (summary.go).
+	summaries summaries
 }
 
 // NewKeeper returns a keeper that reaches ZFS through z. It does nothing
@@ -223,6 +225,7 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 	if err != nil {
 		return fmt.Errorf("pruning backup_dir: %w", err)
 	}
+	k.summaries.note(cfg, only, ms)
 	// An identity whose directory holds a manifest that does not parse
 	// (damaged, or a newer version's) is not pruned: what that manifest
 	// needs cannot be known.
@@ -271,6 +274,7 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 				errs = append(errs, fmt.Errorf("pruning a backup chain of %s: %w", id, err))
 				continue
 			}
+			k.summaries.pruned(id, c)
 			k.log.Info("backup chain pruned", "identity", id.String(), "rule", c.Rule, "streams", len(c.Streams), "bytes", bytes)
 		}
 	}
