@@ -162,8 +162,9 @@ plugin "nomad-device-zfs" {
 	must.SliceLen(t, 1, vr.Chains)
 	c := vr.Chains[0]
 	must.True(t, newest.ReleasedAt.Equal(c.ReleasedAt), must.Sprintf("%v, want %v", c.ReleasedAt, newest.ReleasedAt))
-	c.ReleasedAt = time.Time{}
-	must.Eq(t, chainRow{Identity: newest.Identity, Streams: 1, Bytes: newest.Size, OK: true}, c)
+	must.True(t, newest.Created.Equal(c.NewestCreated), must.Sprintf("%v, want %v", c.NewestCreated, newest.Created))
+	c.ReleasedAt, c.NewestCreated = time.Time{}, time.Time{}
+	must.Eq(t, chainRow{Identity: newest.Identity, NewestBytes: newest.Size, Streams: 1, Bytes: newest.Size, OK: true}, c)
 
 	// archives says where each is: here and in backup_dir; and an identity
 	// with a backup but no archive here shows its newest backup.

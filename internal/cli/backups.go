@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
@@ -43,16 +42,30 @@ type streamRow struct {
 	Error    string             `json:"error,omitempty"`
 }
 
-// chainRow is an identity's newest backup and the chain that restores it:
-// its release time, the chain's length (a full stream and the increments
-// after it) and bytes.
+// chainRow is an identity's newest backup and the chain that restores it
+// (backup.Summarize): its release time, its stream's creation and size,
+// the chain's length (a full stream and the increments after it) and
+// bytes; OK false when the chain is broken (or, for backups verify, a
+// stream of it is bad), Error then saying why.
 type chainRow struct {
-	Identity   retention.Identity `json:"identity"`
-	ReleasedAt time.Time          `json:"newest_released_at"`
-	Streams    int                `json:"streams"`
-	Bytes      int64              `json:"bytes"`
-	OK         bool               `json:"ok"`
-	Error      string             `json:"error,omitempty"`
+	Identity      retention.Identity `json:"identity"`
+	ReleasedAt    time.Time          `json:"newest_released_at"`
+	NewestCreated time.Time          `json:"newest_created"`
+	NewestBytes   int64              `json:"newest_bytes"`
+	Streams       int                `json:"streams"`
+	Bytes         int64              `json:"bytes"`
+	OK            bool               `json:"ok"`
+	Error         string             `json:"error,omitempty"`
+}
+
+// chainRowOf is the row of an identity's summary.
+func chainRowOf(s backup.IdentitySummary) chainRow {
+	row := chainRow{Identity: s.Identity, ReleasedAt: s.NewestAt(), NewestCreated: s.NewestCreated, NewestBytes: s.NewestBytes,
+		Streams: len(s.Chain), Bytes: s.ChainBytes, OK: s.Complete()}
+	if !s.Complete() {
+		row.Error = s.ChainErr.Error()
+	}
+	return row
 }
 
 // verifyBackups reads and checks every backup in dir.
@@ -63,7 +76,6 @@ func verifyBackups(dir string) (backupsReport, error) {
 		return r, err
 	}
 	r.Other = problems
-	byID := map[retention.Identity][]backup.Manifest{}
 	bad := map[uint64]error{} // streams that fail Verify, by GUID
 	for _, m := range ms {
 		row := streamRow{Identity: m.Identity, Path: m.StreamPath(), Created: m.Created, Full: m.BaseGUID == 0, Size: m.Size, OK: true}
@@ -73,18 +85,13 @@ func verifyBackups(dir string) (backupsReport, error) {
 			bad[m.GUID] = err
 		}
 		r.Streams = append(r.Streams, row)
-		byID[m.Identity] = append(byID[m.Identity], m)
 	}
-	for id, list := range byID {
-		row := chainRow{Identity: id, ReleasedAt: list[0].ReleasedAt, OK: true}
-		chain, err := backup.Chain(list)
-		if err != nil {
-			row.OK, row.Error = false, err.Error()
+	for _, s := range backup.Summarize(ms) {
+		row := chainRowOf(s)
+		if !row.OK {
 			r.Bad++
 		}
-		row.Streams = len(chain)
-		for _, m := range chain {
-			row.Bytes += m.Size
+		for _, m := range s.Chain {
 			if err, ok := bad[m.GUID]; ok && row.OK {
 				// A chain is only as good as each of its streams.
 				row.OK, row.Error = false, fmt.Sprintf("its stream %s: %v", m.StreamPath(), err)
@@ -92,8 +99,26 @@ func verifyBackups(dir string) (backupsReport, error) {
 		}
 		r.Chains = append(r.Chains, row)
 	}
-	sort.Slice(r.Chains, func(i, j int) bool { return r.Chains[i].Identity.String() < r.Chains[j].Identity.String() })
 	return r, nil
+}
+
+// chainTable is the rows of a table of chains, as backups verify and
+// status show them: per identity, how old its newest backup is at now,
+// and what restores it.
+func chainTable(chains []chainRow, now time.Time) [][]string {
+	rows := [][]string{{"IDENTITY", "NEWEST RELEASE", "AGE", "NEWEST SIZE", "CHAIN", "CHAIN SIZE", "CHECK"}}
+	for _, c := range chains {
+		check, chain, size := "ok", plural(c.Streams, "stream"), bytesIEC(uint64(c.Bytes))
+		if !c.OK {
+			check = "BROKEN"
+		}
+		if c.Streams == 0 {
+			chain, size = "-", "-"
+		}
+		rows = append(rows, []string{oneLine(c.Identity.String()), c.ReleasedAt.UTC().Format(time.RFC3339), age(now.Sub(c.ReleasedAt)),
+			bytesIEC(uint64(c.NewestBytes)), chain, size, check})
+	}
+	return rows
 }
 
 // renderBackups writes the report of `backups verify`.
@@ -119,19 +144,10 @@ func renderBackups(w io.Writer, r backupsReport) error {
 	}
 	if len(r.Chains) > 0 {
 		// Per identity: how old its newest backup is, and what restores it.
-		rows := [][]string{{"IDENTITY", "NEWEST RELEASE", "AGE", "CHAIN", "SIZE", "CHECK"}}
-		for _, c := range r.Chains {
-			check := "ok"
-			if !c.OK {
-				check = "BROKEN"
-			}
-			rows = append(rows, []string{oneLine(c.Identity.String()), c.ReleasedAt.UTC().Format(time.RFC3339), age(time.Since(c.ReleasedAt)),
-				plural(c.Streams, "stream"), bytesIEC(uint64(c.Bytes)), check})
-		}
 		if _, err := fmt.Fprintln(w); err != nil {
 			return err
 		}
-		if err := table(w, rows); err != nil {
+		if err := table(w, chainTable(r.Chains, time.Now())); err != nil {
 			return err
 		}
 	}
@@ -160,4 +176,68 @@ func renderBackups(w io.Writer, r backupsReport) error {
 	}
 	_, err := fmt.Fprint(w, verdict)
 	return err
+}
+
+// backupsStatus is what `status` shows of backup_dir: per identity of this
+// node's classes that back up (restore on), the newest backup and the
+// chain that restores it, from the manifests as backups verify reads them
+// (no stream is read: backups verify checks their bytes).
+type backupsStatus struct {
+	Dir string `json:"backup_dir"`
+	// Error says why backup_dir could not be read (not mounted, say);
+	// nothing else is known then.
+	Error      string     `json:"error,omitempty"`
+	Identities []chainRow `json:"identities"`
+	// Streams and Bytes count every stream of those identities, older
+	// chains included.
+	Streams int   `json:"streams"`
+	Bytes   int64 `json:"bytes"`
+	// Broken counts the identities whose newest backup has no whole chain.
+	Broken int `json:"broken"`
+	// Problems counts the files in backup_dir, of any class, that are not
+	// sound backups: backups verify names them.
+	Problems int `json:"problems,omitempty"`
+}
+
+// readBackupsStatus reads the manifests in dir of the identities of
+// classes.
+func readBackupsStatus(dir string, classes map[string]bool) backupsStatus {
+	b := backupsStatus{Dir: dir, Identities: []chainRow{}}
+	ms, problems, err := backup.List(dir, nil)
+	if err != nil {
+		b.Error = err.Error()
+		return b
+	}
+	b.Problems = len(problems)
+	var ours []backup.Manifest
+	for _, m := range ms {
+		if classes[m.Identity.Class] && !m.Identity.Unknown {
+			ours = append(ours, m)
+		}
+	}
+	for _, s := range backup.Summarize(ours) {
+		row := chainRowOf(s)
+		if !row.OK {
+			b.Broken++
+		}
+		b.Streams += s.Streams
+		b.Bytes += s.Bytes
+		b.Identities = append(b.Identities, row)
+	}
+	return b
+}
+
+// backupsLine is status's line on backup_dir.
+func backupsLine(b backupsStatus) string {
+	if b.Error != "" {
+		return "backups: cannot be read: " + oneLine(b.Error)
+	}
+	line := fmt.Sprintf("backup_dir %s: %s backed up, %s, %s", b.Dir, plural(len(b.Identities), "identity"), plural(b.Streams, "stream"), bytesIEC(uint64(b.Bytes)))
+	if b.Broken > 0 {
+		line += fmt.Sprintf("; BROKEN chains: %d (a restore of those fails)", b.Broken)
+	}
+	if b.Problems > 0 {
+		line += fmt.Sprintf("; not sound backups: %s (backups verify names them)", plural(b.Problems, "file"))
+	}
+	return line
 }

@@ -32,7 +32,8 @@ nomad-device-zfs is a Nomad device plugin that gives each task its own ZFS
 dataset. Nomad starts it from the client's plugin_dir; run by a person, it
 is the operator's tool:
 
-    status     One row per slot: state, holder, space; works while Nomad is down
+    status     One row per slot: state, holder, space; works while Nomad is down;
+               with backup_dir, per identity its newest backup and chain
     doctor     Check ZFS, the pool, the parent dataset, the Nomad API, the token
                and the agent configuration; exits 1 when a check fails
     archives   The archived datasets: identity, slot, age, size, and which
@@ -187,7 +188,11 @@ const statusHelp = `Usage: nomad-device-zfs status [options]
   Shows every slot of the plugin on this node: its class, device ID,
   dataset, state (free, in use, releasing, unhealthy, with the reason), the
   allocation that holds it and its space; then a line per class, the pool's
-  health and free space, and the archive. It reads ZFS and changes nothing.
+  health and free space, and the archive; with a backup_dir (-config), per
+  identity backed up its newest backup's release, age and size, and the
+  length and size of the chain that restores it, a broken chain flagged
+  (from the manifests: backups verify reads the streams). It reads ZFS and
+  backup_dir and changes nothing.
   It also asks Nomad (for at most 5 s) for the node's allocations; when
   Nomad does not answer it still lists every slot and says so.
 ` + commonHelp

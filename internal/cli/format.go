@@ -67,10 +67,13 @@ func orDash(s string) string {
 	return s
 }
 
-// plural is "1 slot", "2 slots".
+// plural is "1 slot", "2 slots"; "1 identity", "2 identities".
 func plural(n int, noun string) string {
-	if n == 1 {
+	switch {
+	case n == 1:
 		return fmt.Sprintf("%d %s", n, noun)
+	case strings.HasSuffix(noun, "ty"):
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(noun, "y"))
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }

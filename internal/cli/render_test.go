@@ -62,6 +62,27 @@ func sampleStatus() statusReport {
 	}
 }
 
+// statusNow is the time status is rendered at in the golden files.
+var statusNow = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// sampleBackups has an identity with a whole chain of three streams
+// (older chains beside it), and one, with a TAB in its job name, whose
+// newest backup's chain is broken; and a file that is not a backup.
+func sampleBackups() *backupsStatus {
+	db := retention.Identity{Namespace: "default", Job: "db", Group: "g", Task: "t", Index: 0, Class: "state"}
+	web := retention.Identity{Namespace: "web", Job: "build\tnightly", Group: "ci", Task: "make", Index: 2, Class: "state"}
+	return &backupsStatus{
+		Dir: "/mnt/backups",
+		Identities: []chainRow{
+			{Identity: db, ReleasedAt: statusNow.Add(-25 * time.Minute), NewestCreated: statusNow.Add(-24 * time.Minute), NewestBytes: 3 << 20,
+				Streams: 3, Bytes: 1<<30 + 5<<20, OK: true},
+			{Identity: web, ReleasedAt: statusNow.Add(-50 * time.Hour), NewestCreated: statusNow.Add(-50 * time.Hour), NewestBytes: 700 << 10,
+				Error: "the chain of /mnt/backups/nomad-device-zfs/0a1b/20261122T100000Z-77.json is broken: its base (snapshot GUID 76) is not in backup_dir"},
+		},
+		Streams: 7, Bytes: 2<<30 + 12<<20, Broken: 1, Problems: 1,
+	}
+}
+
 func TestRenderStatus_Golden(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -79,13 +100,18 @@ func TestRenderStatus_Golden(t *testing.T) {
 		{name: "pool not imported", golden: "status-pool-gone.golden", edit: func(r *statusReport) {
 			r.Pool = poolStatus{Name: "tank", Error: "pool tank is not imported: zpool list -H -o name,health tank: cannot open 'tank': no such pool"}
 		}},
+		{name: "backup_dir", golden: "status-backups.golden", edit: func(r *statusReport) { r.Backups = sampleBackups() }},
+		{name: "backup_dir not mounted", golden: "status-backups-unreadable.golden", edit: func(r *statusReport) {
+			r.Backups = &backupsStatus{Dir: "/mnt/backups", Identities: []chainRow{},
+				Error: "backup_dir /mnt/backups: stat /mnt/backups/nomad-device-zfs: no such file or directory (is it mounted? the plugin makes nomad-device-zfs/ when it starts)"}
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := sampleStatus()
 			tc.edit(&r)
 			var b bytes.Buffer
-			must.NoError(t, renderStatus(&b, r))
+			must.NoError(t, renderStatus(&b, r, statusNow))
 			golden(t, tc.golden, b.Bytes())
 		})
 	}
@@ -104,6 +130,24 @@ func TestStatusJSON_RoundTrip(t *testing.T) {
 	must.EqOp(t, "in use", slot["state"].(string))
 	must.EqOp(t, "build\tnightly", slot["holder"].(map[string]any)["job"].(string))
 	must.EqOp(t, float64(2<<20), slot["used_bytes"].(float64))
+
+	// With backup_dir.
+	withBackups := sampleStatus()
+	withBackups.Backups = sampleBackups()
+	b.Reset()
+	must.NoError(t, writeJSON(&b, withBackups))
+	back = statusReport{}
+	must.NoError(t, json.Unmarshal(b.Bytes(), &back))
+	must.Eq(t, withBackups, back)
+	raw = nil
+	must.NoError(t, json.Unmarshal(b.Bytes(), &raw))
+	backups := raw["backups"].(map[string]any)
+	must.EqOp(t, "/mnt/backups", backups["backup_dir"].(string))
+	must.EqOp(t, float64(1), backups["broken"].(float64))
+	first := backups["identities"].([]any)[0].(map[string]any)
+	must.EqOp(t, float64(3), first["streams"].(float64))
+	must.EqOp(t, float64(3<<20), first["newest_bytes"].(float64))
+	must.EqOp(t, "db", first["identity"].(map[string]any)["job"].(string))
 }
 
 func sampleChecks() []check {
@@ -140,6 +184,19 @@ func TestRenderDoctor_Golden(t *testing.T) {
 	must.StrContains(t, back[8]["fix"], "zfs-plugin.policy.hcl")
 	_, hasFix := back[0]["fix"]
 	must.False(t, hasFix)
+}
+
+func TestPlural(t *testing.T) {
+	cases := []struct {
+		n          int
+		noun, want string
+	}{
+		{0, "slot", "0 slots"}, {1, "slot", "1 slot"}, {2, "stream", "2 streams"},
+		{1, "identity", "1 identity"}, {2, "identity", "2 identities"}, {0, "identity", "0 identities"},
+	}
+	for _, tc := range cases {
+		must.EqOp(t, tc.want, plural(tc.n, tc.noun))
+	}
 }
 
 func TestBytesIEC(t *testing.T) {

@@ -42,6 +42,9 @@ type statusReport struct {
 	Foreign    []string `json:"foreign,omitempty"`
 	Unreadable []string `json:"unreadable,omitempty"`
 	Archive    archive  `json:"archive"`
+	// Backups is backup_dir, per identity of the classes that back up;
+	// nil without a backup_dir (or without -config).
+	Backups *backupsStatus `json:"backups,omitempty"`
 }
 
 type poolStatus struct {
@@ -181,6 +184,10 @@ func gatherStatus(ctx context.Context, z statusReader, c *common, log hclog.Logg
 		r.Classes[i].Source, r.Classes[i].Older = cl.Source, olderSources(cl, obs.Slots)
 	}
 	r.Shared = sharedStatus(ctx, z, c, snap)
+	if c.settings.BackupDir != "" {
+		b := readBackupsStatus(c.settings.BackupDir, c.settings.BackupClasses)
+		r.Backups = &b
+	}
 	return r, nil
 }
 
@@ -318,8 +325,10 @@ func summarize(cfg slots.Config, rows []slotRow) []classSummary {
 }
 
 // renderStatus writes the report as the operator reads it: one row per
-// slot, the reasons below, then a line per class, the pool and Nomad.
-func renderStatus(w io.Writer, r statusReport) error {
+// slot, the reasons below, then a line per class, the pool, the archive,
+// backup_dir and Nomad; then, with a backup_dir, a row per identity backed
+// up, its newest backup's age at now, and why a chain is broken.
+func renderStatus(w io.Writer, r statusReport, now time.Time) error {
 	rows := [][]string{{"CLASS", "DEVICE", "DATASET", "STATE", "HOLDER", "ALLOC", "USED", "QUOTA"}}
 	var notes []string
 	for _, s := range r.Slots {
@@ -384,6 +393,9 @@ func renderStatus(w io.Writer, r statusReport) error {
 		fmt.Fprintf(&b, "pool %s: %s; %s cannot be read\n", r.Pool.Name, r.Pool.Health, r.Parent)
 	}
 	fmt.Fprintf(&b, "archive: %d datasets, %s\n", r.Archive.Datasets, bytesIEC(r.Archive.UsedBytes))
+	if r.Backups != nil {
+		b.WriteString(backupsLine(*r.Backups) + "\n")
+	}
 	if len(r.Foreign) > 0 {
 		fmt.Fprintf(&b, "not the plugin's (left alone): %s\n", strings.Join(r.Foreign, ", "))
 	}
@@ -399,8 +411,26 @@ func renderStatus(w io.Writer, r statusReport) error {
 	default:
 		fmt.Fprintf(&b, "nomad: the node's allocations could not be read at %s (%s): states and holders are what ZFS records\n", r.Nomad.Address, oneLine(r.Nomad.Error))
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if r.Backups == nil || len(r.Backups.Identities) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	if err := table(w, chainTable(r.Backups.Identities, now)); err != nil {
+		return err
+	}
+	for _, c := range r.Backups.Identities {
+		if !c.OK {
+			if _, err := fmt.Fprintf(w, "BROKEN chain of %s: %s\n", oneLine(c.Identity.String()), oneLine(c.Error)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // runStatus is `nomad-device-zfs status`.
@@ -412,5 +442,5 @@ func runStatus(ctx context.Context, c *common, z *zfs.Client, stdout io.Writer, 
 	if c.jsonOut {
 		return writeJSON(stdout, r)
 	}
-	return renderStatus(stdout, r)
+	return renderStatus(stdout, r, time.Now())
 }

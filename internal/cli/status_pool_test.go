@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -162,4 +165,138 @@ plugin "nomad-device-zfs" {
 	must.StrContains(t, out.String(), "shared class models: "+models+" (read-only, ")
 	must.StrContains(t, out.String(), "4 slots: healthy\n")
 	must.StrContains(t, out.String(), "shared class weights: "+gone+" (read-only, 0 B used), 1 slot: unhealthy: shared dataset "+gone+": does not exist")
+}
+
+// With backup_dir in the agent's configuration, status shows per identity
+// of the classes that back up the newest backup's release, age and size
+// and the chain that restores it (here: a full stream and an increment),
+// read from backup_dir's manifests; a chain whose base is gone is flagged
+// BROKEN, with why; an identity of a class this node does not back up is
+// left out, and a file that is not a backup is counted.
+func TestStatus_Backups(t *testing.T) {
+	pool, parent, names := archivesOnPool(t)
+	dir := t.TempDir()
+	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
+	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Three archives of one identity, each sent whole, the newest last;
+	// then the newest comes back to the identity and goes again: an
+	// increment on it.
+	first, _, err := k.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, len(names), first)
+	pool.ZFS(t, "set", record.PropBackup+"="+record.BackupNone, names[0])
+	sent, _, err := k.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+	inc := sent[0]
+	full := first[len(first)-1]
+	must.EqOp(t, full.GUID, inc.BaseGUID)
+
+	// A broken chain (its base is in no manifest) of another identity of
+	// the class, one of a class this node does not back up, and a file
+	// that is not a backup.
+	broken := retention.Identity{Namespace: "default", Job: "db", Group: "g", Task: "t", Index: 0, Class: "state"}
+	writeManifest(t, dir, backup.Manifest{Identity: broken, GUID: 77, BaseGUID: 76, Size: 4096, ReleasedAt: time.Now().Add(-3 * time.Hour)})
+	writeManifest(t, dir, backup.Manifest{Identity: retention.Identity{Namespace: "default", Job: "x", Group: "g", Task: "t", Class: "other"}, GUID: 5, Size: 1})
+	must.NoError(t, os.WriteFile(filepath.Join(backup.IdentityDir(dir, broken), "junk.json"), []byte("{"), 0o600))
+
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset = %q
+    backup_dir     = %q
+    class "state" {
+      slots   = 1
+      quota   = "64M"
+      restore = "required"
+    }
+  }
+}
+`, parent, dir)), 0o644))
+
+	var out, errb bytes.Buffer
+	code := Main([]string{"status", "-json", "-address", deadAddress, "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	var r statusReport
+	must.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	must.NotNil(t, r.Backups)
+	b := *r.Backups
+	must.EqOp(t, dir, b.Dir)
+	must.EqOp(t, "", b.Error)
+	must.SliceLen(t, 2, b.Identities, must.Sprint("the class this node does not back up is left out"))
+	must.EqOp(t, 1, b.Broken)
+	must.EqOp(t, 1, b.Problems)
+	must.EqOp(t, len(first)+1+1, b.Streams)
+	var bytesWant int64 = 4096
+	for _, m := range append(first, inc) {
+		bytesWant += m.Size
+	}
+	must.EqOp(t, bytesWant, b.Bytes)
+
+	bad, web := b.Identities[0], b.Identities[1] // by identity: default/db before default/web
+	must.Eq(t, broken, bad.Identity)
+	must.False(t, bad.OK)
+	must.StrContains(t, bad.Error, "snapshot GUID 76")
+	must.EqOp(t, 0, bad.Streams)
+	must.EqOp(t, int64(4096), bad.NewestBytes)
+	must.Eq(t, inc.Identity, web.Identity)
+	must.True(t, web.OK)
+	must.EqOp(t, 2, web.Streams)
+	must.EqOp(t, full.Size+inc.Size, web.Bytes)
+	must.EqOp(t, inc.Size, web.NewestBytes)
+	must.True(t, inc.ReleasedAt.Equal(web.ReleasedAt))
+
+	out.Reset()
+	code = Main([]string{"status", "-address", deadAddress, "-config", cfgFile}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	text := out.String()
+	must.StrContains(t, text, fmt.Sprintf("backup_dir %s: 2 identities backed up, 5 streams, ", dir))
+	must.StrContains(t, text, "BROKEN chains: 1 (a restore of those fails); not sound backups: 1 file")
+	var header, webRow, badRow string
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "IDENTITY "):
+			header = line
+		case strings.HasPrefix(line, "default/web/g[0]/t (state) "):
+			webRow = line
+		case strings.HasPrefix(line, "default/db/g[0]/t (state) "):
+			badRow = line
+		}
+	}
+	must.NotEq(t, "", header, must.Sprint(text))
+	must.Eq(t, []string{"default/web/g[0]/t", "(state)", inc.ReleasedAt.UTC().Format(time.RFC3339), "1h"}, strings.Fields(webRow)[:4],
+		must.Sprint(text))
+	must.StrContains(t, webRow, "2 streams")
+	must.StrHasSuffix(t, "ok", webRow)
+	must.StrHasSuffix(t, "BROKEN", badRow)
+	must.EqOp(t, strings.Index(header, "CHECK"), strings.Index(webRow, "ok"), must.Sprint("aligned:\n", text))
+	must.StrContains(t, text, "BROKEN chain of default/db/g[0]/t (state): the chain of ")
+
+	// Without backup_dir (no -config): no backups section.
+	out.Reset()
+	code = Main([]string{"status", "-json", "-address", deadAddress, "-parent", parent}, &out, &errb)
+	must.EqOp(t, 0, code, must.Sprint(errb.String()))
+	r = statusReport{}
+	must.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	must.Nil(t, r.Backups)
+}
+
+// writeManifest writes m (a manifest with no stream of its own) into its
+// identity's directory in dir, as the plugin's would read.
+func writeManifest(t *testing.T, dir string, m backup.Manifest) {
+	t.Helper()
+	m.Kind, m.Version = backup.Kind, 1
+	m.Stream = fmt.Sprintf("%d.zstream", m.GUID)
+	m.SHA256 = strings.Repeat("0", 64)
+	if m.Created.IsZero() {
+		m.Created = time.Now()
+	}
+	d := backup.IdentityDir(dir, m.Identity)
+	must.NoError(t, os.MkdirAll(d, 0o700))
+	b, err := json.Marshal(m)
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(d, fmt.Sprintf("%d.json", m.GUID)), b, 0o600))
 }
