@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -22,7 +23,10 @@ import (
 // TestMetricsEndToEnd (issue 12): with a telemetry block the plugin, run
 // by a real Nomad agent, serves Prometheus metrics. While a job holds a
 // slot a scrape shows the slot in use, a Reserve counted as fresh and the
-// zfs commands run; once the job is stopped, a release is counted.
+// zfs commands run; once the job is stopped, a release is counted. Then
+// (issue 45) a job of a class with restore on ends: once its archive is in
+// backup_dir, the backup gauges show its identity, the chain of one
+// stream that restores it, and the totals.
 func TestMetricsEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs a job")
 	pool := zfstest.NewPool(t, 0)
@@ -33,6 +37,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 	must.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	url := "http://" + addr + "/metrics"
+	backups := t.TempDir()
 
 	a := nomadtest.StartAgent(t, nomadtest.Options{
 		PluginDir: filepath.Dir(bin),
@@ -41,6 +46,7 @@ func TestMetricsEndToEnd(t *testing.T) {
     parent_dataset     = %q
     fingerprint_period = "2s"
     stats_period       = "2s"
+    backup_dir         = %q
     telemetry {
       prometheus_address = %q
     }
@@ -48,9 +54,14 @@ func TestMetricsEndToEnd(t *testing.T) {
       slots = 2
       quota = "32M"
     }
+    class "state" {
+      slots   = 1
+      quota   = "32M"
+      restore = "best-effort"
+    }
   }
 }
-`, parent, addr),
+`, parent, backups, addr),
 	})
 	a.WaitForDevice(t, "zfs", "dataset", "scratch", 2, deviceTimeout)
 
@@ -109,4 +120,24 @@ func TestMetricsEndToEnd(t *testing.T) {
 		return started >= 1 && done >= 1 && free == 2, fmt.Sprintf("releases started %v, done %v; %v free", started, done, free)
 	})
 	t.Logf("after the release:\n%s", last.Describe("nomad_device_zfs_"))
+
+	// A job of class state writes and ends; its archive goes to backup_dir.
+	done := a.RunJob(t, nomadtest.JobSpec{ID: "metrics-backup", Tasks: []nomadtest.TaskSpec{{
+		Name: "w", Device: "zfs/dataset/state", Script: "echo $NOMAD_ALLOC_ID > $ZFS_STATE_PATH/id.txt",
+	}}}.HCL(), jobTimeout)
+	must.EqOp(t, api.AllocClientStatusComplete, done.ClientStatus)
+	ended := time.Now()
+	backedUp := map[string]string{"class": "state", "identity": "default/metrics-backup/g[0]/w (state)"}
+	scrapeUntil("the archive's backup in the backup gauges", func(f metricstest.Families) (bool, string) {
+		n := val(f, "nomad_device_zfs_backup_chain_streams", backedUp)
+		return n == 1, fmt.Sprintf("chain of %v streams", n)
+	})
+	chain := val(last, "nomad_device_zfs_backup_chain_bytes", backedUp)
+	must.Positive(t, chain)
+	must.EqOp(t, chain, val(last, "nomad_device_zfs_backup_dir_bytes", nil), must.Sprint("one identity, one stream"))
+	must.EqOp(t, 1.0, val(last, "nomad_device_zfs_backup_identities", nil))
+	age := val(last, "nomad_device_zfs_backup_newest_age_seconds", backedUp)
+	must.LessEq(t, time.Since(ended).Seconds()+5, age, must.Sprint("released after the job ended"))
+	must.GreaterEq(t, 0.0, age)
+	t.Logf("after the backup:\n%s", last.Describe("nomad_device_zfs_backup"))
 }

@@ -118,6 +118,21 @@ func (m metricsSource) Pool() string {
 	return s.Slots.Pool()
 }
 
+// Backups returns backup_dir as the keeper's passes last listed it
+// (backup.Keeper.Summary): no file is read at scrape time.
+func (m metricsSource) Backups() (metrics.Backups, bool) {
+	sum, ok := m.p.keeper.Summary()
+	if !ok {
+		return metrics.Backups{}, false
+	}
+	b := metrics.Backups{Bytes: sum.Bytes(), ListedAt: sum.ListedAt}
+	for _, s := range sum.Identities {
+		b.Identities = append(b.Identities, metrics.BackupIdentity{Class: s.Identity.Class, Identity: s.Identity.String(),
+			NewestAt: s.NewestAt(), ChainStreams: len(s.Chain), ChainBytes: s.ChainBytes})
+	}
+	return b, true
+}
+
 // Close stops serving metrics and returns once the server's goroutine has
 // ended. Nomad never calls it (it stops the plugin's process); tests do.
 // The fingerprint stream's end stops the server as well.

@@ -7,7 +7,9 @@
 // Every metric lives in a registry of its own per plugin instance; nothing
 // is registered globally. Labels are bounded by the configuration and the
 // code (class, device, state, command, subcommand, outcome, call, reason):
-// never an allocation, a job or a namespace.
+// never an allocation. The one label that names a job and a namespace is
+// the backup gauges' identity, bounded to MaxBackupIdentities identities
+// (backups.go).
 package metrics
 
 import (
@@ -47,6 +49,8 @@ type Source interface {
 	ParentAvailable() (bytes uint64, known bool)
 	// Pool names the pool of the parent dataset ("" before configuration).
 	Pool() string
+	// BackupSource is backup_dir as the keeper last listed it.
+	BackupSource
 }
 
 // Metrics holds one plugin instance's collectors and, when configured,
@@ -100,7 +104,7 @@ func New(src Source) *Metrics {
 			Help: "Failed reads of the Nomad API, by call (node_allocations, allocation, visibility, node_id) and reason (permission, timeout, error).",
 		}, []string{"call", "reason"}),
 	}
-	m.reg.MustRegister(m.zfsCommands, m.reserves, m.releasesStarted, m.releases, m.apiFailures, newSlotCollector(src))
+	m.reg.MustRegister(m.zfsCommands, m.reserves, m.releasesStarted, m.releases, m.apiFailures, newSlotCollector(src), newBackupCollector(src))
 	return m
 }
 

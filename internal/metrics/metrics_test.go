@@ -28,6 +28,9 @@ type fakeSource struct {
 	slots []slots.Slot
 	avail uint64
 	known bool
+	// backups is what Backups returns; backupsKnown its known.
+	backups      metrics.Backups
+	backupsKnown bool
 }
 
 func (f *fakeSource) Slots() []slots.Slot {
@@ -43,6 +46,14 @@ func (f *fakeSource) ParentAvailable() (uint64, bool) {
 }
 
 func (f *fakeSource) Pool() string { return "tank" }
+
+func (f *fakeSource) Backups() (metrics.Backups, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.backups
+	b.Identities = append([]metrics.BackupIdentity(nil), b.Identities...)
+	return b, f.backupsKnown
+}
 
 func gather(t *testing.T, m *metrics.Metrics) metricstest.Families {
 	t.Helper()
