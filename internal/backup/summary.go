@@ -18,10 +18,12 @@ import (
 // manifests alone (no stream is read).
 type IdentitySummary struct {
 	Identity retention.Identity
-	// NewestReleasedAt is when the newest backup's archive was released
-	// (the time of its data); NewestCreated when its stream was written;
-	// NewestBytes the size of that stream.
+	// NewestReleasedAt is the time of the newest backup's data: when its
+	// archive's release began, or, for a live backup (NewestLive), when
+	// its snapshot was taken while the task ran; NewestCreated when its
+	// stream was written; NewestBytes the size of that stream.
 	NewestReleasedAt time.Time
+	NewestLive       bool
 	NewestCreated    time.Time
 	NewestBytes      int64
 	// Chain is the streams that restore the newest backup, the full
@@ -40,8 +42,8 @@ type IdentitySummary struct {
 // stream and every increment after it (by their manifests).
 func (s IdentitySummary) Complete() bool { return s.ChainErr == nil }
 
-// NewestAt is the time of the newest backup's data: its release, or when
-// its stream was written for a manifest that records no release.
+// NewestAt is the time of the newest backup's data (NewestReleasedAt), or
+// when its stream was written for a manifest that records none.
 func (s IdentitySummary) NewestAt() time.Time {
 	if s.NewestReleasedAt.IsZero() {
 		return s.NewestCreated
@@ -70,7 +72,7 @@ func Summarize(ms []Manifest) []IdentitySummary {
 func summarizeOne(id retention.Identity, list []Manifest) IdentitySummary {
 	s := IdentitySummary{Identity: id, Streams: len(list)}
 	if len(list) > 0 {
-		s.NewestReleasedAt, s.NewestCreated, s.NewestBytes = list[0].ReleasedAt, list[0].Created, list[0].Size
+		s.NewestReleasedAt, s.NewestLive, s.NewestCreated, s.NewestBytes = list[0].ReleasedAt, list[0].Live, list[0].Created, list[0].Size
 	}
 	for _, m := range list {
 		s.Bytes += m.Size

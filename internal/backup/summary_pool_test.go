@@ -2,6 +2,7 @@ package backup_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -74,4 +75,53 @@ func TestBackup_SummaryAfterPasses(t *testing.T) {
 	must.SliceLen(t, 1, other.Identities)
 	must.SliceLen(t, 2, other.Identities[0].Chain)
 	must.EqOp(t, inc.Size, other.Identities[0].NewestBytes)
+}
+
+// TestBackup_SummaryOfLiveBackups: live backups while the task runs are in
+// the keeper's summary as they are sent (a live pass lists the identity it
+// sent), marked live, each an increment on the chain; the release's
+// backup, sent by the next pass, is the newest then, not live.
+func TestBackup_SummaryOfLiveBackups(t *testing.T) {
+	ctx, dir, a, _ := twoNodes(t)
+	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+		Live: map[string]time.Duration{"state": time.Millisecond}, ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	// The first pass lists the whole of backup_dir: nothing yet.
+	none, _, err := a.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceEmpty(t, none)
+	sum, ok := a.keeper.Summary()
+	must.True(t, ok)
+	must.SliceEmpty(t, sum.Identities)
+
+	ds := a.inUse(t, tenant(1))
+	a.write(t, ds, 2)
+	var live []backup.Manifest
+	for i := 0; i < 2; i++ {
+		if i > 0 {
+			a.write(t, ds, 1)
+		}
+		sent, _, err := a.keeper.LivePass(ctx)
+		must.NoError(t, err)
+		must.SliceLen(t, 1, sent)
+		live = append(live, sent[0])
+	}
+	sum, _ = a.keeper.Summary()
+	must.SliceLen(t, 1, sum.Identities)
+	got := sum.Identities[0]
+	must.True(t, got.NewestLive)
+	must.True(t, live[1].ReleasedAt.Equal(got.NewestAt()), must.Sprint("a live backup's time is its snapshot's"))
+	must.SliceLen(t, 2, got.Chain)
+	must.EqOp(t, live[1].Size, got.NewestBytes)
+	must.EqOp(t, live[0].Size+live[1].Size, got.ChainBytes)
+
+	a.release(t, ds, tenant(1))
+	sent, _, err := a.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, sent)
+	sum, _ = a.keeper.Summary()
+	got = sum.Identities[0]
+	must.False(t, got.NewestLive)
+	must.SliceLen(t, 3, got.Chain)
+	must.EqOp(t, sent[0].Size, got.NewestBytes)
+	must.EqOp(t, live[0].Size+live[1].Size+sent[0].Size, sum.Bytes())
 }

@@ -35,6 +35,7 @@ func TestSummarize(t *testing.T) {
 	type want struct {
 		id          retention.Identity
 		newest      time.Time // NewestAt
+		live        bool
 		created     time.Time // NewestCreated
 		newestBytes int64
 		chain       []uint64
@@ -66,6 +67,9 @@ func TestSummarize(t *testing.T) {
 				{id: sumWeb, newest: at(6), created: at(7), newestBytes: 3, chain: []uint64{5, 6}, chainBytes: 53, complete: true, streams: 2, bytes: 53},
 				{id: sumOther, newest: at(9), created: at(10), newestBytes: 1, chain: []uint64{9}, chainBytes: 1, complete: true, streams: 1, bytes: 1},
 			}},
+		{"a live backup newest, on the chain of its release",
+			[]Manifest{func() Manifest { x := m(sumDB, 2, 1, 5, 30); x.Live = true; return x }(), m(sumDB, 1, 0, 100, 0)},
+			[]want{{id: sumDB, newest: at(30), created: at(31), live: true, newestBytes: 5, chain: []uint64{1, 2}, chainBytes: 105, complete: true, streams: 2, bytes: 105}}},
 		{"no release recorded: the newest backup's time is its stream's",
 			[]Manifest{func() Manifest { x := m(sumDB, 1, 0, 10, 0); x.ReleasedAt = time.Time{}; return x }()},
 			[]want{{id: sumDB, newest: at(1), created: at(1), newestBytes: 10, chain: []uint64{1}, chainBytes: 10, complete: true, streams: 1, bytes: 10}}},
@@ -79,6 +83,7 @@ func TestSummarize(t *testing.T) {
 				must.Eq(t, w.id, g.Identity)
 				must.Eq(t, w.newest, g.NewestAt())
 				must.Eq(t, w.created, g.NewestCreated)
+				must.EqOp(t, w.live, g.NewestLive)
 				must.EqOp(t, w.newestBytes, g.NewestBytes)
 				var chain []uint64
 				for _, c := range g.Chain {

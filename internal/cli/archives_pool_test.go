@@ -151,7 +151,7 @@ plugin "nomad-device-zfs" {
 	must.StrContains(t, out.String(), "All streams match")
 	// Per identity, the newest backup's age and the chain that restores it.
 	newest := sent[len(sent)-1]
-	must.StrContains(t, out.String(), "NEWEST RELEASE")
+	must.StrContains(t, out.String(), "NEWEST BACKUP")
 	must.StrContains(t, out.String(), newest.ReleasedAt.UTC().Format(time.RFC3339))
 	must.StrContains(t, out.String(), "1 stream")
 	out.Reset()

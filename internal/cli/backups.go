@@ -43,13 +43,15 @@ type streamRow struct {
 }
 
 // chainRow is an identity's newest backup and the chain that restores it
-// (backup.Summarize): its release time, its stream's creation and size,
+// (backup.Summarize): the time of its data (its release, or for a live
+// backup its snapshot while the task ran), its stream's creation and size,
 // the chain's length (a full stream and the increments after it) and
 // bytes; OK false when the chain is broken (or, for backups verify, a
 // stream of it is bad), Error then saying why.
 type chainRow struct {
 	Identity      retention.Identity `json:"identity"`
 	ReleasedAt    time.Time          `json:"newest_released_at"`
+	Live          bool               `json:"newest_live,omitempty"`
 	NewestCreated time.Time          `json:"newest_created"`
 	NewestBytes   int64              `json:"newest_bytes"`
 	Streams       int                `json:"streams"`
@@ -60,7 +62,7 @@ type chainRow struct {
 
 // chainRowOf is the row of an identity's summary.
 func chainRowOf(s backup.IdentitySummary) chainRow {
-	row := chainRow{Identity: s.Identity, ReleasedAt: s.NewestAt(), NewestCreated: s.NewestCreated, NewestBytes: s.NewestBytes,
+	row := chainRow{Identity: s.Identity, ReleasedAt: s.NewestAt(), Live: s.NewestLive, NewestCreated: s.NewestCreated, NewestBytes: s.NewestBytes,
 		Streams: len(s.Chain), Bytes: s.ChainBytes, OK: s.Complete()}
 	if !s.Complete() {
 		row.Error = s.ChainErr.Error()
@@ -103,19 +105,23 @@ func verifyBackups(dir string) (backupsReport, error) {
 }
 
 // chainTable is the rows of a table of chains, as backups verify and
-// status show them: per identity, how old its newest backup is at now,
-// and what restores it.
+// status show them: per identity, how old its newest backup is at now
+// (of a release, or live: taken while the task ran), and what restores
+// it.
 func chainTable(chains []chainRow, now time.Time) [][]string {
-	rows := [][]string{{"IDENTITY", "NEWEST RELEASE", "AGE", "NEWEST SIZE", "CHAIN", "CHAIN SIZE", "CHECK"}}
+	rows := [][]string{{"IDENTITY", "NEWEST BACKUP", "TAKEN", "AGE", "NEWEST SIZE", "CHAIN", "CHAIN SIZE", "CHECK"}}
 	for _, c := range chains {
-		check, chain, size := "ok", plural(c.Streams, "stream"), bytesIEC(uint64(c.Bytes))
+		check, chain, size, of := "ok", plural(c.Streams, "stream"), bytesIEC(uint64(c.Bytes)), "at release"
+		if c.Live {
+			of = "while running"
+		}
 		if !c.OK {
 			check = "BROKEN"
 		}
 		if c.Streams == 0 {
 			chain, size = "-", "-"
 		}
-		rows = append(rows, []string{oneLine(c.Identity.String()), c.ReleasedAt.UTC().Format(time.RFC3339), age(now.Sub(c.ReleasedAt)),
+		rows = append(rows, []string{oneLine(c.Identity.String()), c.ReleasedAt.UTC().Format(time.RFC3339), of, age(now.Sub(c.ReleasedAt)),
 			bytesIEC(uint64(c.NewestBytes)), chain, size, check})
 	}
 	return rows

@@ -66,7 +66,7 @@ func sampleStatus() statusReport {
 var statusNow = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
 // sampleBackups has an identity with a whole chain of three streams
-// (older chains beside it), and one, with a TAB in its job name, whose
+// (older chains beside it), the newest a live backup, and one, with a TAB in its job name, whose
 // newest backup's chain is broken; and a file that is not a backup.
 func sampleBackups() *backupsStatus {
 	db := retention.Identity{Namespace: "default", Job: "db", Group: "g", Task: "t", Index: 0, Class: "state"}
@@ -74,7 +74,7 @@ func sampleBackups() *backupsStatus {
 	return &backupsStatus{
 		Dir: "/mnt/backups",
 		Identities: []chainRow{
-			{Identity: db, ReleasedAt: statusNow.Add(-25 * time.Minute), NewestCreated: statusNow.Add(-24 * time.Minute), NewestBytes: 3 << 20,
+			{Identity: db, ReleasedAt: statusNow.Add(-25 * time.Minute), Live: true, NewestCreated: statusNow.Add(-24 * time.Minute), NewestBytes: 3 << 20,
 				Streams: 3, Bytes: 1<<30 + 5<<20, OK: true},
 			{Identity: web, ReleasedAt: statusNow.Add(-50 * time.Hour), NewestCreated: statusNow.Add(-50 * time.Hour), NewestBytes: 700 << 10,
 				Error: "the chain of /mnt/backups/nomad-device-zfs/0a1b/20261122T100000Z-77.json is broken: its base (snapshot GUID 76) is not in backup_dir"},

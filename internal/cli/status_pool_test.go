@@ -267,7 +267,7 @@ plugin "nomad-device-zfs" {
 		}
 	}
 	must.NotEq(t, "", header, must.Sprint(text))
-	must.Eq(t, []string{"default/web/g[0]/t", "(state)", inc.ReleasedAt.UTC().Format(time.RFC3339), "1h"}, strings.Fields(webRow)[:4],
+	must.Eq(t, []string{"default/web/g[0]/t", "(state)", inc.ReleasedAt.UTC().Format(time.RFC3339), "at", "release", "1h"}, strings.Fields(webRow)[:6],
 		must.Sprint(text))
 	must.StrContains(t, webRow, "2 streams")
 	must.StrHasSuffix(t, "ok", webRow)

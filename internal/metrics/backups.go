@@ -23,7 +23,8 @@ type BackupIdentity struct {
 	// Identity is the identity as the plugin logs it
 	// ("ns/job/group[N]/task (class)").
 	Identity string
-	// NewestAt is the time of the newest backup's data (its release).
+	// NewestAt is the time of the newest backup's data (its release, or
+	// a live backup's snapshot).
 	NewestAt time.Time
 	// ChainStreams and ChainBytes are the chain that restores the newest
 	// backup: 0 when it is broken.
@@ -64,7 +65,7 @@ func newBackupCollector(src BackupSource) *backupCollector {
 	return &backupCollector{
 		src: src,
 		age: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "backup_newest_age_seconds"),
-			fmt.Sprintf("Per identity in backup_dir (at most the %d with the newest backups): seconds since the newest backup's data was released.", MaxBackupIdentities),
+			fmt.Sprintf("Per identity in backup_dir (at most the %d with the newest backups): seconds since the time of the newest backup's data (its release, or a live backup's snapshot).", MaxBackupIdentities),
 			perID, nil),
 		chainBytes: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "backup_chain_bytes"),
 			"Per identity in backup_dir (as backup_newest_age_seconds): bytes of the chain of streams that restores the newest backup; 0 when that chain is broken.",
