@@ -42,6 +42,7 @@ type ZFS interface {
 	Rename(ctx context.Context, from, to string) error
 	Snapshots(ctx context.Context, dataset string) ([]zfs.Snap, error)
 	SnapshotGUID(ctx context.Context, name string) (uint64, error)
+	SnapshotsUnder(ctx context.Context, container string) (map[string][]zfs.Snap, error)
 	Set(ctx context.Context, name, prop, value string) error
 	DestroyRecursive(ctx context.Context, name, within string) error
 }
@@ -100,10 +101,12 @@ type Keeper struct {
 	cfg  Config
 	node string
 	// scanned is when a pass last pruned the whole of backup_dir, live
-	// the datasets in use as LivePass last backed them up; only passes
-	// (under passMu) touch them.
+	// the datasets in use as LivePass last backed them up, pending the
+	// snapshots the pass's sends left to release; only passes (under
+	// passMu) touch them.
 	scanned time.Time
 	live    map[string]liveMark
+	pending []pendingRelease
 	// summaries is backup_dir as the passes last listed it (summary.go).
 	summaries summaries
 }
@@ -200,6 +203,10 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 			kind = "incremental"
 		}
 		k.log.Info("archive backed up", "dataset", a.Name, "identity", a.Identity.String(), "stream", m.StreamPath(), "bytes", m.Size, "kind", kind)
+	}
+	k.releasePending(ctx)
+	if err := k.sweep(ctx, cfg.Container, archives, sent); err != nil {
+		errs = append(errs, err)
 	}
 	if time.Since(k.scanned) >= PruneScanPeriod {
 		if err := k.prune(cfg, nil); err != nil {
@@ -408,9 +415,76 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		}
 	}
 	// The snapshots read before the send are all the keeper's older ones
-	// (passes are serialised): no second read.
-	k.destroyOlder(ctx, snaps, a.Name, snap.Name)
+	// (passes are serialised): no second read. They go once the pass has
+	// sent what it sends (releasePending), so that a slow destroy never
+	// holds up another dataset's backup.
+	k.pending = append(k.pending, pendingRelease{snaps: snaps, dataset: a.Name, keep: snap.Name})
 	return m, nil
+}
+
+// pendingRelease is a dataset's older snapshots of the keeper's, to go
+// once its pass has sent what it sends.
+type pendingRelease struct {
+	snaps         []zfs.Snap
+	dataset, keep string
+}
+
+// releasePending destroys what the pass's sends left to release (see
+// releaseSnapshots). Only passes (under passMu) call it.
+func (k *Keeper) releasePending(ctx context.Context) {
+	for _, p := range k.pending {
+		k.destroyOlder(ctx, p.snaps, p.dataset, p.keep)
+	}
+	k.pending = nil
+}
+
+// sweep releases the keeper's older snapshots of archives already in
+// backup_dir that a pass could not release when it sent them (the archive
+// renamed into a slot by a restore meanwhile, and back; a destroy ZFS
+// refused): one read of every archive's snapshots, then, on each archive
+// that is marked (archives, as read before the pass, and sent, its
+// backups) and holds more than one of the keeper's, a destroy of all but
+// its mark, the base of its next increment.
+func (k *Keeper) sweep(ctx context.Context, container string, archives []retention.Archive, sent []Manifest) error {
+	marked := map[string]uint64{}
+	for _, a := range archives {
+		if g, err := strconv.ParseUint(a.Backup, 10, 64); err == nil {
+			marked[a.Name] = g
+		}
+	}
+	for _, m := range sent {
+		if !m.Live {
+			marked[m.Dataset] = m.GUID
+		}
+	}
+	under, err := k.zfs.SnapshotsUnder(ctx, container)
+	if err != nil {
+		return fmt.Errorf("reading the archives' snapshots: %w", err)
+	}
+	names := make([]string, 0, len(under))
+	for n := range under {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		mark, ok := marked[n]
+		if !ok {
+			continue
+		}
+		mine, keep := 0, ""
+		for _, s := range under[n] {
+			if strings.HasPrefix(s.Name, n+"@"+SnapshotPrefix) {
+				mine++
+				if s.GUID == mark {
+					keep = s.Name
+				}
+			}
+		}
+		if mine > 1 && keep != "" {
+			k.destroyOlder(ctx, under[n], n, keep)
+		}
+	}
+	return nil
 }
 
 // releaseSnapshots destroys the keeper's own snapshots of dataset but keep,
@@ -436,8 +510,14 @@ func (k *Keeper) destroyOlder(ctx context.Context, snaps []zfs.Snap, dataset, ke
 		if s.Name == keep || !strings.HasPrefix(s.Name, dataset+"@"+SnapshotPrefix) {
 			continue
 		}
-		if err := k.zfs.DestroySnapshot(ctx, s.Name); err != nil {
-			k.log.Warn("an older snapshot of the keeper's was not destroyed; tried again at the next backup", "snapshot", s.Name, "error", err)
+		if err := k.zfs.DestroySnapshot(ctx, s.Name); errors.Is(err, zfs.ErrNotExist) {
+			// Renamed with its dataset since the read (a restore took
+			// the archive): its next backup, or a later sweep, releases
+			// it.
+			k.log.Debug("an older snapshot of the keeper's moved before its release", "snapshot", s.Name, "error", err)
+			continue
+		} else if err != nil {
+			k.log.Warn("an older snapshot of the keeper's was not destroyed; tried again at the next pass", "snapshot", s.Name, "error", err)
 			continue
 		}
 		k.log.Debug("older snapshot released", "snapshot", s.Name, "kept", keep)
@@ -530,6 +610,16 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 			// here now.
 			if err := k.zfs.Set(ctx, recv, "keylocation", record.KeyLocation(cfg.KeyDir, keyID)); err != nil {
 				return err
+			}
+		}
+		if newest.Live {
+			// A live backup's stream carries the marks of a dataset in
+			// use (reserved or armed, mountable): it arrives as an
+			// archive, which retention and a restore take it for.
+			for _, p := range [][2]string{{record.PropState, string(record.StateArchived)}, {"canmount", "noauto"}} {
+				if err := k.zfs.Set(ctx, recv, p[0], p[1]); err != nil {
+					return err
+				}
 			}
 		}
 		if err := k.zfs.Set(ctx, recv, retention.PropBackup, strconv.FormatUint(newest.GUID, 10)); err != nil {

@@ -186,6 +186,7 @@ func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Durat
 		sent = append(sent, m)
 		k.log.Debug("dataset in use backed up", "dataset", u.Name, "identity", u.Identity.String(), "stream", m.StreamPath(), "bytes", m.Size, "incremental", m.BaseGUID != 0)
 	}
+	k.releasePending(ctx)
 	for _, m := range sent {
 		if err := k.prune(cfg, &m.Identity); err != nil {
 			errs = append(errs, err)

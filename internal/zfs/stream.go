@@ -128,6 +128,62 @@ func (c *Client) Snapshots(ctx context.Context, dataset string) ([]Snap, error) 
 // dataset's snapshots (dataset@name) oldest first (by createtxg), each with
 // both properties; the dataset's own lines are skipped.
 func ParseSnapshots(out []byte, dataset string) ([]Snap, error) {
+	by, err := parseSnapshotRows(out, func(name string) (bool, error) {
+		if name == dataset {
+			return false, nil
+		}
+		if !strings.HasPrefix(name, dataset+"@") {
+			return false, fmt.Errorf("%q is not %s or a snapshot of it", name, dataset)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return by[dataset], nil
+}
+
+// SnapshotsUnder lists the snapshots of every dataset directly under
+// container (not of the container, nor deeper), by dataset, each oldest
+// first, with one `zfs get -H -p -o name,property,value -r -d 2
+// guid,createtxg container`.
+func (c *Client) SnapshotsUnder(ctx context.Context, container string) (map[string][]Snap, error) {
+	if err := checkName(container); err != nil {
+		return nil, err
+	}
+	args := []string{"get", "-H", "-p", "-o", "name,property,value", "-r", "-d", "2", "guid,createtxg", container}
+	out, err := c.Runner.ZFSCmd(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	by, perr := ParseSnapshotsUnder(out, container)
+	if perr != nil {
+		return nil, &Error{Args: append([]string{orDefault(c.Runner.ZFS, "zfs")}, args...), Kind: ErrMalformed, Err: perr}
+	}
+	return by, nil
+}
+
+// ParseSnapshotsUnder parses SnapshotsUnder's read: the snapshots of the
+// datasets directly under container, by dataset, each oldest first; the
+// datasets' own lines and the container's snapshots are skipped.
+func ParseSnapshotsUnder(out []byte, container string) (map[string][]Snap, error) {
+	return parseSnapshotRows(out, func(name string) (bool, error) {
+		rest, ok := strings.CutPrefix(name, container+"/")
+		switch {
+		case name == container || strings.HasPrefix(name, container+"@"):
+			return false, nil
+		case !ok:
+			return false, fmt.Errorf("%q is not under %s", name, container)
+		}
+		leaf, _, snap := strings.Cut(rest, "@")
+		return snap && !strings.Contains(leaf, "/"), nil
+	})
+}
+
+// parseSnapshotRows parses three tab-separated fields a line (name,
+// property guid or createtxg, value) into the snapshots accept takes (an
+// error from it is the line's), by dataset, each oldest first.
+func parseSnapshotRows(out []byte, accept func(name string) (bool, error)) (map[string][]Snap, error) {
 	type row struct {
 		guid, txg uint64
 		has       int
@@ -142,11 +198,12 @@ func ParseSnapshots(out []byte, dataset string) ([]Snap, error) {
 		if len(f) != 3 {
 			return nil, fmt.Errorf("line %d: want 3 tab-separated fields (name, property, value), got %d: %q", i+1, len(f), line)
 		}
-		if f[0] == dataset {
-			continue
+		ok, err := accept(f[0])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
 		}
-		if !strings.HasPrefix(f[0], dataset+"@") {
-			return nil, fmt.Errorf("line %d: %q is not %s or a snapshot of it", i+1, f[0], dataset)
+		if !ok {
+			continue
 		}
 		n, err := strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
@@ -168,14 +225,17 @@ func ParseSnapshots(out []byte, dataset string) ([]Snap, error) {
 		}
 		r.has++
 	}
-	snaps := make([]Snap, 0, len(order))
+	by := map[string][]Snap{}
 	for _, name := range order {
 		r := rows[name]
 		if r.has != 2 {
 			return nil, fmt.Errorf("%s: want guid and createtxg, got %d value(s)", name, r.has)
 		}
-		snaps = append(snaps, Snap{Name: name, GUID: r.guid})
+		ds, _, _ := strings.Cut(name, "@")
+		by[ds] = append(by[ds], Snap{Name: name, GUID: r.guid})
 	}
-	sort.SliceStable(snaps, func(i, j int) bool { return rows[snaps[i].Name].txg < rows[snaps[j].Name].txg })
-	return snaps, nil
+	for _, snaps := range by {
+		sort.SliceStable(snaps, func(i, j int) bool { return rows[snaps[i].Name].txg < rows[snaps[j].Name].txg })
+	}
+	return by, nil
 }
