@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
@@ -33,32 +30,44 @@ const (
 	lostEndTimeout = 2 * time.Minute
 	// lostTick is the task's counting period, as its script sleeps it.
 	lostTick = "0.5"
+	// lostLiveWait bounds each wait for two live backups: 10
+	// backup_intervals (the classes' is 3 s).
+	lostLiveWait = 30 * time.Second
 )
 
-// lostClasses are the classes of TestNodeLost: "state" and "strict", each
-// of one slot.
+// lostClasses are the classes of TestNodeLost, each of one slot, with
+// live backups every 3 s: "state" takes a live backup up to 2 min old,
+// "strict" none older than 1 s, so that after a node loss (seconds to be
+// marked down, a replacement placed) it has none.
 var lostClasses = []string{"state", "strict"}
 
+// lostMaxLag are the classes' max_restore_lag.
+var lostMaxLag = map[string]time.Duration{"state": 2 * time.Minute, "strict": time.Second}
+
 // lostPluginConfig is the plugin block of TestNodeLost's nodes: both
-// classes, restore = "required", one backup_dir. With hostPIDs, the exec
-// driver runs tasks in the host's PID namespace, so that the PID a task
-// writes is one the test can signal.
+// classes, restore = "required", one backup_dir. A restore whose newest
+// backup is a live one waits up to 15 s (backup.LiveSettle) for the final
+// stream, then takes it: reserve_timeout covers that and the receive. With
+// hostPIDs, the exec driver runs tasks in the host's PID namespace, so
+// that the PID a task writes is one the test can signal.
 func lostPluginConfig(parent, backups string, hostPIDs bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `plugin "nomad-device-zfs" {
   config {
     parent_dataset     = %q
     fingerprint_period = "2s"
-    reserve_timeout    = "1m"
+    reserve_timeout    = "45s"
     backup_dir         = %q
 `, parent, backups)
 	for _, class := range lostClasses {
 		fmt.Fprintf(&b, `    class %q {
-      slots   = 1
-      quota   = "32M"
-      restore = "required"
+      slots           = 1
+      quota           = "32M"
+      restore         = "required"
+      backup_interval = "3s"
+      max_restore_lag = %q
     }
-`, class)
+`, class, lostMaxLag[class])
 	}
 	b.WriteString("  }\n}\n")
 	if hostPIDs {
@@ -100,169 +109,18 @@ done
 	}}}
 }
 
-// counterOut is what a counterJob task printed before it began counting.
-type counterOut struct {
-	hostPath   string
-	restoredAt string
-	start      int
-}
-
-// readCounterOut waits until alloc's task has printed its start line, and
-// parses what it printed.
-func readCounterOut(t *testing.T, agent *nomadtest.Agent, alloc *api.Allocation) counterOut {
-	t.Helper()
-	var out counterOut
-	agent.Wait(t, "the start line of alloc "+alloc.ID[:8], holdTimeout, func() (bool, string) {
-		stdout, err := agent.TaskLog(alloc, "c", "stdout")
-		if err != nil {
-			return false, err.Error()
-		}
-		kv := map[string]string{}
-		for _, line := range strings.Split(stdout, "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				kv[k] = v
-			}
-		}
-		start, ok := kv["start"]
-		if !ok {
-			return false, fmt.Sprintf("stdout %q", stdout)
-		}
-		n, err := strconv.Atoi(start)
-		if err != nil {
-			return false, fmt.Sprintf("start=%q: %v", start, err)
-		}
-		out = counterOut{hostPath: kv["host_path"], restoredAt: kv["restored_at"], start: n}
-		return true, ""
-	})
-	return out
-}
-
-// lastCount reads the last whole line of counter.log under dir (0 when
-// there is none).
-func lastCount(dir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "counter.log"))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[:i] // a line being written is not counted
-	} else {
-		return 0, nil
-	}
-	return strconv.Atoi(s[strings.LastIndexByte(s, '\n')+1:])
-}
-
-// lostNode holds what TestNodeLost needs to bring client L back after its
-// loss and to end what it left running.
-type lostNode struct {
-	t      *testing.T
-	step   func(format string, args ...any)
-	opts   nomadtest.Options // L's, to restart it on the same data
-	agent  *nomadtest.Agent  // L, then L restarted
-	pool   *zfstest.Pool     // L's pool, and parent its parent dataset
-	parent string
-	// allocs are the allocations L ran, which it releases once back.
-	allocs []string
-	// left are what L's agent had started (the executors, the tasks)
-	// when it was stopped; tasks, the processes whose PIDs the tasks
-	// wrote.
-	left, tasks []hostProcess
-	ended       bool
-}
-
-// end restarts L on its data directory, so that its client learns that
-// its allocations are lost and stops their tasks itself (and the plugin
-// releases their datasets), waits for that, and then kills by PID what
-// still runs of what L left. Then it collects L's allocation directories.
-// Its second call does nothing.
-func (l *lostNode) end(server *nomadtest.Agent) {
-	t := l.t
-	t.Helper()
-	if l.ended {
-		return
-	}
-	l.ended = true
-	defer l.killLeft()
-	// The restarted agent writes a new agent.log: keep the lost one's.
-	must.NoError(t, os.Rename(l.agent.LogPath, filepath.Join(l.opts.Dir, "agent.lost.log")))
-	nodeID := l.agent.NodeID
-	l.agent = nomadtest.StartAgent(t, l.opts)
-	must.EqOp(t, nodeID, l.agent.NodeID, must.Sprint("the restarted client is the same node"))
-	l.step("client L back (pid %d); its lost allocations' tasks stop", l.agent.PID)
-	server.Wait(t, "the restarted client L to stop the tasks it left running", lostEndTimeout, func() (bool, string) {
-		var running []int
-		for _, p := range l.tasks {
-			if p.running() {
-				running = append(running, p.pid)
-			}
-		}
-		return len(running) == 0, fmt.Sprintf("tasks still running: %v", running)
-	})
-	l.step("client L stopped its lost tasks")
-	server.Wait(t, "client L's plugin to release the lost allocations' datasets", releaseTimeout, func() (bool, string) {
-		for _, id := range l.allocs {
-			if archivedFor(t, l.pool, l.parent+"/.archive", id) == "" {
-				return false, "not archived yet: " + id
-			}
-		}
-		return true, ""
-	})
-	l.step("client L's plugin released the lost allocations' datasets")
-	// A client-only agent leaves its ended allocations' directories (and
-	// mounts): collect them. (The GC call answers with an empty body,
-	// which the API's decoder reports as EOF: the wait checks the effect.)
-	_ = l.agent.API.Nodes().GC(l.agent.NodeID, nil)
-	allocDir := filepath.Join(l.opts.Dir, "data", "alloc")
-	server.Wait(t, "client L's allocation directories collected", holdTimeout, func() (bool, string) {
-		left, err := os.ReadDir(allocDir)
-		return err == nil && len(left) == 0, fmt.Sprintf("%d left (%v)", len(left), err)
-	})
-}
-
-// killLeft kills by PID the tasks, then whatever else L's first agent had
-// started, that still run, and says so: once L is back, nothing of them
-// should.
-func (l *lostNode) killLeft() {
-	for _, p := range append(append([]hostProcess(nil), l.tasks...), l.left...) {
-		if p.running() {
-			l.t.Logf("killing pid %d, left running by the lost client L", p.pid)
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		}
-	}
-}
-
-// hostProcess is a process by its PID and its start time (in clock ticks
-// since boot), so that a PID taken again by another process is not it.
-type hostProcess struct {
-	pid   int
-	start string
-}
-
-// hostProcessOf reads pid's start time; ok is false when there is no
-// such process, or it is a zombie.
-func hostProcessOf(pid int) (hostProcess, bool) {
-	_, f, err := localagent.ProcStat(filepath.Join("/proc", strconv.Itoa(pid)))
-	// After the name: state (field 3), ..., starttime (field 22).
-	if err != nil || len(f) < 20 || f[0] == "Z" {
-		return hostProcess{}, false
-	}
-	return hostProcess{pid: pid, start: f[19]}, true
-}
-
-// running reports whether the process still runs (a zombie runs nothing).
-func (p hostProcess) running() bool {
-	now, ok := hostProcessOf(p.pid)
-	return ok && now == p
-}
-
 // TestNodeLost: a node lost while its task writes. One cluster: a dev
 // agent S (server, and a client on its own pool) and a client-only agent
 // L (another pool), the plugin on both, one backup_dir. With S ineligible,
-// a job per class places its counting task on L. L's agent stops (its
-// plugin with it) while the tasks go on counting: the server marks L
-// down, the allocations lost, and places replacements on S. Then L comes
-// back on its data and stops the tasks it had left running.
+// a job per class places its counting task on L, and L's plugin sends live
+// backups of their datasets. L's agent stops (its plugin with it) while
+// the tasks go on counting: the server marks L down, the allocations
+// lost, and places replacements on S. Class "state"'s starts with the last
+// live backup (a count at least the one read before it was taken), and
+// ZFS_STATE_RESTORED_AT says when that was taken, within max_restore_lag
+// of its start; class "strict"'s does not start on data older than its
+// max_restore_lag of 1 s, and its events say so. Then L comes back on its
+// data, stops the tasks it had left running, and releases their datasets.
 func TestNodeLost(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents, loses one, and runs jobs")
 	step := hostStepper(t)
@@ -300,8 +158,10 @@ func TestNodeLost(t *testing.T) {
 	jobs := map[string]nomadtest.Job{}
 	firsts := map[string]*api.Allocation{}
 	outs := map[string]counterOut{}
+	t.Cleanup(func() { l.end(server) })
 	for _, class := range lostClasses {
 		jobs[class] = server.RegisterJob(t, counterJob(class).HCL())
+		l.jobs = append(l.jobs, jobs[class].ID)
 	}
 	for _, class := range lostClasses {
 		firsts[class] = server.WaitForAlloc(t, jobs[class], "running", jobTimeout, func(a *api.Allocation) bool {
@@ -310,28 +170,39 @@ func TestNodeLost(t *testing.T) {
 		must.EqOp(t, l.agent.NodeID, firsts[class].NodeID, must.Sprintf("job %s placed on L", jobs[class].ID))
 		outs[class] = readCounterOut(t, l.agent, firsts[class])
 		must.EqOp(t, 0, outs[class].start, must.Sprintf("class %s: a first run starts empty", class))
+		must.EqOp(t, "", outs[class].restoredAt, must.Sprintf("class %s: nothing restored", class))
 		must.NotEq(t, "", outs[class].hostPath)
-		var task hostProcess
-		server.Wait(t, "the PID of the task of class "+class, holdTimeout, func() (bool, string) {
-			b, err := os.ReadFile(filepath.Join(outs[class].hostPath, "pid"))
-			if err != nil {
-				return false, err.Error()
-			}
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				return false, err.Error()
-			}
-			p, ok := hostProcessOf(pid)
-			task = p
-			return ok, fmt.Sprintf("no process %d", pid)
-		})
-		l.tasks = append(l.tasks, task)
+		task := l.waitTask(server, outs[class].hostPath)
 		l.allocs = append(l.allocs, firsts[class].ID)
 		step("class %s: alloc %s counts on L in %s, pid %d", class, firsts[class].ID[:8], outs[class].hostPath, task.pid)
 	}
 
+	// 2. Live backups while the tasks count. Of two live backups stamped
+	// (released_at) after a count was read, the second was taken after the
+	// first was sent, so after the read, whenever in its pass the plugin
+	// stamps it: it holds that count or a later one.
+	for _, class := range lostClasses {
+		server.Wait(t, "two live backups of class "+class, lostLiveWait, func() (bool, string) {
+			_, live, err := allocManifests(backups, firsts[class].ID)
+			return err == nil && live >= 2, fmt.Sprintf("%d live manifests (%v)", live, err)
+		})
+	}
+	readAt := time.Now()
+	counted, err := lastCount(outs["state"].hostPath)
+	must.NoError(t, err)
+	server.Wait(t, "two live backups of class state stamped after its count was read", lostLiveWait, func() (bool, string) {
+		ms, _, err := allocManifests(backups, firsts["state"].ID)
+		after := 0
+		for _, m := range ms {
+			if m.Live && m.ReleasedAt.After(readAt) {
+				after++
+			}
+		}
+		return err == nil && after >= 2, fmt.Sprintf("%d of %d (%v)", after, len(ms), err)
+	})
+	step("class state: count %d read at %s, two live backups since", counted, readAt.UTC().Format(time.RFC3339Nano))
+
 	// 3. L is lost: its agent stops, its tasks go on counting.
-	t.Cleanup(func() { l.end(server) })
 	counts := map[string]int{}
 	for _, class := range lostClasses {
 		counts[class], err = lastCount(outs[class].hostPath)
@@ -341,15 +212,21 @@ func TestNodeLost(t *testing.T) {
 	must.NoError(t, err)
 	plugin := hostPluginPIDs(t, l.agent.PID, pluginBin)
 	must.SliceLen(t, 1, plugin, must.Sprint("L's plugin process"))
-	left, err := l.agent.Abandon()
-	must.NoError(t, err)
-	for _, pid := range left {
-		if p, ok := hostProcessOf(pid); ok {
-			l.left = append(l.left, p)
-		}
-	}
+	l.abandon()
 	must.False(t, hostRunning(plugin[0]), must.Sprintf("L's plugin (pid %d) stops with its agent", plugin[0]))
 	step("client L's agent stopped, its plugin (pid %d) with it; %d processes it started left running", plugin[0], len(l.left))
+	// Nothing sends backups of L's allocations any more: the newest is
+	// the last increment.
+	lastLive := map[string]backupManifest{}
+	for _, class := range lostClasses {
+		ms, live, err := allocManifests(backups, firsts[class].ID)
+		must.NoError(t, err)
+		must.Positive(t, live)
+		must.True(t, ms[0].Live, must.Sprintf("class %s: the newest backup of a running task is a live one: %+v", class, ms))
+		lastLive[class] = ms[0]
+		step("class %s: %d live backups of alloc %s, the last taken at %s (%s)", class, live, firsts[class].ID[:8],
+			ms[0].ReleasedAt.UTC().Format(time.RFC3339Nano), ms[0].path)
+	}
 	server.Wait(t, "the server to mark L down", lostTimeout, func() (bool, string) {
 		node, _, err := server.API.Nodes().Info(l.agent.NodeID, nil)
 		if err != nil {
@@ -362,44 +239,68 @@ func TestNodeLost(t *testing.T) {
 		n, err := lastCount(outs[class].hostPath)
 		must.NoError(t, err)
 		must.Greater(t, counts[class], n, must.Sprintf("class %s: the lost node's task goes on writing", class))
-		counts[class] = n
-	}
-
-	// The replacements, on S.
-	for _, class := range lostClasses {
-		var repl *api.Allocation
-		server.Wait(t, "the replacement of job "+jobs[class].ID+" running on S", lostTimeout+jobTimeout, func() (bool, string) {
-			stubs, _, err := server.API.Jobs().Allocations(jobs[class].ID, true, nil)
-			if err != nil {
-				return false, err.Error()
-			}
-			var seen []string
-			for _, s := range stubs {
-				seen = append(seen, fmt.Sprintf("%s on %s %s", s.ID[:8], s.NodeID[:8], s.ClientStatus))
-				if s.ID == firsts[class].ID || s.NodeID != server.NodeID {
-					continue
-				}
-				if s.ClientStatus == api.AllocClientStatusRunning {
-					repl, _, err = server.API.Allocations().Info(s.ID, nil)
-					return err == nil, fmt.Sprint(err)
-				}
-			}
-			return false, strings.Join(seen, ", ")
-		})
 		first, _, err := server.API.Allocations().Info(firsts[class].ID, nil)
 		must.NoError(t, err)
 		must.EqOp(t, api.AllocClientStatusLost, first.ClientStatus, must.Sprintf("class %s: L's allocation", class))
-		out := readCounterOut(t, server, repl)
-		step("class %s: replacement %s runs on S: start=%d restored_at=%q", class, repl.ID[:8], out.start, out.restoredAt)
-		// Without live backups nothing of the lost tenancy was sent: the
-		// replacement starts empty.
-		must.EqOp(t, 0, out.start)
-		must.EqOp(t, "", out.restoredAt)
 	}
+
+	// 4. Class state's replacement on S starts with the last increment.
+	repl := waitReplacement(t, server, jobs["state"], server.NodeID, api.AllocClientStatusRunning)
+	out := readCounterOut(t, server, repl)
+	step("class state: replacement %s runs on S: start=%d restored_at=%q", repl.ID[:8], out.start, out.restoredAt)
+	must.GreaterEq(t, counted, out.start, must.Sprint("the replacement starts with a count at least the one in the last live backup"))
+	restoredAt, err := time.Parse(time.RFC3339, out.restoredAt)
+	must.NoError(t, err, must.Sprint("ZFS_STATE_RESTORED_AT is an RFC 3339 time"))
+	must.Eq(t, lastLive["state"].ReleasedAt.UTC().Truncate(time.Second), restoredAt,
+		must.Sprintf("ZFS_STATE_RESTORED_AT is the time of the last live backup, %s", lastLive["state"].path))
+	started := repl.TaskStates["c"].StartedAt
+	must.True(t, !started.Before(restoredAt) && started.Sub(restoredAt) <= lostMaxLag["state"],
+		must.Sprintf("the task started at %s on data of %s: within max_restore_lag = %s", started, restoredAt, lostMaxLag["state"]))
+	step("class state: started %s after its data was taken", started.Sub(restoredAt).Round(time.Second))
+
+	// 5. Class strict's replacement does not start on data older than
+	// its max_restore_lag.
+	failed := waitReplacement(t, server, jobs["strict"], server.NodeID, api.AllocClientStatusFailed)
+	events := nomadtest.DescribeTaskStates(failed)
+	must.StrContains(t, events, "older than max_restore_lag")
+	must.StrContains(t, events, filepath.Base(lastLive["strict"].path))
+	step("class strict: replacement %s failed: %s", failed.ID[:8], events)
 
 	// 6. L comes back and stops what it left; the jobs stop.
 	l.end(server)
 	for _, class := range lostClasses {
 		server.StopJob(t, jobs[class].ID, releaseTimeout)
 	}
+}
+
+// waitReplacement waits until the allocation of job on node nodeID (a
+// replacement: none of the job's ran there before) reaches client status
+// want, and returns it. It fails the test, logging the allocation, when
+// that reaches another terminal status.
+func waitReplacement(t *testing.T, server *nomadtest.Agent, job nomadtest.Job, nodeID, want string) *api.Allocation {
+	t.Helper()
+	var repl *api.Allocation
+	server.Wait(t, fmt.Sprintf("the replacement of job %s on node %s to be %s", job.ID, nodeID[:8], want), lostTimeout+jobTimeout, func() (bool, string) {
+		stubs, _, err := server.API.Jobs().Allocations(job.ID, true, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, s := range stubs {
+			seen = append(seen, fmt.Sprintf("%s on %s %s", s.ID[:8], s.NodeID[:8], s.ClientStatus))
+			if s.NodeID != nodeID {
+				continue
+			}
+			if repl, _, err = server.API.Allocations().Info(s.ID, nil); err != nil {
+				return false, err.Error()
+			}
+			return repl.ClientStatus == want || repl.ClientTerminalStatus(), nomadtest.DescribeTaskStates(repl)
+		}
+		return false, strings.Join(seen, ", ")
+	})
+	if repl.ClientStatus != want {
+		server.LogAlloc(t, repl)
+		t.Fatalf("the replacement %s of job %s is %s, not %s", repl.ID, job.ID, repl.ClientStatus, want)
+	}
+	return repl
 }
