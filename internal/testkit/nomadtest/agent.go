@@ -63,6 +63,10 @@ type Options struct {
 	// ClientConfig is HCL added inside the agent's client block, such as
 	// `cpu_total_compute = 4000`.
 	ClientConfig string
+	// ServerConfig is HCL put in a server block of a dev agent's
+	// configuration (never of a client-only one, Options.Join), such as
+	// `heartbeat_grace = "4s"`; it merges with -dev's server settings.
+	ServerConfig string
 	// Chroot is the client's chroot_env block (as localagent.ChrootEnv
 	// returns it) instead of the tests' (taskPrograms).
 	Chroot string
@@ -301,6 +305,9 @@ client {
   # Options.Chroot).
 %s}
 `, level, ports[0], ports[1], ports[2], clientNetwork(opts), clientConfig(opts), chroot)
+	if opts.ServerConfig != "" && opts.Join == "" {
+		fmt.Fprintf(&b, "\nserver {\n  %s\n}\n", strings.ReplaceAll(strings.TrimSpace(opts.ServerConfig), "\n", "\n  "))
+	}
 	if opts.ACL {
 		b.WriteString("\nacl {\n  enabled = true\n}\n")
 	}
@@ -448,6 +455,32 @@ func (a *Agent) Stop() error {
 		a.stopErr = fmt.Errorf("agent did not exit within %s of SIGINT; killed it and %d descendants", a.stopTimeout, len(children))
 	})
 	return a.stopErr
+}
+
+// Abandon stops the agent process alone, as a node that is lost: SIGINT to
+// its PID, then SIGKILL to it alone once Options.StopTimeout has passed. It
+// leaves the processes the agent started: a client's tasks (and their
+// executors) go on running, and so does a plugin that outlives its agent.
+// It returns their PIDs as they were at the SIGINT, for the caller to end;
+// Stop then does nothing.
+func (a *Agent) Abandon() ([]int, error) {
+	var left []int
+	a.stopOnce.Do(func() {
+		if a.cmd == nil || a.cmd.Process == nil || a.Exited() {
+			return
+		}
+		left = localagent.Descendants(a.PID)
+		_ = a.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-a.exited:
+			return
+		case <-time.After(a.stopTimeout):
+		}
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		a.stopErr = fmt.Errorf("agent did not exit within %s of SIGINT; killed it (not its %d descendants)", a.stopTimeout, len(left))
+	})
+	return left, a.stopErr
 }
 
 // Exited reports whether the agent process has exited.

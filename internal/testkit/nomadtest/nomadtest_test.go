@@ -52,6 +52,32 @@ func TestAgentConfigClient(t *testing.T) {
 	must.StrContains(t, cfg, `log_level            = "TRACE"`)
 }
 
+// Options.ServerConfig goes in a server block of a dev agent's
+// configuration; a client-only agent (Options.Join) runs no server and gets
+// none.
+func TestAgentConfigServer(t *testing.T) {
+	cases := []struct {
+		name   string
+		opts   Options
+		server string // the server block, "" for none
+	}{
+		{name: "dev agent", opts: Options{ServerConfig: `heartbeat_grace = "4s"`},
+			server: "server {\n  heartbeat_grace = \"4s\"\n}\n"},
+		{name: "client-only agent", opts: Options{ServerConfig: `heartbeat_grace = "4s"`, Join: "127.0.0.1:4647"}},
+		{name: "none", opts: Options{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := agentConfig(c.opts, []int{1, 2, 3}, "  chroot_env {}\n")
+			if c.server == "" {
+				must.StrNotContains(t, cfg, "server {")
+				return
+			}
+			must.StrContains(t, cfg, "\n"+c.server)
+		})
+	}
+}
+
 func TestLockFileExcludes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	unlock, err := lockFile(path, time.Second)
