@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
@@ -17,7 +18,7 @@ import (
 const (
 	// settleTimeout bounds the wait, after the last run ended, for the
 	// plugin to settle.
-	settleTimeout = 4 * time.Minute
+	settleTimeout = 5 * time.Minute
 	// settleQuiet is how long the archive must stay as it is, every
 	// slot free and every archive in backup_dir, before the plugin counts
 	// as settled: several retention kicks (retention.KickGap) and
@@ -41,6 +42,10 @@ type ArchiveFigures struct {
 	// included); ContainerBytes what the archive container uses.
 	Bytes          uint64 `json:"bytes"`
 	ContainerBytes uint64 `json:"container_bytes"`
+	// Snapshots is the most of the keeper's snapshots on one archive:
+	// it keeps one, the base of the next increment (configuration.md,
+	// backup_dir); more are left behind by destroys that failed.
+	Snapshots int `json:"most_keeper_snapshots_per_archive"`
 }
 
 // ArchiveRecord is one archive at the end.
@@ -55,6 +60,8 @@ type ArchiveRecord struct {
 	IdentityJob    string `json:"identity_job"`
 	UsedBytes      uint64 `json:"used_bytes"`
 	Backup         string `json:"backup,omitempty"` // its snapshot's GUID in backup_dir
+	// Snapshots are the keeper's snapshots on it.
+	Snapshots int `json:"keeper_snapshots"`
 }
 
 // perParent counts archives of the class by the parent job their run's
@@ -169,6 +176,16 @@ func (r *periodicRun) measureArchive(ctx context.Context) error {
 	for _, a := range archives {
 		rec := ArchiveRecord{Name: a.Name, Job: a.Owner.Job, Parent: parentOf(a.Owner.Job), RecordedParent: a.Owner.Parent,
 			IdentityJob: a.Identity.Job, UsedBytes: a.UsedBytes, Backup: a.Backup}
+		snaps, err := r.client.Snapshots(ctx, a.Name)
+		if err != nil {
+			return err
+		}
+		for _, s := range snaps {
+			if strings.HasPrefix(s.Name, a.Name+"@"+backup.SnapshotPrefix) {
+				rec.Snapshots++
+			}
+		}
+		f.Snapshots = max(f.Snapshots, rec.Snapshots)
 		f.Archives = append(f.Archives, rec)
 		f.Bytes += a.UsedBytes
 		if a.Class != class || rec.Parent == "" {
@@ -192,8 +209,8 @@ func (r *periodicRun) measureArchive(ctx context.Context) error {
 			r.violate("parent job %s has no archive: its last run's data is gone", parentID(i))
 		}
 	}
-	r.logf("archive: %d archives, %.1f MiB; at most %d of one parent (keep = %d; %d at most in %d samples during the churn)",
-		len(archives), mib(f.Bytes), f.Max, r.o.Keep, f.Peak, f.Samples)
+	r.logf("archive: %d archives, %.1f MiB; at most %d of one parent (keep = %d; %d at most in %d samples during the churn); at most %d of the keeper's snapshots on one",
+		len(archives), mib(f.Bytes), f.Max, r.o.Keep, f.Peak, f.Samples, f.Snapshots)
 	return nil
 }
 

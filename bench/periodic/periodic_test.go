@@ -53,6 +53,7 @@ func TestRunPeriodic(t *testing.T) {
 		must.NotEq(t, "", rec.Backup, must.Sprint(rec.Name, " is in backup_dir"))
 	}
 	must.Positive(t, a.Bytes)
+	must.Positive(t, a.Snapshots) // each archive in backup_dir keeps the base of its next increment
 
 	b := r.Backup
 	must.SliceEmpty(t, b.Stray)
@@ -77,6 +78,15 @@ func TestRunPeriodic(t *testing.T) {
 	for _, key := range []string{"archives-per-parent", "backup-dir-retention", "backup-dir-pruned", "send-ratio"} {
 		must.StrContains(t, out.String(), "- "+key+":")
 	}
+}
+
+func TestWarningKinds(t *testing.T) {
+	lines := []string{
+		`2026-12-05T22:20:45.720Z [ERROR] client.device_mgr.nomad-device-zfs: backup pass incomplete: plugin=nomad-device-zfs error="x: y"`,
+		`2026-12-05T22:21:09.288Z [WARN]  client.device_mgr.nomad-device-zfs: an older snapshot of the keeper's was not destroyed; tried again at the next backup: plugin=nomad-device-zfs error="z"`,
+		`2026-12-05T22:22:45.720Z [ERROR] client.device_mgr.nomad-device-zfs: backup pass incomplete: plugin=nomad-device-zfs @module=nomad-device-zfs.backup`,
+	}
+	must.EqOp(t, "2 × backup pass incomplete, 1 × an older snapshot of the keeper's was not destroyed; tried again at the next backup", warningKinds(lines))
 }
 
 func TestParentOf(t *testing.T) {
