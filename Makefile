@@ -35,11 +35,12 @@ test: deps ## run every test: unit, real pool, real gRPC, real Nomad agent (as r
 	$(GO) test -p 1 -count=1 -timeout 45m ./...
 	$(GO) -C dist test -count=1 ./...
 
-bench: deps ## as root: the plugin against zfs floors on real pools (10/100/900 slots), then the churn of short jobs on a real Nomad agent against the same jobs without a device; then the data following a job and golden-source slots; prints tables, writes bench/*results.json
+bench: deps ## as root: the plugin against zfs floors on real pools (10/100/900 slots), then the churn of short jobs on a real Nomad agent against the same jobs without a device; then the data following a job and golden-source slots, then 200 runs of periodic jobs with archive and backup_dir; prints tables, writes bench/*results.json
 	$(GO) run ./bench/cmd/zfsbench -out bench/results.json
 	$(GO) run ./bench/cmd/zfsbench -churn -churn-out bench/churn-results.json
 	$(GO) run ./bench/cmd/zfsbench -mobility -reps 5 -mobility-out bench/mobility-results.json
 	$(GO) run ./bench/cmd/zfsbench -golden -reps 9 -golden-out bench/golden-results.json
+	$(GO) run ./bench/cmd/zfsbench -periodic -reps 5 -periodic-out bench/periodic-results.json
 
 # The OpenZFS kernel module, in a QEMU VM (scripts/openzfs-vm, docs/testing-openzfs.md).
 ZFS          ?= 2.3

@@ -64,11 +64,7 @@ type MobilityResult struct {
 // step failed.
 func RunMobility(ctx context.Context, o MobilityOptions) (*MobilityResult, error) {
 	r := &MobilityResult{Reps: o.Reps, DataMiB: o.DataMiB}
-	logf := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "mobility: "+format+"\n", args...)
-		}
-	}
+	logf := mobilityLog(o)
 	if err := r.restore(ctx, o, logf); err != nil {
 		r.Error = err.Error()
 		return r, err
@@ -78,6 +74,30 @@ func RunMobility(ctx context.Context, o MobilityOptions) (*MobilityResult, error
 		return r, err
 	}
 	return r, nil
+}
+
+// RunMove measures the move through backup_dir alone (RunMobility's
+// second half, the Move fields): the keeper's send and the other pool's
+// Fetch of o.DataMiB of random data, against `zfs send -p | zfs receive
+// -u` of the same snapshot between the same two pools, in pairs. Another
+// scenario reports it beside its own figures, so that its send throughput
+// has its floor from the same run.
+func RunMove(ctx context.Context, o MobilityOptions) (*MobilityResult, error) {
+	r := &MobilityResult{Reps: o.Reps, DataMiB: o.DataMiB}
+	if err := r.move(ctx, o, mobilityLog(o)); err != nil {
+		r.Error = err.Error()
+		return r, err
+	}
+	return r, nil
+}
+
+// mobilityLog writes a line per step to o.Progress (none when nil).
+func mobilityLog(o MobilityOptions) func(string, ...any) {
+	return func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "mobility: "+format+"\n", args...)
+		}
+	}
 }
 
 // mobilityPool makes a pool of its own under dir, with a parent dataset.

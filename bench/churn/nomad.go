@@ -50,11 +50,8 @@ func NomadBinary() (string, error) {
 // o.PluginBin as nomad-device-zfs and, when o.NullBin is set, one of it as
 // nomad-device-null, and returns its path.
 func plugins(dir string, o Options) (string, error) {
-	pluginDir := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
-		return "", err
-	}
-	if err := copyFile(o.PluginBin, filepath.Join(pluginDir, pluginName), 0o755); err != nil {
+	pluginDir, err := PluginDir(dir, o.PluginBin)
+	if err != nil {
 		return "", err
 	}
 	if o.NullBin != "" {
@@ -63,6 +60,16 @@ func plugins(dir string, o Options) (string, error) {
 		}
 	}
 	return pluginDir, nil
+}
+
+// PluginDir makes an agent's plugin directory, dir/plugins, with a copy
+// of pluginBin as nomad-device-zfs, and returns its path.
+func PluginDir(dir, pluginBin string) (string, error) {
+	pluginDir := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return "", err
+	}
+	return pluginDir, copyFile(pluginBin, filepath.Join(pluginDir, pluginName), 0o755)
 }
 
 // pluginPID returns the PID of the agent's child whose executable is the

@@ -9,6 +9,7 @@
 //
 //	go run ./bench/cmd/zfsbench [-sizes 10,100,900] [-reps 15] [-out bench/results.json]
 //	go run ./bench/cmd/zfsbench -churn [-churn-jobs 40] [-churn-out bench/churn-results.json] [-null-plugin BIN]
+//	go run ./bench/cmd/zfsbench -periodic [-periodic-jobs 200] [-periodic-parents 5] [-periodic-out bench/periodic-results.json]
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench/churn"
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench/periodic"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
 )
@@ -52,6 +54,10 @@ func run() int {
 	goldenOut := flag.String("golden-out", "bench/golden-results.json", "where -golden writes its results as JSON")
 	goldenMiB := flag.Int("golden-mib", 64, "MiB of golden files, for -golden")
 	goldenFiles := flag.Int("golden-files", 256, "how many golden files, for -golden")
+	wantPeriodic := flag.Bool("periodic", false, "run the periodic scenario (short runs of periodic jobs with archive and backup_dir on a real Nomad agent: archives per parent against keep, bytes kept per job, backup_dir against its retention) instead of the pool sizes")
+	periodicJobs := flag.Int("periodic-jobs", 200, "runs in all, for -periodic")
+	periodicParents := flag.Int("periodic-parents", 5, "periodic parent jobs, for -periodic")
+	periodicOut := flag.String("periodic-out", "bench/periodic-results.json", "where -periodic writes its results as JSON")
 	flag.Parse()
 
 	var ns []int
@@ -108,6 +114,12 @@ func run() int {
 	}
 	if *mobility {
 		return runMobility(ctx, bench.MobilityOptions{Reps: *reps, DataMiB: *mobilityMiB, WorkDir: work, Progress: os.Stderr}, *mobilityOut)
+	}
+	if *wantPeriodic {
+		keep := filepath.Join(os.TempDir(), "zfsbench-periodic-"+time.Now().UTC().Format("20060102T150405")+"-agent.log")
+		fmt.Fprintln(os.Stderr, "zfsbench: the agent log is kept as", keep)
+		return runPeriodic(ctx, periodic.Options{Jobs: *periodicJobs, Parents: *periodicParents, MoveReps: *reps,
+			PluginBin: *pluginBin, WorkDir: work, KeepLog: keep, Progress: os.Stderr}, *periodicOut)
 	}
 	if *wantChurn {
 		// A log per run: a run that stalls is looked at after the next.
@@ -178,6 +190,19 @@ func runChurn(ctx context.Context, o churn.Options, out string) int {
 	fmt.Println()
 	churn.WriteMarkdown(os.Stdout, res)
 	return finish("churn", res, err, out)
+}
+
+// runPeriodic runs the periodic scenario, prints its table and writes its
+// results to out.
+func runPeriodic(ctx context.Context, o periodic.Options, out string) int {
+	res, err := periodic.Run(ctx, o)
+	if res == nil {
+		fmt.Fprintln(os.Stderr, "zfsbench: periodic:", err)
+		return 1
+	}
+	fmt.Println()
+	periodic.WriteMarkdown(os.Stdout, res)
+	return finish("periodic", res, err, out)
 }
 
 // finish writes a scenario's results to out as JSON and returns the exit
