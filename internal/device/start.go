@@ -8,10 +8,16 @@ package device
 
 import (
 	"context"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
+
+// nodeIDRetry is how long the plugin waits before it asks again for its
+// node's ID, which the agent may not answer yet at start.
+const nodeIDRetry = 5 * time.Second
 
 // startWatching starts, once, the background parts, for as long as ctx
 // (the fingerprint stream's, which lives as long as the plugin) is not
@@ -49,11 +55,17 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	p.log.Info("watching allocations", "address", w.Address())
 	w.SetObserver(p.metrics)
 	p.slots.SetNomad(slots.FromWatcher(w))
-	go func() {
-		if id, err := w.NodeID(ctx); err == nil {
-			p.keeper.SetNode(id) // named in backup manifests
+	// The node ID is named in backup manifests; the agent's API may not
+	// answer yet when the plugin starts: tried until it does.
+	go loop.Run(ctx, loop.Config{Name: "node ID", Log: p.log, First: loop.After(0)}, func(ctx context.Context, _ loop.Wake) loop.Next {
+		id, err := w.NodeID(ctx)
+		if err != nil {
+			p.log.Debug("the node ID is not known yet; backup manifests name none until it is", "error", err)
+			return loop.After(nodeIDRetry)
 		}
-	}()
+		p.keeper.SetNode(id)
+		return loop.Stop(nil)
+	})
 	go p.meta.Run(ctx, w, RetentionPeriod, MetaDeniedBackoff)
 	go w.Run(ctx, func(*allocwatch.Snapshot) { p.slots.Kick() })
 	go p.slots.Run(ctx, s.FingerprintPeriod)
