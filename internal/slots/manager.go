@@ -49,7 +49,10 @@ type ZFS interface {
 //     holder. The one zfs work on a slot done without its lock is a run's
 //     release of the slot's old dataset, up to its rename: nothing else
 //     touches that dataset (see tend.outside). No Nomad call is ever made while
-//     one is held, and each zfs command has the runner's timeout.
+//     one is held, and each zfs command has the runner's timeout. While the
+//     proof behind a prepared slot's Reserve is under way (m.proving,
+//     proof.go), lockSlot waits for it before it takes the slot's lock,
+//     and Sync leaves the slot alone.
 //   - mu guards the shared view (the fields after it). It is never held
 //     while a zfs command or a Nomad call runs.
 type Manager struct {
