@@ -36,10 +36,15 @@ package slots
 // node's allocations that began after it arrived decides, and the data
 // (none here) is kept until it does.
 //
+// For a dataset armed by this run the Reserve does not wait for that
+// read: it answers at once, and the read proves the asker behind the
+// answer, the owner recorded only then (proof.go).
+//
 // A plugin stopped at any point leaves what one stopped during or right
-// after a Reserve leaves: a free dataset, or a reserved one, with its owner
-// once recorded (the owner's Reserve then gets it through the usual path),
-// unknown before (kept until no allocation holds it). A preparation whose
+// after a Reserve leaves: a free dataset, an armed one with no owner, or a
+// reserved one, with its owner once recorded (the owner's Reserve then
+// gets it through the usual path), unknown before (kept until no
+// allocation holds it). A preparation whose
 // allocation ends,
 // stops or leaves the device before it asks is forgotten (void): the slot
 // is then one in use by an ended allocation, released as any other.

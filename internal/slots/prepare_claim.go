@@ -166,7 +166,7 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 	}
 	if armed {
 		// Fresh and never handed over: answered now, proven behind.
-		res, ok, why = m.answerBeforeProof(ctx, nomad, ids, res, asker, arrived)
+		res, ok, why = m.answerBeforeProof(ctx, nomad, ids, ps, res, asker, arrived)
 		return res, ok, why
 	}
 	hctx, cancel := context.WithTimeout(ctx, identifyGrace)

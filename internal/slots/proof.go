@@ -50,7 +50,7 @@ import (
 // it takes no slot's lock, so that it waits for no zfs command (the fate
 // of a prepared spare's old dataset, written behind). ok is false, with
 // why, when a slot changed.
-func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []string, res []Slot, asker record.Owner, arrived time.Time) (out []Slot, ok bool, why string) {
+func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []string, ps []*prep, res []Slot, asker record.Owner, arrived time.Time) (out []Slot, ok bool, why string) {
 	gate := make(chan struct{})
 	released := map[string]uint64{}
 	m.mu.Lock()
@@ -79,9 +79,9 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 		m.preps.reserving[id]++
 	}
 	m.preps.mu.Unlock()
-	for _, s := range res {
+	for i, s := range res {
 		m.setNote(s.ID, note{})
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", "prepared", "proof", "behind", "took", time.Since(arrived))
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].how, "prepared", true, "proof", "behind", "took", time.Since(arrived))
 	}
 	go m.prove(context.WithoutCancel(ctx), nomad, ids, res, asker, released, gate)
 	return res, true, ""
