@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
@@ -78,7 +79,8 @@ func preparedJob(url, id, typ, then string) string {
 // allocation placed on a slot finds the slot reserved for it before its
 // task's Reserve (held here at its artifact, before the "devices" hook),
 // and its Reserve hands the slot over as prepared, with no zfs command of
-// its own. Both ways: a fresh slot, and the spare of a slot whose tenant
+// its own. The prepared dataset is armed, with no owner recorded until
+// the proof behind the Reserve (issue 46). Both ways: a fresh slot, and the spare of a slot whose tenant
 // ended (the tenant's dataset's fate written at placement, beside the
 // spare's mark). Each new tenant finds its dataset empty.
 func TestPreparedReserveEndToEnd(t *testing.T) {
@@ -91,10 +93,11 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	writer := agent.RegisterJob(t, preparedJob(art.URL, "prep-writer", "service", "exec sleep 3600"))
 	art.waitFetch(t)
 	alloc := agent.WaitForAlloc(t, writer, "placed", jobTimeout, func(*api.Allocation) bool { return true })
-	agent.Wait(t, "the slot reserved before the Reserve", holdTimeout, func() (bool, string) {
-		s := pollState(pool, first)
-		return s == "reserved", "state=" + s
+	agent.Wait(t, "the slot prepared before the Reserve", holdTimeout, func() (bool, string) {
+		n := len(preparedLines(t, agent, alloc.ID))
+		return n == 1, fmt.Sprintf("%d \"slot prepared\" lines", n)
 	})
+	noOwnerBeforeProof(t, pool, first)
 	must.SliceEmpty(t, reservedLines(t, agent, alloc.ID), must.Sprint("no Reserve yet: the task is held at its artifact"))
 	prepLog := len(logLines(t, agent))
 	art.release <- struct{}{}
@@ -130,11 +133,12 @@ func TestPreparedReserveEndToEnd(t *testing.T) {
 	art.waitFetch(t)
 	next := agent.WaitForAlloc(t, checker, "placed", jobTimeout, func(*api.Allocation) bool { return true })
 	spare := other(first)
-	agent.Wait(t, "the spare reserved and the writer's dataset's fate written, before the Reserve", holdTimeout, func() (bool, string) {
-		s, f := pollState(pool, spare), pollState(pool, first)
+	agent.Wait(t, "the spare prepared and the writer's dataset's fate written, before the Reserve", holdTimeout, func() (bool, string) {
+		n, f := len(preparedLines(t, agent, next.ID)), pollState(pool, first)
 		archived := archivedFor(t, pool, parent+"/.archive", alloc.ID) != ""
-		return s == "reserved" && (f == "archived" || archived), fmt.Sprintf("spare %s, writer's dataset %s (in the archive: %v)", s, f, archived)
+		return n == 1 && (f == "archived" || archived), fmt.Sprintf("%d \"slot prepared\" lines, writer's dataset %s (in the archive: %v)", n, f, archived)
 	})
+	noOwnerBeforeProof(t, pool, spare)
 	must.SliceEmpty(t, reservedLines(t, agent, next.ID))
 	prepLog = len(logLines(t, agent))
 	art.release <- struct{}{}
@@ -203,6 +207,27 @@ func logLines(t *testing.T, agent *nomadtest.Agent) []string {
 	b, err := os.ReadFile(agent.LogPath)
 	must.NoError(t, err)
 	return strings.Split(string(b), "\n")
+}
+
+// preparedLines returns the plugin's "slot prepared" lines for allocID.
+func preparedLines(t *testing.T, agent *nomadtest.Agent, allocID string) []string {
+	t.Helper()
+	var out []string
+	for _, l := range logLines(t, agent) {
+		if strings.Contains(l, "slot prepared") && strings.Contains(l, "allocation "+allocID[:8]) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// noOwnerBeforeProof checks that a dataset prepared at placement is armed
+// with no owner on ZFS: the owner is recorded only once the proof behind
+// its Reserve shows it (issue 46).
+func noOwnerBeforeProof(t *testing.T, pool *zfstest.Pool, ds string) {
+	t.Helper()
+	must.StrHasPrefix(t, "armed:", pool.Prop(t, ds, record.PropState), must.Sprint(ds))
+	must.Eq(t, "", pool.Prop(t, ds, record.PropOwner), must.Sprint("no owner before the proof: ", ds))
 }
 
 // reservedLines returns the plugin's "slot reserved" lines for allocID.

@@ -125,7 +125,7 @@ func TestNullRows(t *testing.T) {
 		}
 	}
 	must.Eq(t, without, own)
-	must.SliceLen(t, len(without)+3, with)
+	must.SliceLen(t, len(without)+6, with, must.Sprint("three control rows, three judged against them"))
 
 	// No null batch, or no idle null job: no control rows.
 	must.SliceEmpty(t, nullRows(res))
@@ -133,4 +133,44 @@ func TestNullRows(t *testing.T) {
 	must.SliceEmpty(t, nullRows(res))
 	res.Null, res.IdleNull = nil, idleNull
 	must.SliceEmpty(t, nullRows(res))
+}
+
+// The plugin judged against the control at the same moments (issue 46):
+// its first waves' and later Reserves against the null device's, and its
+// throughput against the null device's, each with its target.
+func TestControlRows(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name           string
+		device, null   []float64 // devices hooks, ms; the first 2 are the first wave
+		devSec, nulSec float64
+		ratios         [3]string
+		verdicts       [3]string
+	}{
+		{"all within", []float64{6, 4, 2, 2}, []float64{4, 4, 2, 2}, 10, 10.4,
+			[3]string{"1.25×", "1.00×", "1.04"}, [3]string{"pass", "pass", "pass"}},
+		{"a slow first wave, less throughput", []float64{30, 10, 3, 3}, []float64{4, 2, 2, 2}, 12.5, 10,
+			[3]string{"6.67×", "1.50×", "0.80"}, [3]string{"miss", "pass", "miss"}},
+		{"slow after the wave", []float64{3, 3, 4, 4}, []float64{3, 3, 2, 2}, 10, 10,
+			[3]string{"1.00×", "2.00×", "1.00"}, [3]string{"pass", "miss", "pass"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Results{Slots: 2,
+				Batches: []BatchResult{nullBatch(kindDevice, t0, tc.device, nil)},
+				Null:    []BatchResult{nullBatch(kindNull, t0, tc.null, nil)},
+			}
+			res.Batches[0].Seconds, res.Null[0].Seconds = tc.devSec, tc.nulSec
+			rows := controlRows(res)
+			must.SliceLen(t, 3, rows)
+			for i, key := range []string{"null-judged-wave", "null-judged-rest", "null-judged-throughput"} {
+				must.Eq(t, key, rows[i].Key)
+				must.Eq(t, tc.ratios[i], rows[i].Ratio, must.Sprint(key))
+				must.Eq(t, tc.verdicts[i], rows[i].Verdict, must.Sprint(key))
+			}
+			must.Eq(t, "≤ 1.5× the control", rows[0].Target)
+			must.Eq(t, "≥ 0.95", rows[2].Target)
+		})
+	}
+	// No control: no judged rows.
+	must.SliceEmpty(t, controlRows(&Results{Slots: 2, Batches: []BatchResult{nullBatch(kindDevice, t0, []float64{1, 1, 1}, nil)}}))
 }

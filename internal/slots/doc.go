@@ -18,7 +18,8 @@
 //   - Reserve: reserve.go (the call), fresh.go (a fresh slot: one zfs
 //     command, or none when armed), armed.go and adopt.go (armed datasets),
 //     prepare.go and prepare_claim.go (the work done at placement, claimed
-//     by the Reserve), decide.go (hand over, release or keep: the judgment
+//     by the Reserve), proof.go (a prepared slot's asker proven behind the
+//     answer, the slot closed until then), decide.go (hand over, release or keep: the judgment
 //     Reserve and the release pass share), restore.go (an archive back for
 //     its identity), owners.go (owners recorded behind the Reserve),
 //     starts.go (background work yields to starts).

@@ -1,6 +1,9 @@
 package slots
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetSpareHold sets how long a kicked release pass holds a slot for its
 // next tenant (DefaultSpareHold otherwise), for tests whose steps between
@@ -21,3 +24,16 @@ func (m *Manager) HeldForNext(id string) bool {
 	h, ok := m.holds.bySlot[id]
 	return ok && time.Since(h.seen) < m.holds.d
 }
+
+// SetProofGrace bounds the proof behind a prepared slot's Reserve
+// (identifyGrace otherwise), for tests that hold that read open while they
+// show what waits for it.
+func (m *Manager) SetProofGrace(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.proofGrace = d
+}
+
+// WaitProofs returns once no proof behind a prepared slot's Reserve is
+// under way (proof.go), or with ctx's error.
+func (m *Manager) WaitProofs(ctx context.Context) error { return m.awaitProofs(ctx, nil) }

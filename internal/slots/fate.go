@@ -88,6 +88,7 @@ func (m *Manager) forgetTenancy(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.owners, id)
+	delete(m.unproven, id)
 	delete(m.notes, id)
 	delete(m.emptyStarts, id)
 	m.releases[id]++

@@ -114,6 +114,8 @@ func (m *Manager) deriveLocked(s *Slot) {
 	if s.State == record.StateReserved {
 		if o, ok := m.owners[s.ID]; ok && !s.stamped.Known() {
 			s.Owner = o
+		} else if o, ok := m.unproven[s.ID]; ok && !s.stamped.Known() {
+			s.Owner = o
 		}
 		if n, ok := m.notes[s.ID]; ok && s.ok {
 			s.HealthDesc = n.text

@@ -26,9 +26,29 @@ func (m *Manager) slotLock(id string) chan struct{} {
 // lockSlot takes treeMu for reading and the slot's lock, for slot work
 // (what names it in the log), waiting for the slot's lock at most until ctx
 // is done (a free lock is taken even then); the returned function releases
-// both. A wait of a millisecond or more is logged at TRACE with what held
-// the lock when the wait began.
+// both. While the proof behind a prepared slot's Reserve is under way
+// (proof.go), it waits for that proof too, as long as ctx allows: no work
+// touches the slot until the proof has answered. A wait of a millisecond
+// or more is logged at TRACE with what held the lock when the wait began.
 func (m *Manager) lockSlot(ctx context.Context, id, what string) (unlock func(), err error) {
+	for {
+		unlock, proof, err := m.lockSlotOnce(ctx, id, what)
+		if err != nil || proof == nil {
+			return unlock, err
+		}
+		began := time.Now()
+		select {
+		case <-proof:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the proof of the slot's asker: %w", ctx.Err())
+		}
+		m.log.Trace("waited for the proof of the slot's asker", "device", id, "for", what, "waited", time.Since(began))
+	}
+}
+
+// lockSlotOnce is one try of lockSlot: the locks, or, when a proof is
+// under way on the slot, none and the proof's gate to wait for.
+func (m *Manager) lockSlotOnce(ctx context.Context, id, what string) (unlock func(), proof <-chan struct{}, err error) {
 	m.treeMu.RLock()
 	l := m.slotLock(id)
 	select {
@@ -42,13 +62,19 @@ func (m *Manager) lockSlot(ctx context.Context, id, what string) (unlock func(),
 		case l <- struct{}{}:
 		case <-ctx.Done():
 			m.treeMu.RUnlock()
-			return nil, fmt.Errorf("waiting for other work on the slot (%s): %w", orDash(behind), ctx.Err())
+			return nil, nil, fmt.Errorf("waiting for other work on the slot (%s): %w", orDash(behind), ctx.Err())
 		}
 		if waited := time.Since(began); waited >= time.Millisecond {
 			m.log.Trace("waited for the slot's lock", "device", id, "for", what, "behind", behind, "waited", waited)
 		}
 	}
 	m.mu.Lock()
+	if gate := m.proving[id]; gate != nil {
+		m.mu.Unlock()
+		<-l
+		m.treeMu.RUnlock()
+		return nil, gate, nil
+	}
 	m.busy[id]++
 	m.holder[id] = what
 	m.mu.Unlock()
@@ -59,13 +85,13 @@ func (m *Manager) lockSlot(ctx context.Context, id, what string) (unlock func(),
 		m.mu.Unlock()
 		<-l
 		m.treeMu.RUnlock()
-	}, nil
+	}, nil, nil
 }
 
 // tryLockSlot is lockSlot for Sync: it takes the locks only when they are
 // free and no run works on the slot (a run may work on the slot's old
-// dataset without its lock: see tend.outside) other than mine, and does
-// not count as slot work.
+// dataset without its lock: see tend.outside) other than mine, and no
+// proof is under way on it (proof.go); it does not count as slot work.
 func (m *Manager) tryLockSlot(id, mine string) (unlock func(), ok bool) {
 	if !m.treeMu.TryRLock() {
 		return nil, false
@@ -79,11 +105,12 @@ func (m *Manager) tryLockSlot(id, mine string) (unlock func(), ok bool) {
 	}
 	m.mu.Lock()
 	_, running := m.runs[id]
-	if !running || id == mine {
+	running = running && id != mine || m.proving[id] != nil // a proof: see lockSlot
+	if !running {
 		m.holder[id] = "sync"
 	}
 	m.mu.Unlock()
-	if running && id != mine {
+	if running {
 		<-l
 		m.treeMu.RUnlock()
 		return nil, false

@@ -49,7 +49,10 @@ type ZFS interface {
 //     holder. The one zfs work on a slot done without its lock is a run's
 //     release of the slot's old dataset, up to its rename: nothing else
 //     touches that dataset (see tend.outside). No Nomad call is ever made while
-//     one is held, and each zfs command has the runner's timeout.
+//     one is held, and each zfs command has the runner's timeout. While the
+//     proof behind a prepared slot's Reserve is under way (m.proving,
+//     proof.go), lockSlot waits for it before it takes the slot's lock,
+//     and Sync leaves the slot alone.
 //   - mu guards the shared view (the fields after it). It is never held
 //     while a zfs command or a Nomad call runs.
 type Manager struct {
@@ -100,6 +103,19 @@ type Manager struct {
 	reported map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
 	owners map[string]record.Owner
+	// unproven are, by ID, the allocations this run's armed datasets were
+	// prepared for (prepareFresh, a prepared spare's handover), laid over
+	// the slot's view but never recorded on ZFS: an owner is recorded only
+	// once the proof made behind the Reserve shows it (proof.go).
+	unproven map[string]record.Owner
+	// proving are, by ID, the gates of the proofs made behind a prepared
+	// slot's Reserve (proof.go): closed once the proof answered. Until
+	// then no other work touches the slot (lockSlot waits, tryLockSlot
+	// refuses, release passes leave it, a Reserve of it waits).
+	proving map[string]chan struct{}
+	// proofGrace bounds the read of a proof behind a Reserve
+	// (identifyGrace; tests set another: export_test.go).
+	proofGrace time.Duration
 	// releases counts, by ID, the releases begun (forgetTenancy): what a read
 	// made for a Reserve says counts only if none began since the
 	// handover (identified), for the slot may serve a new dataset of the
@@ -146,10 +162,10 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	return &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		starts: startYield{d: DefaultStartYield}, holds: newHolds(), preps: newPreparations(),
+		starts: startYield{d: DefaultStartYield}, holds: newHolds(), preps: newPreparations(), proofGrace: identifyGrace,
 	}
 }
 

@@ -36,10 +36,15 @@ package slots
 // node's allocations that began after it arrived decides, and the data
 // (none here) is kept until it does.
 //
+// For a dataset armed by this run the Reserve does not wait for that
+// read: it answers at once, and the read proves the asker behind the
+// answer, the owner recorded only then (proof.go).
+//
 // A plugin stopped at any point leaves what one stopped during or right
-// after a Reserve leaves: a free dataset, or a reserved one, with its owner
-// once recorded (the owner's Reserve then gets it through the usual path),
-// unknown before (kept until no allocation holds it). A preparation whose
+// after a Reserve leaves: a free dataset, an armed one with no owner, or a
+// reserved one, with its owner once recorded (the owner's Reserve then
+// gets it through the usual path), unknown before (kept until no
+// allocation holds it). A preparation whose
 // allocation ends,
 // stops or leaves the device before it asks is forgotten (void): the slot
 // is then one in use by an ended allocation, released as any other.
@@ -76,7 +81,10 @@ type prep struct {
 	done  chan struct{}
 
 	dataset string // the dataset reserved for asker, never handed over
-	err     error
+	// armed: dataset is armed by this run, and asker is not recorded on it
+	// (m.unproven): its Reserve answers before its proof (proof.go).
+	armed bool
+	err   error
 }
 
 // preparations are the slots prepared, or being prepared, for the
@@ -228,18 +236,21 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 		start := time.Now()
 		var err error
 		if how == prepFresh {
-			p.dataset, err = m.prepareFresh(pctx, s, asker)
+			p.dataset, p.armed, err = m.prepareFresh(pctx, s, asker)
 		} else {
 			var got Slot
-			if got, err = m.handOverSpare(pctx, s, asker); err == nil {
-				p.dataset = got.Dataset
+			if got, err = m.handOverSpareTo(pctx, s, asker, true); err == nil {
+				p.dataset, p.armed = got.Dataset, got.armed != ""
 			}
 		}
-		if err == nil {
+		if err == nil && !p.armed {
 			defer func() {
-				// Right behind the mark (after done: off the Reserve's
-				// path), so that a plugin restarted before the task asks
-				// finds its owner; else the next pass records it.
+				// Right behind the mark of a dataset that is not armed
+				// (after done: off the Reserve's path), so that a plugin
+				// restarted before the task asks finds its owner; else
+				// the next pass records it. An armed one's owner is
+				// recorded only once proven (proof.go): a restart
+				// before finds an armed dataset with no owner.
 				if rerr := m.recordOwner(pctx, s.ID, asker); rerr != nil {
 					m.log.Debug("owner of a prepared slot not recorded yet; the next pass does", "device", s.ID, "error", rerr)
 				}
@@ -266,42 +277,50 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 
 // prepareFresh records free slot s reserved for asker, under the slot's
 // lock, after checking that it is still free and mounted as it must be:
-// in memory for a dataset armed by this run, else with one zfs command; the
-// asker's owner recorded behind it (recordOwner), as markReserved and
-// reserveFresh do for a Reserve. It returns the dataset,
-// or errChanged when the slot is no longer free.
-func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) (string, error) {
+// in memory for a dataset armed by this run, else with one zfs command.
+// The asker's owner of a dataset not armed is recorded behind it
+// (recordOwner), as markReserved and reserveFresh do for a Reserve; that
+// of an armed one only once the proof behind its Reserve shows it
+// (proof.go). It returns the dataset and whether it is armed, or
+// errChanged when the slot is no longer free.
+func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) (ds string, armed bool, err error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "prepare")
 	if err != nil {
-		return "", fmt.Errorf("preparing device %s: %w", s.ID, err)
+		return "", false, fmt.Errorf("preparing device %s: %w", s.ID, err)
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
 	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
-		return "", errChanged
+		return "", false, errChanged
 	}
 	m.mu.Lock()
 	want := hostfs.FlagsFor(classByName(m.cfg, cur.Class).SlotProps())
 	m.mu.Unlock()
 	if err := checkMounted(cur.Mountpoint, want); err != nil {
 		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })
-		return "", fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
+		return "", false, fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
 	}
 	if cur.armed != "" {
 		// Armed by this run: no zfs command (armed.go).
 		if !m.arm.claim(cur.Dataset, cur.armed) {
-			return "", errChanged // made again since this view
+			return "", false, errChanged // made again since this view
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
 		// Foreground: the asker's Reserve may be waiting for it.
 		m.unmarkFresh(ctx, cur)
-		return "", fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
+		return "", false, fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
 	}
 	m.mu.Lock()
-	m.owners[cur.ID] = asker
+	if cur.armed != "" {
+		m.unproven[cur.ID] = asker // recorded once proven (proof.go)
+	} else {
+		m.owners[cur.ID] = asker
+	}
 	m.mu.Unlock()
 	m.setNote(cur.ID, note{})
 	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.stamped = record.StateReserved, asker, record.Owner{} })
-	m.Kick() // record the owner, off the asker's path
-	return cur.Dataset, nil
+	if cur.armed == "" {
+		m.Kick() // record the owner, off the asker's path
+	}
+	return cur.Dataset, cur.armed != "", nil
 }

@@ -107,9 +107,11 @@ func (m *Manager) claimPreps(ids []string) (ps []*prep, ok bool, release func())
 }
 
 // reservePrepared hands the slots of ids, each prepared for the one
-// allocation in ps, to the asker once a read made after the Reserve
-// arrived shows that allocation still live, wanted running and holding
-// them (see the top of this file): no zfs command, one small read. ok is
+// allocation in ps, to the asker: no zfs command, one small read made
+// after the Reserve arrived, that shows that allocation still live, wanted
+// running and holding them (see the top of this file). Datasets armed by
+// this run are handed over at once and proven behind the answer
+// (answerBeforeProof, proof.go); others once the read has shown it. ok is
 // false, with the reason, when it cannot: a preparation failed or does not
 // match the slot any more, they are for different allocations, or the read
 // does not show it (including a read that fails or takes longer than
@@ -157,6 +159,15 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 	}
 	if nomad == nil {
 		return nil, false, "no Nomad API to verify the asker"
+	}
+	armed := true
+	for _, p := range ps {
+		armed = armed && p.armed
+	}
+	if armed {
+		// Fresh and never handed over: answered now, proven behind.
+		res, ok, why = m.answerBeforeProof(ctx, nomad, ids, ps, res, asker, arrived)
+		return res, ok, why
 	}
 	hctx, cancel := context.WithTimeout(ctx, identifyGrace)
 	err := nomad.Holds(hctx, asker, ids)

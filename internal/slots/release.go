@@ -17,6 +17,11 @@ import (
 // on return, every slot that could be released has been, and every owner
 // identified at Reserve is recorded (or its error is returned).
 func (m *Manager) ReleaseEnded(ctx context.Context) error {
+	// The proofs behind prepared slots' Reserves first: a pass leaves
+	// their slots alone until they answered (proof.go).
+	if err := m.awaitProofs(ctx, nil); err != nil {
+		return err
+	}
 	runs, err := m.releasePass(ctx, time.Now())
 	// Then the owners identified at Reserve, after the releases have
 	// started: a release records its owner itself. What the runs held up
@@ -77,6 +82,10 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 	for _, s := range slots {
 		switch {
 		case s.unreadable:
+			continue
+		case m.provingNow(s.ID):
+			// Closed until the proof of its asker answered, which
+			// kicks the next pass (proof.go).
 			continue
 		case s.old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
 			// Begun: the old dataset first, then the slot's own. Before

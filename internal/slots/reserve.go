@@ -88,6 +88,11 @@ func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, 
 	if err := m.checkIDs(ids); err != nil {
 		return nil, err
 	}
+	// A slot handed over before the proof of its asker (proof.go) is
+	// decided once that proof has answered.
+	if err := m.awaitProofs(ctx, ids); err != nil {
+		return nil, fmt.Errorf("device %s: %w", strings.Join(ids, ", "), err)
+	}
 	if prepared {
 		m.mu.Lock()
 		nomad := m.nomad

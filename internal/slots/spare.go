@@ -75,6 +75,14 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // owner's data is kept either way, and the spare stays fresh
 // (unmarkSpare).
 func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
+	return m.handOverSpareTo(ctx, s, asker, false)
+}
+
+// handOverSpareTo is handOverSpare; prepared: the asker is the allocation
+// placed on the slot, not proven yet (a preparation, prepare.go), so an
+// armed spare's owner is only laid over the view (m.unproven), and not
+// recorded until the proof behind its Reserve shows it (proof.go).
+func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owner, prepared bool) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "hand over the spare")
 	if err != nil {
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
@@ -177,7 +185,13 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner)
 		}
 		out = *x
 	})
-	if given == record.StateReserved && (asker.Known() || cur.spareArmed != "") {
+	switch {
+	case given == record.StateReserved && prepared && cur.spareArmed != "":
+		// Prepared: its owner is recorded once proven (proof.go).
+		m.mu.Lock()
+		m.unproven[s.ID] = asker
+		m.mu.Unlock()
+	case given == record.StateReserved && (asker.Known() || cur.spareArmed != ""):
 		// The owner to record, or that an armed spare was handed over
 		// (recordOwner).
 		m.mu.Lock()
