@@ -539,3 +539,30 @@ func TestBackup_SnapshotsASendCouldNotReleaseAreReleasedLater(t *testing.T) {
 	must.SliceEmpty(t, again)
 	must.Eq(t, []string{arch + "@" + sent[0].Snapshot}, snapshotsOf(t, a.pool, arch), must.Sprint("the base of the next increment alone"))
 }
+
+// TestBackup_SnapshotsThatCameBackIntoASlotAreReleased: a restore renames
+// an archive into a slot, the keeper's snapshots with it, often while the
+// archive's pass sends it (so that the pass cannot release them); over
+// periodic runs they pile up (the periodic bench saw 14 on one dataset).
+// A pass releases all but the newest on each slot of a class with restore
+// on, and the dataset's data stays.
+func TestBackup_SnapshotsThatCameBackIntoASlotAreReleased(t *testing.T) {
+	ctx, dir, a, _ := twoNodes(t)
+	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+		ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	ds := a.inUse(t, tenant(1))
+	a.write(t, ds, 1)
+	var snaps []string
+	for i := range 3 {
+		s := ds + "@" + backup.SnapshotPrefix + "2026120" + strconv.Itoa(i+1) + "T000000.000000000Z"
+		a.pool.ZFS(t, "snapshot", s)
+		snaps = append(snaps, s)
+	}
+	a.pool.ZFS(t, "snapshot", ds+"@operators-own")
+	want := a.sum(t, ds)
+
+	_, _, err := a.keeper.Pass(ctx)
+	must.NoError(t, err)
+	must.Eq(t, []string{snaps[2], ds + "@operators-own"}, snapshotsOf(t, a.pool, ds), must.Sprint("the keeper's newest, and what is not the keeper's"))
+	must.EqOp(t, want, a.sum(t, ds))
+}

@@ -71,7 +71,8 @@ type Config struct {
 	PruneGrace time.Duration
 	// Live are, by class, the backup_interval of the classes whose
 	// datasets in use are backed up while their tasks run (LivePass);
-	// ClassDatasets, by class, the dataset that holds its slots.
+	// ClassDatasets, by class (of Classes), the dataset that holds its
+	// slots.
 	Live          map[string]time.Duration
 	ClassDatasets map[string]string
 	// MaxLag are, by class, max_restore_lag: Fetch refuses a newest backup
@@ -206,6 +207,9 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 	}
 	k.releasePending(ctx)
 	if err := k.sweep(ctx, cfg.Container, archives, sent); err != nil {
+		errs = append(errs, err)
+	}
+	if err := k.sweepSlots(ctx, cfg); err != nil {
 		errs = append(errs, err)
 	}
 	if time.Since(k.scanned) >= PruneScanPeriod {
@@ -420,6 +424,52 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	// holds up another dataset's backup.
 	k.pending = append(k.pending, pendingRelease{snaps: snaps, dataset: a.Name, keep: snap.Name})
 	return m, nil
+}
+
+// sweepSlots releases the keeper's older snapshots that came back into
+// slots with their archives (a restore renames the archive, snapshots and
+// all, often while its pass sends it, so that the pass cannot release
+// them): one read per class with restore on of its slots' snapshots, then,
+// on each slot dataset that holds more than one of the keeper's, a destroy
+// of all but the newest, the next increment's base. Only the keeper's own
+// snapshots ever go, never the tenant's data: should the newest not be in
+// backup_dir (a send that failed), the next backup is sent whole.
+func (k *Keeper) sweepSlots(ctx context.Context, cfg Config) error {
+	classes := make([]string, 0, len(cfg.ClassDatasets))
+	for c := range cfg.ClassDatasets {
+		if cfg.Classes[c] {
+			classes = append(classes, c)
+		}
+	}
+	slices.Sort(classes)
+	var errs []error
+	for _, c := range classes {
+		under, err := k.zfs.SnapshotsUnder(ctx, cfg.ClassDatasets[c])
+		if errors.Is(err, zfs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading the snapshots of class %q's slots: %w", c, err))
+			continue
+		}
+		names := make([]string, 0, len(under))
+		for n := range under {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			var mine []zfs.Snap
+			for _, s := range under[n] {
+				if strings.HasPrefix(s.Name, n+"@"+SnapshotPrefix) {
+					mine = append(mine, s)
+				}
+			}
+			if len(mine) > 1 {
+				k.destroyOlder(ctx, mine, n, mine[len(mine)-1].Name)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // pendingRelease is a dataset's older snapshots of the keeper's, to go

@@ -205,7 +205,7 @@ func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) 
 	p.shared.SetConfig(s.Slots.Parent, []string{s.Slots.KeyDir, s.BackupDir}, s.Shared)
 	p.pruner.SetConfig(retention.Config{Container: s.Slots.ArchiveDataset(), Rules: s.Retention, KeyDir: s.Slots.KeyDir})
 	classDatasets := map[string]string{}
-	for c := range s.BackupLive {
+	for c := range s.BackupClasses {
 		classDatasets[c] = s.Slots.ClassDataset(c)
 	}
 	p.keeper.SetConfig(backup.Config{Dir: s.BackupDir, Container: s.Slots.ArchiveDataset(), Classes: s.BackupClasses, KeyDir: s.Slots.KeyDir,
