@@ -508,6 +508,9 @@ func (k *Keeper) sweep(ctx context.Context, container string, archives []retenti
 		}
 	}
 	under, err := k.zfs.SnapshotsUnder(ctx, container)
+	if errors.Is(err, zfs.ErrNotExist) {
+		return nil // no archive yet
+	}
 	if err != nil {
 		return fmt.Errorf("reading the archives' snapshots: %w", err)
 	}
