@@ -1,0 +1,150 @@
+package backup
+
+// A restore on a node with no archive of the identity: its newest chain
+// received from backup_dir into the archive container.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// Fetch receives the newest backup of owner o's identity in class from
+// backup_dir into the archive container, named as its release named it,
+// and returns the archive's name, when that backup was released after
+// newerThan (the local archive's release; zero for none); "" when
+// backup_dir holds none newer (or none is configured). A chain that does
+// not verify is an error and nothing is received; what a failed receive
+// left is destroyed. ctx bounds the whole (Reserve's reserve_timeout).
+func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerThan time.Time) (string, error) {
+	cfg, _ := k.config()
+	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
+		return "", nil
+	}
+	id := retention.IdentityOf(class, o)
+	// A live backup newest: wait a little for its allocation's final
+	// stream (its release on its node sends it within seconds), outside
+	// fetchMu, which restores of other identities take.
+	if newest, err := k.newest(cfg.Dir, id); err == nil && newest.Live && newest.ReleasedAt.After(newerThan) {
+		k.settle(ctx, cfg.Dir, id)
+	}
+	k.fetchMu.Lock()
+	defer k.fetchMu.Unlock()
+	ms, problems, err := List(cfg.Dir, &id)
+	if err != nil {
+		return "", err
+	}
+	if len(ms) == 0 {
+		if len(problems) > 0 {
+			return "", fmt.Errorf("backup_dir holds no readable backup of %s: %s: %s", id, problems[0].Path, problems[0].Reason)
+		}
+		return "", nil
+	}
+	chain, err := Chain(ms)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, SendTimeout)
+		defer cancel()
+	}
+	newest := chain[len(chain)-1]
+	if !newest.ReleasedAt.After(newerThan) {
+		return "", nil // the local archive is as new
+	}
+	if lag := cfg.MaxLag[class]; newest.Live && lag > 0 && time.Since(newest.ReleasedAt) > lag {
+		return "", &StaleError{Identity: id, Newest: newest, Age: time.Since(newest.ReleasedAt).Truncate(time.Second), MaxLag: lag}
+	}
+	prev := record.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
+	prefix := cfg.Container + "/"
+	target := prefix + record.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, record.MaxNameLen-len(prefix))
+	// Never into (nor, on failure, destroying) a dataset that exists.
+	if _, err := k.zfs.Get(ctx, target, 0, "used"); err == nil {
+		return target, nil
+	} else if !errors.Is(err, zfs.ErrNotExist) {
+		return "", err
+	}
+	keyID := newest.KeyID
+	for _, m := range chain {
+		if m.KeyID != keyID {
+			return "", fmt.Errorf("backup chain of %s mixes keys (%q in %s, %q in the newest): not received", id, m.KeyID, m.Path(), keyID)
+		}
+	}
+	installed := false
+	if keyID != "" {
+		if installed, err = installKey(cfg.Dir, id, cfg.KeyDir, keyID); err != nil {
+			return "", fmt.Errorf("backup of %s: %w", id, err)
+		}
+	}
+	// The chain is received under a name that is no archive's (a leaf
+	// starting with '.': retention and the keeper's passes never take it
+	// for one), marked as in backup_dir, and only then renamed to the
+	// archive's name: no pass sends it, and no retention destroys it,
+	// while it is received.
+	recv, err := receivingName(cfg.Container)
+	if err != nil {
+		return "", err
+	}
+	received := func() error {
+		if err := Receive(ctx, k.zfs, chain, recv); err != nil {
+			return err
+		}
+		if keyID != "" {
+			// The sender's keylocation came with the stream; the key is
+			// here now.
+			if err := k.zfs.Set(ctx, recv, "keylocation", record.KeyLocation(cfg.KeyDir, keyID)); err != nil {
+				return err
+			}
+		}
+		if newest.Live {
+			// A live backup's stream carries the marks of a dataset in
+			// use (reserved or armed, mountable): it arrives as an
+			// archive, which retention and a restore take it for.
+			for _, p := range [][2]string{{record.PropState, string(record.StateArchived)}, {"canmount", "noauto"}} {
+				if err := k.zfs.Set(ctx, recv, p[0], p[1]); err != nil {
+					return err
+				}
+			}
+		}
+		if err := k.zfs.Set(ctx, recv, retention.PropBackup, strconv.FormatUint(newest.GUID, 10)); err != nil {
+			return err
+		}
+		// The chain's older snapshots came with it; the newest is the
+		// base of the next increment, the rest are released.
+		k.releaseSnapshots(ctx, recv, recv+"@"+newest.Snapshot)
+		return k.zfs.Rename(ctx, recv, target)
+	}
+	if err := received(); err != nil {
+		if derr := k.zfs.DestroyRecursive(context.WithoutCancel(ctx), recv, cfg.Container); derr != nil && !errors.Is(derr, zfs.ErrNotExist) {
+			k.log.Error("a failed receive left a dataset that cannot be destroyed", "dataset", recv, "error", derr)
+		} else if installed {
+			if rerr := record.RemoveKey(cfg.KeyDir, keyID); rerr != nil {
+				k.log.Warn("the key installed for a failed receive could not be removed", "key_id", keyID, "error", rerr)
+			}
+		}
+		return "", err
+	}
+	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node,
+		"live", newest.Live, "taken", newest.ReleasedAt, "age", time.Since(newest.ReleasedAt).Truncate(time.Second))
+	return target, nil
+}
+
+// receivingName returns a new name in the archive container for a receive
+// under way: ".recv-<random>", which no archive name can be (ParseArchiveLeaf
+// refuses it), so that neither retention nor a pass takes it for an archive.
+func receivingName(container string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("naming a receive: %w", err)
+	}
+	return container + "/.recv-" + hex.EncodeToString(b[:]), nil
+}
