@@ -192,6 +192,13 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 	var errs []error
 	for _, a := range todo {
 		m, err := k.send(ctx, cfg, node, a, false)
+		if errors.Is(err, zfs.ErrNotExist) && k.gone(ctx, a.Name) {
+			// Renamed or destroyed since the read: a restore took it back
+			// into a slot (its next release is backed up), or retention
+			// pruned it. Not a failure of the backup.
+			k.log.Debug("an archive left before its backup ended", "dataset", a.Name, "error", err)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("backing up %s: %w", a.Name, err))
 			continue
@@ -422,4 +429,10 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	// holds up another dataset's backup.
 	k.pending = append(k.pending, pendingRelease{snaps: snaps, dataset: a.Name, keep: snap.Name})
 	return m, nil
+}
+
+// gone reports whether dataset name is known not to exist any more.
+func (k *Keeper) gone(ctx context.Context, name string) bool {
+	_, err := k.zfs.Get(ctx, name, 0, "used")
+	return errors.Is(err, zfs.ErrNotExist)
 }
