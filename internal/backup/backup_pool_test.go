@@ -566,3 +566,44 @@ func TestBackup_SnapshotsThatCameBackIntoASlotAreReleased(t *testing.T) {
 	must.Eq(t, []string{snaps[2], ds + "@operators-own"}, snapshotsOf(t, a.pool, ds), must.Sprint("the keeper's newest, and what is not the keeper's"))
 	must.EqOp(t, want, a.sum(t, ds))
 }
+
+// TestBackup_ALiveBackupNeverSendsADatasetThatChangedHands: while a live
+// pass takes its snapshot (the wrapper holds `zfs snapshot`), the dataset
+// in use is released (renamed into the archive) and its name is taken by
+// another tenant's dataset. Nothing is sent under the first tenant's
+// identity, and the snapshot taken of the other tenant's dataset is
+// destroyed.
+func TestBackup_ALiveBackupNeverSendsADatasetThatChangedHands(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	ctx, dir, a, _ := twoNodes(t)
+	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+		Live: map[string]time.Duration{"state": time.Millisecond}, ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	ds := a.inUse(t, tenant(1))
+	a.write(t, ds, 1)
+
+	w.Pause("snapshot")
+	type result struct {
+		sent []backup.Manifest
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sent, _, err := a.keeper.LivePass(ctx)
+		done <- result{sent, err}
+	}()
+	w.WaitPaused(t, "snapshot", time.Minute)
+	a.release(t, ds, tenant(1))
+	other := tenant(3)
+	other.AllocName = "db.g[0]"
+	a.pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", record.PropManaged+"="+record.ManagedSlot,
+		"-o", record.PropState+"="+string(record.StateReserved), "-o", record.PropOwner+"="+other.Encode(), ds)
+	w.Resume("snapshot")
+	r := <-done
+	must.NoError(t, r.err, must.Sprint("a dataset that changed hands is no failed pass"))
+	must.SliceEmpty(t, r.sent)
+	must.SliceEmpty(t, snapshotsOf(t, a.pool, ds), must.Sprint("the snapshot of the other tenant's dataset is destroyed"))
+	ms, _, err := backup.List(dir, nil)
+	must.NoError(t, err)
+	must.SliceEmpty(t, ms, must.Sprint("nothing sent under the first tenant's identity"))
+}

@@ -342,7 +342,9 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	// pass that stopped before its manifest) is sent rather than a new one
 	// taken. A live one (LiveSnapshotPrefix: a live backup that did not
 	// finish) misses what the task wrote after it: never sent as the
-	// archive's. A live backup always takes a new one.
+	// archive's; nor is one taken before this release (takenSince: a
+	// failed send of an earlier tenant's archive, which a restore brought
+	// back with the dataset). A live backup always takes a new one.
 	now := time.Now().UTC()
 	if live {
 		a.ReleasedAt = now
@@ -355,7 +357,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		switch {
 		case inDir[s.GUID]:
 			base, snap = s, zfs.Snap{}
-		case !live && !strings.HasPrefix(s.Name, a.Name+"@"+LiveSnapshotPrefix):
+		case !live && !strings.HasPrefix(s.Name, a.Name+"@"+LiveSnapshotPrefix) && takenSince(s.Name, a.ReleasedAt):
 			snap = s
 		}
 	}
@@ -376,12 +378,30 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	}
 	if snap.Name == "" {
 		prefix := SnapshotPrefix
+		var before uint64
 		if live {
 			prefix = LiveSnapshotPrefix
+			// The name may serve another dataset since the pass read it
+			// (released, its spare made, even handed to another tenant):
+			// checked before and after the snapshot (inUseAs).
+			if before, err = k.inUseAs(ctx, a); err != nil {
+				return Manifest{}, err
+			}
 		}
 		snap.Name = a.Name + "@" + prefix + now.Format(snapTimeFormat)
 		if err := k.zfs.Snapshot(ctx, snap.Name); err != nil {
 			return Manifest{}, err
+		}
+		if live {
+			if after, err := k.inUseAs(ctx, a); err != nil || after != before {
+				if derr := k.zfs.DestroySnapshot(context.WithoutCancel(ctx), snap.Name); derr != nil {
+					k.log.Warn("a live snapshot of a dataset that changed hands could not be destroyed", "snapshot", snap.Name, "error", derr)
+				}
+				if err == nil {
+					err = fmt.Errorf("%s: another dataset took the name during its live backup: %w", a.Name, ErrChangedHands)
+				}
+				return Manifest{}, err
+			}
 		}
 		if snap.GUID, err = k.zfs.SnapshotGUID(ctx, snap.Name); err != nil {
 			return Manifest{}, err

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,18 @@ const LiveFullEvery = 64
 
 // liveIdle is how long RunLive sleeps when no class has backup_interval.
 const liveIdle = time.Minute
+
+// takenSince reports whether the keeper's snapshot name (of an archive)
+// was taken in the second of release time t or later (t is to the second):
+// a snapshot older than the release holds an earlier tenant's data.
+func takenSince(name string, t time.Time) bool {
+	_, at, ok := strings.Cut(name, "@"+SnapshotPrefix)
+	if !ok {
+		return false
+	}
+	taken, err := time.Parse(snapTimeFormat, at)
+	return err == nil && !taken.Before(t.Truncate(time.Second))
+}
 
 // liveProps are what LivePass reads of each slot dataset.
 var liveProps = append([]string{record.PropManaged, record.PropState, record.PropKeyID}, record.OwnerProps...)
@@ -173,7 +186,7 @@ func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Durat
 		// keep the loop busy.
 		k.live[u.Name] = liveMark{alloc: u.AllocID, at: time.Now()}
 		next = min(next, u.Interval)
-		if errors.Is(err, zfs.ErrNotExist) {
+		if errors.Is(err, zfs.ErrNotExist) || errors.Is(err, ErrChangedHands) {
 			// Released (renamed into the archive) since the read: the
 			// archive's pass sends it.
 			k.log.Debug("a dataset in use left before its live backup", "dataset", u.Name, "error", err)
@@ -261,4 +274,36 @@ func (k *Keeper) settle(ctx context.Context, dir string, id retention.Identity) 
 			}
 		}
 	}
+}
+
+// ErrChangedHands says that a dataset in use was released, or handed to
+// another tenant, while its live backup was taken: nothing of it is sent.
+var ErrChangedHands = errors.New("the dataset changed hands")
+
+// inUseAs reads dataset a.Name and returns its GUID when it is still in use
+// by a's allocation (the plugin's, reserved, that owner), or an error
+// matching ErrChangedHands when it is not: a live backup takes its
+// snapshot between two such reads of the same GUID, so that it never sends
+// another dataset (a spare made under the name, another tenant's) as a's.
+func (k *Keeper) inUseAs(ctx context.Context, a retention.Archive) (uint64, error) {
+	ds, err := k.zfs.Get(ctx, a.Name, 0, append([]string{"guid"}, liveProps...)...)
+	if err != nil {
+		return 0, err
+	}
+	if len(ds) != 1 || ds[0].Name != a.Name || ds[0].Err != nil {
+		return 0, fmt.Errorf("%s: not read as one dataset: %w", a.Name, ErrChangedHands)
+	}
+	d := ds[0]
+	stored, _ := d.Local(record.PropState)
+	owner, _ := d.Local(record.PropOwner)
+	o, oerr := record.RecordedOwner(d)
+	if !record.IsManaged(d, record.ManagedSlot) || record.StateOf(stored, owner) != record.StateReserved || oerr != nil || o.AllocID != a.AllocID {
+		return 0, fmt.Errorf("%s: no longer in use by allocation %s: %w", a.Name, a.AllocID, ErrChangedHands)
+	}
+	v, _ := d.Value("guid")
+	g, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || g == 0 {
+		return 0, fmt.Errorf("%s: guid %q: %w", a.Name, v, ErrChangedHands)
+	}
+	return g, nil
 }

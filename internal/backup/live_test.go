@@ -3,6 +3,7 @@ package backup
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -25,4 +26,20 @@ func TestParseInUse_SavedZFSFuseOutput(t *testing.T) {
 	must.Eq(t, "etl", got[1].Identity.Job)
 	must.True(t, got[1].Owner.Known())
 	must.SliceEmpty(t, ParseInUse("state", "capt/nomad/other", ds), must.Sprint("another class's datasets are not this one's"))
+}
+
+func TestTakenSince(t *testing.T) {
+	rel := time.Date(2026, 12, 5, 12, 0, 7, 0, time.UTC) // release times are to the second
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"p/.archive/x@" + SnapshotPrefix + "20261205T120007.250000000Z", true}, // the same second
+		{"p/.archive/x@" + SnapshotPrefix + "20261205T120009.000000000Z", true},
+		{"p/.archive/x@" + SnapshotPrefix + "20261205T120006.999999999Z", false}, // before: an earlier tenant's
+		{"p/.archive/x@" + SnapshotPrefix + "garbage", false},
+		{"p/.archive/x@operators-own", false},
+	} {
+		must.EqOp(t, tc.want, takenSince(tc.name, rel), must.Sprint(tc.name))
+	}
 }

@@ -69,7 +69,8 @@ type PrunedChain struct {
 // policy p at now. It is a pure function. Nothing is deleted unless the
 // newest stream's chain is complete (its manifests link up, and present
 // says each of its streams is there whole) and began grace (PruneGrace in
-// the plugin) before now; that chain is never deleted. An older chain is
+// the plugin) before now, or one older is complete and did (the anchor:
+// only chains older than it go); the newest chain is never deleted. An older chain is
 // deleted whole when none of its streams is of the newest p.Keep
 // allocations (rule "keep"); when it holds none of their newest streams,
 // only older ones (live backups: rule "superseded"); or when every stream
@@ -87,9 +88,6 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 		if !present(m) {
 			return nil // a stream of it is missing or cut: nothing goes
 		}
-	}
-	if now.Sub(newest[0].Created) < grace {
-		return nil // readers and senders may still use the older chains
 	}
 	index := byGUID(ms)
 	// rootOf is the GUID of the full stream a stream's chain starts from;
@@ -110,19 +108,25 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 		}
 		kept[m.AllocID] = true
 	}
-	// The chains that hold a kept allocation's newest stream: its data as
-	// it last was. A chain that holds only older streams of kept
+	// The chains that hold a kept allocation's newest stream of each of
+	// its slots: its data as it last was. A chain that holds only older streams of kept
 	// allocations (live backups since sent again in a newer chain) is
 	// superseded. An allocation whose newest stream's chain is broken
 	// needs all of its chains.
-	holds, unsure, newestSeen := map[uint64]bool{}, map[string]bool{}, map[string]bool{}
+	// Per allocation and slot: an allocation that held several devices
+	// left a dataset (and a chain) per slot.
+	type allocSlot struct {
+		alloc string
+		slot  int
+	}
+	holds, unsure, newestSeen := map[uint64]bool{}, map[string]bool{}, map[allocSlot]bool{}
 	for _, m := range ms {
-		if !kept[m.AllocID] || newestSeen[m.AllocID] {
+		if !kept[m.AllocID] || newestSeen[allocSlot{m.AllocID, m.Slot}] {
 			continue
 		}
-		newestSeen[m.AllocID] = true
-		if r := rootOf(m); r != 0 {
-			holds[r] = true
+		newestSeen[allocSlot{m.AllocID, m.Slot}] = true
+		if chain, err := chainIn(index, m); err == nil && allPresent(chain, present) {
+			holds[chain[0].GUID] = true
 		} else {
 			unsure[m.AllocID] = true
 		}
@@ -138,6 +142,24 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 			roots = append(roots, r) // newest first, as ms
 		}
 		chains[r] = append(chains[r], m)
+	}
+	// Readers and senders that listed backup_dir before a chain began may
+	// still use the chain before it, for grace: only chains older than
+	// the newest complete chain that began longer ago than grace (the
+	// anchor) may go. With live backups a new chain may begin more often
+	// than grace; the older ones still go.
+	if now.Sub(newest[0].Created) < grace {
+		anchor := -1
+		for i, r := range roots {
+			if allPresent(chains[r], present) && now.Sub(index[r].Created) >= grace {
+				anchor = i
+				break
+			}
+		}
+		if anchor < 0 {
+			return nil
+		}
+		roots = roots[anchor+1:]
 	}
 	var out []PrunedChain
 	for _, r := range roots {
@@ -241,4 +263,14 @@ func leftovers(dir string, ms []Manifest, now time.Time, grace time.Duration) ([
 		out = append(out, filepath.Join(dir, n))
 	}
 	return out, nil
+}
+
+// allPresent reports whether present says every stream of ms is there.
+func allPresent(ms []Manifest, present func(Manifest) bool) bool {
+	for _, m := range ms {
+		if !present(m) {
+			return false
+		}
+	}
+	return true
 }

@@ -54,6 +54,7 @@ func TestPlanPrune(t *testing.T) {
 		return Manifest{GUID: guid, BaseGUID: base, AllocID: alloc, ReleasedAt: at, Created: at,
 			path: fmt.Sprintf("/b/id/%d.json", guid), Stream: fmt.Sprintf("%d.zstream", guid)}
 	}
+	slot := func(m Manifest, i int) Manifest { m.Slot = i; return m }
 	guids := func(cs []PrunedChain) [][]uint64 {
 		var out [][]uint64
 		for _, c := range cs {
@@ -98,6 +99,8 @@ func TestPlanPrune(t *testing.T) {
 			[][]uint64{{1, 2, 3, 2}}},
 		{"a chain with a kept allocation's last stream stays",
 			[]Manifest{b(5, 4, "x", 1), b(4, 0, "x", 2), b(3, 2, "x", 3), b(2, 1, "w", 4), b(1, 0, "w", 5)}, retention.Policy{Keep: 3}, nil},
+		{"an allocation's other slot's chain is not superseded by its first slot's",
+			[]Manifest{slot(b(5, 4, "x", 1), 0), slot(b(4, 0, "x", 2), 0), slot(b(3, 2, "x", 3), 1), slot(b(2, 1, "x", 4), 1), slot(b(1, 0, "x", 5), 1)}, retention.Policy{Keep: 3}, nil},
 		{"a kept allocation whose newest chain is broken keeps its older chains",
 			[]Manifest{b(6, 0, "y", 1), b(5, 77, "x", 2), b(3, 2, "x", 3), b(2, 1, "x", 4), b(1, 0, "x", 5)}, retention.Policy{Keep: 3}, nil},
 		{"several older chains, newest first",
@@ -117,6 +120,15 @@ func TestPlanPrune(t *testing.T) {
 	young[0].Created = now.Add(-PruneGrace + time.Minute)
 	must.SliceEmpty(t, PlanPrune(young, retention.Policy{Keep: 1}, now, PruneGrace, func(Manifest) bool { return true }))
 	must.SliceLen(t, 1, PlanPrune(young, retention.Policy{Keep: 1}, now.Add(time.Minute), PruneGrace, func(Manifest) bool { return true }))
+	// Chains that begin more often than the grace (live backups): the
+	// chain before the newest stays for the grace, older ones go.
+	often := []Manifest{b(6, 0, "x", 0), b(4, 0, "x", 1), b(1, 0, "x", 5)}
+	often[0].Created = now.Add(-PruneGrace + time.Minute)
+	got := PlanPrune(often, retention.Policy{Keep: 1}, now, PruneGrace, func(Manifest) bool { return true })
+	must.Eq(t, [][]uint64{{1, 2}}, guids(got), must.Sprint("the oldest chain, superseded; the one before the newest stays"))
+	// Not when the chain before the newest is missing a stream: nothing
+	// goes.
+	must.SliceEmpty(t, PlanPrune(often, retention.Policy{Keep: 1}, now, PruneGrace, func(m Manifest) bool { return m.GUID != 4 }))
 }
 
 func TestLeftovers(t *testing.T) {
