@@ -185,14 +185,22 @@ func TestRestoreAcrossNodes(t *testing.T) {
 	must.EqOp(t, agentA.NodeID, first.NodeID)
 	_, _, err = agentA.API.Jobs().Deregister("keeper", false, nil)
 	must.NoError(t, err)
+	// The archive is marked as in backup_dir right after its manifest is
+	// written: wait for both.
 	var manifests []string
-	agentA.Wait(t, "the archive in backup_dir", releaseTimeout, func() (bool, string) {
+	var arch string
+	agentA.Wait(t, "the archive in backup_dir, and marked so", releaseTimeout, func() (bool, string) {
 		manifests, _ = filepath.Glob(filepath.Join(backups, "nomad-device-zfs", "*", "*.json"))
-		return len(manifests) == 1, fmt.Sprintf("%d manifests", len(manifests))
+		if len(manifests) != 1 {
+			return false, fmt.Sprintf("%d manifests", len(manifests))
+		}
+		arch = archivedFor(t, poolA, parentA+"/.archive", first.ID)
+		if arch == "" {
+			return false, "no archive of the first allocation"
+		}
+		mark := poolA.Prop(t, arch, "nomad-device-zfs:backup")
+		return mark != "" && mark != "-", fmt.Sprintf("%s marked %q", arch, mark)
 	})
-	arch := archivedFor(t, poolA, parentA+"/.archive", first.ID)
-	must.NotEq(t, "", arch)
-	must.NotEq(t, "", poolA.Prop(t, arch, "nomad-device-zfs:backup"))
 	step("client A: %s sent to %s", arch, manifests[0])
 
 	// The same job pinned to client B, which has no archive of it.
