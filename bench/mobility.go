@@ -263,7 +263,7 @@ func (r *MobilityResult) move(ctx context.Context, o MobilityOptions, logf func(
 		if err != nil || len(sent) != 1 {
 			return fmt.Errorf("send %d: %d sent, %v", i, len(sent), err)
 		}
-		got, err := kb.Fetch(ctx, "state", owner, time.Time{})
+		got, err := kb.Fetch(ctx, "state", owner, retention.Archive{})
 		if err != nil || got == "" {
 			return fmt.Errorf("fetch %d: %q, %v", i, got, err)
 		}

@@ -30,6 +30,9 @@ type counterOut struct {
 	hostPath   string
 	restoredAt string
 	start      int
+	// writerBefore is the allocation that wrote the data last before this
+	// one ("" for none): the file writer in the dataset, read at start.
+	writerBefore string
 }
 
 // readCounterOut waits until alloc's task has printed its start line, and
@@ -56,7 +59,7 @@ func readCounterOut(t *testing.T, agent *nomadtest.Agent, alloc *api.Allocation)
 		if err != nil {
 			return false, fmt.Sprintf("start=%q: %v", start, err)
 		}
-		out = counterOut{hostPath: kv["host_path"], restoredAt: kv["restored_at"], start: n}
+		out = counterOut{hostPath: kv["host_path"], restoredAt: kv["restored_at"], start: n, writerBefore: kv["writer_before"]}
 		return true, ""
 	})
 	return out
@@ -119,6 +122,15 @@ func (l *lostNode) end(server *nomadtest.Agent) {
 			server.StopJob(t, id, releaseTimeout)
 		}
 	}
+	l.collect(server)
+}
+
+// collect has client L collect its allocations' directories (their
+// secrets mounts with them), which must all have stopped, and waits until
+// it did.
+func (l *lostNode) collect(server *nomadtest.Agent) {
+	t := l.t
+	t.Helper()
 	// (The GC call answers with an empty body, which the API's decoder
 	// reports as EOF: the wait checks the effect.)
 	_ = l.agent.API.Nodes().GC(l.agent.NodeID, nil)

@@ -142,10 +142,10 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	// (full, then incremental) into its archive, byte for byte.
 	// A local archive released after the newest backup wins: nothing
 	// is received.
-	none, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Now())
+	none, err := b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{Name: "local", ReleasedAt: time.Now()})
 	must.NoError(t, err)
 	must.Eq(t, "", none)
-	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	must.NoError(t, err)
 	must.StrHasPrefix(t, b.cfg.ArchiveDataset()+"/state-0.", got)
 	must.Eq(t, want, b.sum(t, got))
@@ -156,7 +156,7 @@ func TestBackup_FullThenIncrementalReceivedOnAnotherNode(t *testing.T) {
 	// Another identity finds nothing.
 	other := tenant(3)
 	other.AllocName = "db.g[1]"
-	none, err = b.keeper.Fetch(ctx, "state", other, time.Time{})
+	none, err = b.keeper.Fetch(ctx, "state", other, retention.Archive{})
 	must.NoError(t, err)
 	must.Eq(t, "", none)
 }
@@ -188,7 +188,7 @@ func TestBackup_DamagedStreamsAreNeverReceived(t *testing.T) {
 			tc.damage(t, sent[0].StreamPath())
 
 			must.True(t, errors.Is(backup.Verify(sent[0]), backup.ErrCorrupt))
-			_, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+			_, err = b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 			must.ErrorIs(t, err, backup.ErrCorrupt)
 			left := b.pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", b.cfg.ArchiveDataset())
 			must.Eq(t, b.cfg.ArchiveDataset(), strings.TrimSpace(left), must.Sprint("nothing received"))
@@ -236,7 +236,7 @@ func TestBackup_ACutSendLeavesNoStreamAndIsSentAgain(t *testing.T) {
 	must.EqOp(t, "", a.pool.Prop(t, arch, retention.PropBackup), must.Sprint("not marked backed up"))
 	snaps := snapshotsOf(t, a.pool, arch)
 	must.SliceLen(t, 1, snaps, must.Sprint("the snapshot taken for the send stays for the next pass"))
-	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, "", got, must.Sprint("no backup to receive"))
 
@@ -247,7 +247,7 @@ func TestBackup_ACutSendLeavesNoStreamAndIsSentAgain(t *testing.T) {
 	must.EqOp(t, uint64(0), sent[0].BaseGUID)
 	must.Eq(t, snaps, snapshotsOf(t, a.pool, arch), must.Sprint("the same snapshot, sent again, no new one taken"))
 	must.NoError(t, backup.Verify(sent[0]))
-	got, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	got, err = b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, want, b.sum(t, got))
 }
@@ -349,7 +349,7 @@ func TestBackup_ChainsRestartAndOldChainsArePrunedWhole(t *testing.T) {
 	must.Eq(t, []string{arch + "@" + sent[2].Snapshot}, snapshotsOf(t, a.pool, arch))
 
 	want := a.sum(t, arch)
-	got, err := b.keeper.Fetch(ctx, "state", tenant(4), time.Time{})
+	got, err := b.keeper.Fetch(ctx, "state", tenant(4), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, want, b.sum(t, got))
 }
@@ -376,7 +376,7 @@ func TestBackup_ADatasetBeingReceivedIsNoArchive(t *testing.T) {
 	}
 	done := make(chan fetched, 1)
 	go func() {
-		name, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+		name, err := b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 		done <- fetched{name, err}
 	}()
 	args := w.WaitPaused(t, "set", time.Minute)
@@ -471,7 +471,7 @@ func TestBackup_LiveBackupsWhileTheTaskRuns(t *testing.T) {
 	// The task writes on; its node is lost before the next live backup.
 	// Node b takes the newest live backup after LiveSettle.
 	a.write(t, ds, 1)
-	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, atSecond, b.sum(t, got), must.Sprint("the data of the last live backup"))
 	// It arrives as an archive of the identity (the stream carried the
@@ -486,7 +486,7 @@ func TestBackup_LiveBackupsWhileTheTaskRuns(t *testing.T) {
 
 	// With max_restore_lag shorter than its age, it is refused.
 	live(b, time.Nanosecond)
-	_, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	_, err = b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	var stale *backup.StaleError
 	must.True(t, errors.As(err, &stale), must.Sprintf("a StaleError, not %v", err))
 	must.ErrorIs(t, err, backup.ErrStale)
@@ -505,7 +505,7 @@ func TestBackup_LiveBackupsWhileTheTaskRuns(t *testing.T) {
 	must.False(t, sent[0].Live)
 	must.EqOp(t, second.GUID, sent[0].BaseGUID)
 	must.False(t, strings.HasPrefix(sent[0].Snapshot, backup.LiveSnapshotPrefix))
-	got, err = b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	got, err = b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, final, b.sum(t, got))
 	must.Eq(t, []string{arch + "@" + sent[0].Snapshot}, snapshotsOf(t, a.pool, arch))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -74,7 +75,7 @@ func TestBackup_EncryptedArchiveMovesWithItsKey(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, os.FileMode(0o600), fi.Mode().Perm())
 
-	got, err := b.keeper.Fetch(ctx, "state", tenant(2), time.Time{})
+	got, err := b.keeper.Fetch(ctx, "state", tenant(2), retention.Archive{})
 	must.NoError(t, err)
 	must.NotEq(t, "", got)
 	must.Eq(t, id, b.pool.Prop(t, got, record.PropKeyID))

@@ -19,12 +19,13 @@ import (
 
 // Fetch receives the newest backup of owner o's identity in class from
 // backup_dir into the archive container, named as its release named it,
-// and returns the archive's name, when that backup was released after
-// newerThan (the local archive's release; zero for none); "" when
-// backup_dir holds none newer (or none is configured). A chain that does
-// not verify is an error and nothing is received; what a failed receive
-// left is destroyed. ctx bounds the whole (Reserve's reserve_timeout).
-func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerThan time.Time) (string, error) {
+// and returns the archive's name, when it holds newer data than local (the
+// identity's newest local archive, as retention ranks them; zero for
+// none): see newerThanLocal. It returns "" when backup_dir holds none
+// newer (or none is configured). A chain that does not verify is an error
+// and nothing is received; what a failed receive left is destroyed. ctx
+// bounds the whole (Reserve's reserve_timeout).
+func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local retention.Archive) (string, error) {
 	cfg, _ := k.config()
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
 		return "", nil
@@ -33,7 +34,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 	// A live backup newest: wait a little for its allocation's final
 	// stream (its release on its node sends it within seconds), outside
 	// fetchMu, which restores of other identities take.
-	if newest, err := k.newest(cfg.Dir, id); err == nil && newest.Live && newest.ReleasedAt.After(newerThan) {
+	if ms, _, err := List(cfg.Dir, &id); err == nil && len(ms) > 0 && ms[0].Live && newerThanLocal(ms, ms[0], local) {
 		k.settle(ctx, cfg.Dir, id)
 	}
 	k.fetchMu.Lock()
@@ -52,14 +53,15 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 	if err != nil {
 		return "", err
 	}
+	newest := chain[len(chain)-1]
+	k.warnLate(ms, newest, local)
+	if !newerThanLocal(ms, newest, local) {
+		return "", nil // the local archive is as new
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, SendTimeout)
 		defer cancel()
-	}
-	newest := chain[len(chain)-1]
-	if !newest.ReleasedAt.After(newerThan) {
-		return "", nil // the local archive is as new
 	}
 	if lag := cfg.MaxLag[class]; newest.Live && lag > 0 && time.Since(newest.ReleasedAt) > lag {
 		return "", &StaleError{Identity: id, Newest: newest, Age: time.Since(newest.ReleasedAt).Truncate(time.Second), MaxLag: lag}
@@ -136,6 +138,51 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, newerT
 	k.log.Info("received a backup from backup_dir", "dataset", target, "identity", id.String(), "streams", len(chain), "from_node", newest.Node,
 		"live", newest.Live, "taken", newest.ReleasedAt, "age", time.Since(newest.ReleasedAt).Truncate(time.Second))
 	return target, nil
+}
+
+// newerThanLocal reports whether newest, the newest of ms (one identity's
+// manifests, as List orders them), holds newer data than local, the
+// identity's newest local archive (zero Name: none). The data's lineage
+// decides first: of two allocations, the one whose data a later one's
+// descends from (record.Superseded, over ms and local together) is the
+// older, however late it was released; two that neither supersedes, or
+// the same allocation's, are ordered by time.
+func newerThanLocal(ms []Manifest, newest Manifest, local retention.Archive) bool {
+	if local.Name == "" {
+		return true
+	}
+	sup := superseded(ms, local)
+	if ls, bs := local.AllocID != "" && sup[local.AllocID], sup[newest.AllocID]; ls != bs {
+		return ls
+	}
+	return newest.ReleasedAt.After(local.ReleasedAt)
+}
+
+// superseded is record.Superseded over ms and local together.
+func superseded(ms []Manifest, local retention.Archive) map[string]bool {
+	left := []record.Left{{AllocID: local.AllocID, From: local.From}}
+	for _, m := range ms {
+		left = append(left, record.Left{AllocID: m.AllocID, From: m.From})
+	}
+	return record.Superseded(left)
+}
+
+// warnLate logs the streams in ms of allocations that a successor's data
+// descends from, written after the newest (the data restored) was taken:
+// a lost node that came back and released its allocation after the
+// successor restored from an earlier backup. What that allocation wrote
+// after the successor's restore began is in backup_dir, but no restore
+// takes it; retention deletes it with its chain.
+func (k *Keeper) warnLate(ms []Manifest, newest Manifest, local retention.Archive) {
+	sup := superseded(ms, local)
+	for _, m := range ms {
+		if sup[m.AllocID] && m.AllocID != newest.AllocID && m.ReleasedAt.After(newest.ReleasedAt) {
+			k.log.Warn("a backup of an allocation a successor restored from was taken after the data restored now: what it wrote since is not restored",
+				"identity", m.Identity.String(), "alloc_id", m.AllocID, "node", m.Node, "manifest", m.Path(), "taken", m.ReleasedAt,
+				"restored_from", newest.Path(), "restored_taken", newest.ReleasedAt)
+			return
+		}
+	}
 }
 
 // receivingName returns a new name in the archive container for a receive

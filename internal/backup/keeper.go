@@ -411,7 +411,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	defer cancel()
 	m := Manifest{Identity: a.Identity, AllocID: a.AllocID, Node: node, Dataset: a.Name, Slot: a.Slot,
 		Snapshot: strings.SplitN(snap.Name, "@", 2)[1], GUID: snap.GUID, BaseGUID: base.GUID, ReleasedAt: a.ReleasedAt,
-		KeyID: a.KeyID, Live: live}
+		KeyID: a.KeyID, Live: live, From: a.From}
 	keySaved := false
 	if a.KeyID != "" {
 		if keySaved, err = saveKey(cfg.KeyDir, dir, a.Identity, a.KeyID); err != nil {

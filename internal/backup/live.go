@@ -53,7 +53,7 @@ func takenSince(name string, t time.Time) bool {
 }
 
 // liveProps are what LivePass reads of each slot dataset.
-var liveProps = append([]string{record.PropManaged, record.PropState, record.PropKeyID}, record.OwnerProps...)
+var liveProps = append([]string{record.PropManaged, record.PropState, record.PropKeyID, record.PropDataFrom}, record.OwnerProps...)
 
 // liveMark is a dataset in use as the keeper last backed it up.
 type liveMark struct {
@@ -90,8 +90,12 @@ func ParseInUse(class, classDataset string, ds []zfs.Dataset) []InUse {
 			continue
 		}
 		keyID, _ := d.Local(record.PropKeyID)
+		var from record.Lineage
+		if v, ok := d.Local(record.PropDataFrom); ok {
+			from, _ = record.ParseLineage(v) // none known: ordered by time
+		}
 		out = append(out, InUse{Archive: retention.Archive{Name: d.Name, Class: class, Slot: index, Owner: o, AllocID: o.AllocID,
-			Identity: retention.IdentityOf(class, o), KeyID: keyID}})
+			Identity: retention.IdentityOf(class, o), KeyID: keyID, From: from}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

@@ -2,11 +2,13 @@ package backup
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -14,7 +16,10 @@ import (
 func TestParseInUse_SavedZFSFuseOutput(t *testing.T) {
 	out, err := os.ReadFile("testdata/get-class-zfs-fuse-0.7.txt")
 	must.NoError(t, err)
-	ds, err := zfs.ParseGet(out, append(append([]string(nil), liveProps...), "name"))
+	// Captured before liveProps held the data's lineage (none there was
+	// restored): the props asked for then.
+	captured := slices.DeleteFunc(slices.Clone(liveProps), func(p string) bool { return p == record.PropDataFrom })
+	ds, err := zfs.ParseGet(out, append(captured, "name"))
 	must.NoError(t, err)
 	got := ParseInUse("state", "capt/nomad/state", ds)
 	must.SliceLen(t, 2, got)

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 )
 
@@ -67,6 +68,10 @@ type Manifest struct {
 	// KeyID is the key of an encrypted archive (a raw stream): its key
 	// file is KeyFile beside the manifest. "" for a plain one.
 	KeyID string `json:"key_id,omitempty"`
+	// From is the lineage of its data (record.PropDataFrom on the dataset
+	// sent): the allocations it was restored from, newest first. An
+	// allocation a later one's lineage names is superseded (List).
+	From record.Lineage `json:"data_from,omitempty"`
 
 	// path is where the manifest was read from (List); not stored.
 	path string
@@ -142,13 +147,30 @@ func List(dir string, only *retention.Identity) ([]Manifest, []Problem, error) {
 			out = append(out, m)
 		}
 	}
+	sortNewestFirst(out)
+	return out, problems, nil
+}
+
+// sortNewestFirst orders manifests newest first in the data's lineage: the
+// streams of an allocation whose data a later allocation's descends from
+// (record.Superseded: a successor restored from it) come after every
+// other, however late they were written (a lost node that came back and
+// released it after its successor ran); then by when each was written.
+func sortNewestFirst(out []Manifest) {
+	left := make([]record.Left, len(out))
+	for i, m := range out {
+		left[i] = record.Left{AllocID: m.AllocID, From: m.From}
+	}
+	sup := record.Superseded(left)
 	sort.SliceStable(out, func(i, j int) bool {
+		if si, sj := sup[out[i].AllocID], sup[out[j].AllocID]; si != sj {
+			return sj
+		}
 		if !out[i].Created.Equal(out[j].Created) {
 			return out[i].Created.After(out[j].Created)
 		}
 		return out[i].path < out[j].path
 	})
-	return out, problems, nil
 }
 
 // EnsureRoot makes <dir>/nomad-device-zfs when dir exists, so that List can

@@ -41,29 +41,44 @@ type archiveSource struct {
 	keeper *backup.Keeper
 }
 
-// Claim returns the archives of o's identity, held against pruning: the
-// local ones, unless backup_dir holds a newer backup of the identity (it
-// was on another node since), which is then received and claimed. A
-// backup_dir that cannot be read is an error, local archives or not: which
-// is newest cannot be known.
-func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner) ([]string, func(), error) {
-	names, at, release, err := a.pruner.ClaimNewest(ctx, class, o)
+// Claim returns the archives of o's identity, held against pruning, and
+// the lineage their data has once restored: the local ones, unless
+// backup_dir holds newer data of the identity (it was on another node
+// since; backup.Keeper.Fetch decides, by the data's lineage, then by
+// time), which is then received and claimed. A backup_dir that cannot be
+// read is an error, local archives or not: which is newest cannot be
+// known.
+func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner) ([]string, record.Lineage, func(), error) {
+	names, local, release, err := a.pruner.ClaimNewest(ctx, class, o)
 	if err != nil {
-		return nil, release, err
+		return nil, nil, release, err
 	}
-	got, err := a.keeper.Fetch(ctx, class, o, at)
+	got, err := a.keeper.Fetch(ctx, class, o, local)
 	switch {
 	case err != nil:
 		release()
-		return nil, func() {}, fmt.Errorf("fetching from backup_dir: %w", err)
+		return nil, nil, func() {}, fmt.Errorf("fetching from backup_dir: %w", err)
 	case got == "":
-		return names, release, nil
+		return names, lineageOf(names, local), release, nil
 	}
 	release()
-	names, _, release, err = a.pruner.ClaimNewest(ctx, class, o)
-	if err == nil && len(names) == 0 {
+	names, local, release, err = a.pruner.ClaimNewest(ctx, class, o)
+	switch {
+	case err == nil && len(names) == 0:
 		release()
-		return nil, func() {}, fmt.Errorf("received %s from backup_dir, but the archive does not hold it for %s", got, o)
+		return nil, nil, func() {}, fmt.Errorf("received %s from backup_dir, but the archive does not hold it for %s", got, o)
+	case err == nil && local.Name != got:
+		release()
+		return nil, nil, func() {}, fmt.Errorf("received %s from backup_dir, but the archive ranks %s newer for %s", got, local.Name, o)
 	}
-	return names, release, err
+	return names, lineageOf(names, local), release, err
+}
+
+// lineageOf is the lineage of newest's data once restored; none when
+// nothing was claimed.
+func lineageOf(names []string, newest retention.Archive) record.Lineage {
+	if len(names) == 0 {
+		return nil
+	}
+	return newest.Lineage()
 }

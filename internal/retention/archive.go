@@ -92,7 +92,15 @@ type Archive struct {
 	// KeyID is its key's ID when it is encrypted ("" for none): pruning
 	// removes the key file after the dataset.
 	KeyID string `json:"-"`
+	// From is the lineage of its data (record.PropDataFrom): the
+	// allocations it was restored from, newest first; nil for none, or
+	// for a value that does not parse.
+	From record.Lineage `json:"data_from,omitempty"`
 }
+
+// Lineage is the lineage of a's data once restored into a slot
+// (record.PropDataFrom): its allocation, then its own lineage.
+func (a Archive) Lineage() record.Lineage { return a.From.Descend(a.AllocID) }
 
 // Skipped is a dataset in the archive container that retention leaves
 // alone, with why.
@@ -124,7 +132,7 @@ const PropArchiveQuota = "nomad-device-zfs:archive-quota"
 const PropBackup = record.PropBackup
 
 // Props are the properties Parse needs, in the order Pruner asks for them.
-var Props = append([]string{"used", "quota", record.PropManaged, record.PropState, record.PropReleasedAt, PropArchiveQuota, PropBackup, record.PropKeyID}, record.OwnerProps...)
+var Props = append([]string{"used", "quota", record.PropManaged, record.PropState, record.PropReleasedAt, PropArchiveQuota, PropBackup, record.PropKeyID, record.PropDataFrom}, record.OwnerProps...)
 
 // Parse sorts one read of the archive container (`zfs get -r -d 1` of
 // container, with Props) into the container, the archives retention may
@@ -184,6 +192,9 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 		a.Backup = v
 	}
 	a.KeyID, _ = d.Local(record.PropKeyID)
+	if v, ok := d.Local(record.PropDataFrom); ok {
+		a.From, _ = record.ParseLineage(v) // none known: ordered by time
+	}
 	o, err := record.RecordedOwner(d)
 	if err != nil || !o.Known() {
 		a.Identity = Identity{Class: class, Index: -1, Unknown: true, Slot: slot}
@@ -202,8 +213,20 @@ func quotaOf(d zfs.Dataset) (uint64, error) {
 	return d.Bytes("quota")
 }
 
+// Newest is in the data's lineage first: an archive of an allocation whose
+// data another archive's descends from (record.Superseded: a successor
+// restored from it) comes after every other, however late its release
+// (a lost node that came back and released it after its successor ran).
 func sortNewestFirst(a []Archive) {
+	left := make([]record.Left, len(a))
+	for i, x := range a {
+		left[i] = record.Left{AllocID: x.AllocID, From: x.From}
+	}
+	sup := record.Superseded(left)
 	sort.SliceStable(a, func(i, j int) bool {
+		if si, sj := a[i].AllocID != "" && sup[a[i].AllocID], a[j].AllocID != "" && sup[a[j].AllocID]; si != sj {
+			return sj
+		}
 		if !a[i].ReleasedAt.Equal(a[j].ReleasedAt) {
 			return a[i].ReleasedAt.After(a[j].ReleasedAt)
 		}

@@ -18,8 +18,9 @@ func TestParse_SavedZFSFuseOutput(t *testing.T) {
 	out, err := os.ReadFile("testdata/get-archive-zfs-fuse-0.7.txt")
 	must.NoError(t, err)
 	// Captured before Props held the key ID (no archive there is
-	// encrypted; zfs-fuse has no encryption): the props asked for then.
-	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == record.PropKeyID })
+	// encrypted; zfs-fuse has no encryption) and the data's lineage (none
+	// there was restored): the props asked for then.
+	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == record.PropKeyID || p == record.PropDataFrom })
 	ds, err := zfs.ParseGet(out, append(captured, "name"))
 	must.NoError(t, err)
 

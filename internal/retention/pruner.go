@@ -254,28 +254,34 @@ func (p *Pruner) endDestroy() {
 
 // Claim returns the archives that hold the data of owner o's identity in
 // class (namespace, job, group, task, allocation index): those of the
-// identity's newest released allocation, in the order of the slots they
-// came from, or none. Each is held against pruning until release is
-// called; release must be called, also when names is empty. An owner whose
-// allocation index is unknown matches nothing. It reads ZFS once.
-func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner) (names []string, release func(), err error) {
-	names, _, release, err = p.ClaimNewest(ctx, class, o)
-	return names, release, err
+// identity's newest allocation (in its data's lineage, then by release:
+// see sortNewestFirst), in the order of the slots they came from, or none;
+// and from, the lineage the data has once restored (record.PropDataFrom:
+// that allocation, then its own lineage). Each is held against pruning
+// until release is called; release must be called, also when names is
+// empty. An owner whose allocation index is unknown matches nothing. It
+// reads ZFS once.
+func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner) (names []string, from record.Lineage, release func(), err error) {
+	names, newest, release, err := p.ClaimNewest(ctx, class, o)
+	if len(names) > 0 {
+		from = newest.Lineage()
+	}
+	return names, from, release, err
 }
 
-// ClaimNewest is Claim that also returns when the claimed archives were
-// released (zero for none).
-func (p *Pruner) ClaimNewest(ctx context.Context, class string, o record.Owner) (names []string, releasedAt time.Time, release func(), err error) {
+// ClaimNewest is Claim that returns the newest of the claimed archives
+// (zero for none) instead of the lineage.
+func (p *Pruner) ClaimNewest(ctx context.Context, class string, o record.Owner) (names []string, newest Archive, release func(), err error) {
 	release = func() {}
 	p.mu.Lock()
 	container := p.cfg.Container
 	p.mu.Unlock()
 	if container == "" || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
-		return nil, releasedAt, release, nil
+		return nil, newest, release, nil
 	}
 	_, archives, _, err := Read(ctx, p.zfs, container)
 	if err != nil {
-		return nil, releasedAt, release, err
+		return nil, newest, release, err
 	}
 	want := IdentityOf(class, o) // as recorded
 	var mine []Archive
@@ -289,7 +295,7 @@ func (p *Pruner) ClaimNewest(ctx context.Context, class string, o record.Owner) 
 		mine = append(mine, a)
 	}
 	if len(mine) > 0 {
-		releasedAt = mine[0].ReleasedAt
+		newest = mine[0]
 	}
 	sort.SliceStable(mine, func(i, j int) bool { return mine[i].Slot < mine[j].Slot })
 	p.mu.Lock()
@@ -303,7 +309,7 @@ func (p *Pruner) ClaimNewest(ctx context.Context, class string, o record.Owner) 
 	}
 	held := append([]string(nil), names...)
 	var once sync.Once
-	return names, releasedAt, func() {
+	return names, newest, func() {
 		once.Do(func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()

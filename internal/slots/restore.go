@@ -18,10 +18,13 @@ import (
 type Archives interface {
 	// Claim returns the archives of owner o's identity in class (its
 	// namespace, job, group, task and allocation index) left by the
-	// identity's newest released allocation, in the order of the slots
-	// they came from; none when there are none. They are not pruned until
-	// release is called, which the caller must do.
-	Claim(ctx context.Context, class string, o record.Owner) (names []string, release func(), err error)
+	// identity's newest allocation (in its data's lineage, then by
+	// release), in the order of the slots they came from; none when there
+	// are none. from is the lineage their data has once restored
+	// (record.PropDataFrom), recorded on the slot's dataset with its new
+	// owner. They are not pruned until release is called, which the
+	// caller must do.
+	Claim(ctx context.Context, class string, o record.Owner) (names []string, from record.Lineage, release func(), err error)
 }
 
 // SetArchives sets where Reserve finds archives to restore (nil for none).
@@ -118,7 +121,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 		}
 		return fail(why, true)
 	}
-	names, release, err := archives.Claim(ctx, c.Name, asker)
+	names, from, release, err := archives.Claim(ctx, c.Name, asker)
 	defer release()
 	if err != nil {
 		return fail(fmt.Sprintf("the data of %s cannot be restored (%v)", asker, err), true)
@@ -132,7 +135,7 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 			out.fresh = append(out.fresh, id)
 			continue
 		}
-		got, err := m.restoreInto(ctx, id, names[i], asker)
+		got, err := m.restoreInto(ctx, id, names[i], asker, from)
 		if errors.Is(err, errChanged) && (c.Restore == RestoreRequired || time.Since(arrived) < restoreSlotWait) {
 			// Not a failure of the restore: the slot changed, or its
 			// other name is still on its way to the archive (a release
@@ -164,14 +167,15 @@ func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []
 
 // restoreInto makes archive (of asker's identity, held against pruning)
 // serve free slot id, reserved for asker, under the slot's lock: renamed to
-// the slot's other name, then marked reserved and owned by asker, allowed
-// to mount, given the class quota, and mounted with the class's flags. The
+// the slot's other name, then marked reserved and owned by asker, its
+// data's lineage from recorded, allowed to mount, given the class quota,
+// and mounted with the class's flags. The
 // fresh dataset that served becomes the slot's spare. On return the slot
 // is the asker's with the archive's data, or, on an error before the marks
 // were written, unchanged with the archive back in place. It returns
 // errChanged, having done nothing, when the slot is no longer free or its
 // other name is still on its way to the archive: the caller decides again.
-func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker record.Owner) (Slot, error) {
+func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker record.Owner, from record.Lineage) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, id, "restore")
 	if err != nil {
 		return Slot{}, err
@@ -204,6 +208,11 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 		"canmount": "on", "refquota": strconv.FormatUint(c.Quota, 10),
 		// What the new tenant writes is backed up anew at its release.
 		record.PropBackup: record.BackupNone,
+	}
+	if len(from) > 0 {
+		// Where its data came from: a late release of an allocation in
+		// it is never taken for newer data (record.Superseded).
+		marks[record.PropDataFrom] = from.Encode()
 	}
 	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
 		// Some marks may have been written (one property at a time, or a
@@ -260,7 +269,8 @@ func restores(c Class) bool { return c.Restore == RestoreBestEffort || c.Restore
 // ended (decide said so, from a read that began after the Reserve
 // arrived), to asker, the one other holder of the device and the same
 // identity (SameIdentity): a replacement of the owner's allocation, in a
-// class with restore on. One zfs command records the new owner; the
+// class with restore on. One zfs command reads the data's lineage, one
+// records the new owner and the lineage with the owner it leaves; the
 // dataset is then mounted for it. It returns errChanged when the slot is no
 // longer what s says.
 func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
@@ -273,7 +283,17 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owne
 	if !ok || !sameTenancy(cur, s) || cur.old != nil {
 		return Slot{}, errChanged
 	}
-	if err := m.zfs.Set(ctx, cur.Dataset, record.PropOwner, asker.Encode()); err != nil {
+	// Its data's lineage gains the owner it leaves (see restoreInto).
+	p, err := m.zfs.GetExact(ctx, cur.Dataset, record.PropDataFrom)
+	if err != nil {
+		return Slot{}, fmt.Errorf("reading where the data of %s came from: %w", cur.Dataset, err)
+	}
+	var from record.Lineage
+	if p.Source == "local" || p.Source == "received" {
+		from, _ = record.ParseLineage(p.Value) // none known: the owner it leaves only
+	}
+	marks := map[string]string{record.PropOwner: asker.Encode(), record.PropDataFrom: from.Descend(cur.Owner.AllocID).Encode()}
+	if err := m.zfs.SetMany(ctx, cur.Dataset, marks); err != nil {
 		return Slot{}, fmt.Errorf("recording %s as the owner of %s: %w", asker, cur.Dataset, err)
 	}
 	m.mu.Lock()

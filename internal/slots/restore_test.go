@@ -107,6 +107,7 @@ func TestRestore_ReplacementGetsItsPredecessorsData(t *testing.T) {
 	must.Eq(t, "reserved", stateOf(t, e, got.Dataset))
 	must.Eq(t, "on", e.pool.Prop(t, got.Dataset, "canmount"))
 	must.Eq(t, "67108864", e.pool.Prop(t, got.Dataset, "refquota"))
+	must.Eq(t, first.AllocID, e.pool.Prop(t, got.Dataset, record.PropDataFrom), must.Sprint("where its data came from"))
 	must.SliceEmpty(t, archived(t, e))
 	// The fresh dataset it replaced is the slot's spare.
 	cur := slotByID(t, e, "scratch-0")
@@ -127,6 +128,7 @@ func TestRestore_ReplacementGetsItsPredecessorsData(t *testing.T) {
 	must.Eq(t, guid, e.guid(t, res[0].Dataset))
 	must.Eq(t, "tenant "+second.AllocID, readData(t, res[0]))
 	must.Eq(t, third.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
+	must.Eq(t, second.AllocID+","+first.AllocID, e.pool.Prop(t, res[0].Dataset, record.PropDataFrom), must.Sprint("the lineage gains the owner it leaves"))
 	a.start(third)
 
 	// Another identity on the same slot: the dataset is archived, and the
