@@ -70,10 +70,10 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	prefix := cfg.Container + "/"
 	target := prefix + record.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, record.MaxNameLen-len(prefix))
 	// Never into (nor, on failure, destroying) a dataset that exists.
-	if _, err := k.zfs.Get(ctx, target, 0, "used"); err == nil {
-		return target, nil
-	} else if !errors.Is(err, zfs.ErrNotExist) {
+	if ok, err := k.exists(ctx, target); err != nil {
 		return "", err
+	} else if ok {
+		return target, nil
 	}
 	keyID := newest.KeyID
 	for _, m := range chain {

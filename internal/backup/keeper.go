@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -95,6 +96,11 @@ type Keeper struct {
 	// restores of one identity never receive into the same name.
 	passMu  sync.Mutex
 	fetchMu sync.Mutex
+	// releasesWaiting counts the archive passes (Pass) waiting for passMu:
+	// a live pass yields to them between its sends (LivePass), so that a
+	// release's final stream, which a restore elsewhere waits for
+	// (LiveSettle), never waits behind a batch of live backups.
+	releasesWaiting atomic.Int32
 	// mu guards cfg and node.
 	mu   sync.Mutex
 	cfg  Config
@@ -169,7 +175,9 @@ func (k *Keeper) Run(ctx context.Context, period time.Duration) {
 // An archive is then marked (retention.PropBackup) so that it is sent
 // once. more says that archives are left for the next pass.
 func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err error) {
+	k.releasesWaiting.Add(1)
 	k.passMu.Lock()
+	k.releasesWaiting.Add(-1)
 	defer k.passMu.Unlock()
 	cfg, node := k.config()
 	if cfg.Dir == "" || len(cfg.Classes) == 0 {
@@ -453,6 +461,19 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 
 // gone reports whether dataset name is known not to exist any more.
 func (k *Keeper) gone(ctx context.Context, name string) bool {
+	ok, err := k.exists(ctx, name)
+	return err == nil && !ok
+}
+
+// exists reports whether dataset name exists; an error when ZFS cannot
+// say.
+func (k *Keeper) exists(ctx context.Context, name string) (bool, error) {
 	_, err := k.zfs.Get(ctx, name, 0, "used")
-	return errors.Is(err, zfs.ErrNotExist)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, zfs.ErrNotExist):
+		return false, nil
+	}
+	return false, err
 }

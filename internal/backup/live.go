@@ -118,7 +118,9 @@ func (k *Keeper) RunLive(ctx context.Context) {
 // backup_interval whose last live backup by this keeper is an interval old
 // (or that it has not backed up since it started, or since a new tenant
 // took it), up to BatchSize of them, longest due first. Passes and live
-// passes are serialised. next is when the next one is due.
+// passes are serialised; a live pass yields to an archive pass that waits
+// for it after each send (next is then 0). next is when the next one is
+// due.
 func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Duration, err error) {
 	k.passMu.Lock()
 	defer k.passMu.Unlock()
@@ -183,7 +185,13 @@ func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Durat
 	if len(due) > BatchSize {
 		due, next = due[:BatchSize], 0
 	}
-	for _, u := range due {
+	for i, u := range due {
+		if i > 0 && k.releasesWaiting.Load() > 0 {
+			// An archive pass waits: its release's final stream goes
+			// first; the rest are due at once after it.
+			next = 0
+			break
+		}
 		m, err := k.send(ctx, cfg, node, u.Archive, true)
 		// A failed one is tried again an interval later, not at once: a
 		// full backup_dir or a dataset on its way out would otherwise

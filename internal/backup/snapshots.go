@@ -18,11 +18,12 @@ import (
 // sweepSlots releases the keeper's older snapshots that came back into
 // slots with their archives (a restore renames the archive, snapshots and
 // all, often while its pass sends it, so that the pass cannot release
-// them): one read per class with restore on of its slots' snapshots, then,
-// on each slot dataset that holds more than one of the keeper's, a destroy
-// of all but the newest, the next increment's base. Only the keeper's own
-// snapshots ever go, never the tenant's data: should the newest not be in
-// backup_dir (a send that failed), the next backup is sent whole.
+// them), or that a live backup whose send failed left: one read per class
+// with restore on of its slots' snapshots, then, on each slot dataset that
+// holds more than one of the keeper's, a destroy of all but the newest
+// that backup_dir holds (the next increment's base; the newest of all when
+// backup_dir holds none of them). Only the keeper's own snapshots ever go,
+// never the tenant's data.
 func (k *Keeper) sweepSlots(ctx context.Context, cfg Config) error {
 	classes := make([]string, 0, len(cfg.ClassDatasets))
 	for c := range cfg.ClassDatasets {
@@ -31,34 +32,69 @@ func (k *Keeper) sweepSlots(ctx context.Context, cfg Config) error {
 		}
 	}
 	slices.Sort(classes)
+	// What backup_dir holds, read once and only when a slot needs it.
+	var inDir map[uint64]bool
+	held := func(guid uint64) bool {
+		if inDir == nil {
+			inDir = map[uint64]bool{}
+			ms, _, err := List(cfg.Dir, nil)
+			if err != nil {
+				k.log.Warn("backup_dir not read for the slots' snapshots; the newest of each is kept", "error", err)
+			}
+			for _, m := range ms {
+				inDir[m.GUID] = true
+			}
+		}
+		return inDir[guid]
+	}
+	newestHeld := func(_ string, mine []zfs.Snap) string {
+		for i := len(mine) - 1; i >= 0; i-- {
+			if held(mine[i].GUID) {
+				return mine[i].Name
+			}
+		}
+		return mine[len(mine)-1].Name
+	}
 	var errs []error
 	for _, c := range classes {
-		under, err := k.zfs.SnapshotsUnder(ctx, cfg.ClassDatasets[c])
-		if errors.Is(err, zfs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
+		if err := k.sweepUnder(ctx, cfg.ClassDatasets[c], newestHeld); err != nil {
 			errs = append(errs, fmt.Errorf("reading the snapshots of class %q's slots: %w", c, err))
-			continue
-		}
-		names := make([]string, 0, len(under))
-		for n := range under {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			var mine []zfs.Snap
-			for _, s := range under[n] {
-				if strings.HasPrefix(s.Name, n+"@"+SnapshotPrefix) {
-					mine = append(mine, s)
-				}
-			}
-			if len(mine) > 1 {
-				k.destroyOlder(ctx, mine, n, mine[len(mine)-1].Name)
-			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sweepUnder reads the snapshots of every dataset under container at once
+// and, on each that holds more than one of the keeper's (mine, oldest
+// first), destroys all of them but the one keep picks ("": none goes).
+func (k *Keeper) sweepUnder(ctx context.Context, container string, keep func(dataset string, mine []zfs.Snap) string) error {
+	under, err := k.zfs.SnapshotsUnder(ctx, container)
+	if errors.Is(err, zfs.ErrNotExist) {
+		return nil // nothing there yet
+	}
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(under))
+	for n := range under {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		var mine []zfs.Snap
+		for _, s := range under[n] {
+			if strings.HasPrefix(s.Name, n+"@"+SnapshotPrefix) {
+				mine = append(mine, s)
+			}
+		}
+		if len(mine) < 2 {
+			continue
+		}
+		if kept := keep(n, mine); kept != "" {
+			k.destroyOlder(ctx, mine, n, kept)
+		}
+	}
+	return nil
 }
 
 // pendingRelease is a dataset's older snapshots of the keeper's, to go
@@ -96,35 +132,17 @@ func (k *Keeper) sweep(ctx context.Context, container string, archives []retenti
 			marked[m.Dataset] = m.GUID
 		}
 	}
-	under, err := k.zfs.SnapshotsUnder(ctx, container)
-	if errors.Is(err, zfs.ErrNotExist) {
-		return nil // no archive yet
-	}
-	if err != nil {
-		return fmt.Errorf("reading the archives' snapshots: %w", err)
-	}
-	names := make([]string, 0, len(under))
-	for n := range under {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	err := k.sweepUnder(ctx, container, func(n string, mine []zfs.Snap) string {
 		mark, ok := marked[n]
-		if !ok {
-			continue
-		}
-		mine, keep := 0, ""
-		for _, s := range under[n] {
-			if strings.HasPrefix(s.Name, n+"@"+SnapshotPrefix) {
-				mine++
-				if s.GUID == mark {
-					keep = s.Name
-				}
+		for _, s := range mine {
+			if ok && s.GUID == mark {
+				return s.Name
 			}
 		}
-		if mine > 1 && keep != "" {
-			k.destroyOlder(ctx, under[n], n, keep)
-		}
+		return "" // not marked, or its mark is not there: left alone
+	})
+	if err != nil {
+		return fmt.Errorf("reading the archives' snapshots: %w", err)
 	}
 	return nil
 }
