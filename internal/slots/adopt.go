@@ -15,24 +15,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
-
-// unrecorded reports whether d, as the manager reads it, is in use by a
-// handover of an armed dataset that ZFS does not record yet: reserved,
-// armed, no owner.
-func unrecorded(d zfs.Dataset) bool {
-	_, armed := d.Local(PropArmed)
-	return armed && record.Recorded(d) == record.StateReserved && !hasOwner(d)
-}
-
-// unproven reports whether d, as the manager reads it, is an earlier run's
-// armed dataset with no owner that this run has not adopted (PropEarlier):
-// it may have been handed over.
-func unproven(d zfs.Dataset) bool {
-	_, ok := d.Local(PropEarlier)
-	return ok && unrecorded(d)
-}
 
 // unrecordedSlot is unrecorded for a slot as last seen: its owner is not
 // recorded on its armed dataset.
@@ -51,10 +34,10 @@ func unrecordedSlot(s Slot) bool {
 // over, and an allocation that the servers do not show started yet may be
 // using it.
 func (m *Manager) mayAdopt(v *View, s Slot, holders []Holding, asking bool) bool {
-	if s.armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.ours(s.armed) {
+	if s.armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.Ours(s.armed) {
 		return false
 	}
-	if !v.Complete || !v.Began.After(m.arm.started) {
+	if !v.Complete || !v.Began.After(m.arm.Started()) {
 		return false
 	}
 	return len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started
@@ -84,7 +67,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	if why := mayBeWritten(ctx, cur.Dataset, cur.Mountpoint, want); why != "" {
 		return false, why, nil
 	}
-	m.arm.adopt(cur.armed)
+	m.arm.Adopt(cur.armed)
 	m.setNote(s.ID, note{})
 	m.updateSlot(s.ID, func(x *Slot) { x.State = record.StateFree })
 	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.armed)
@@ -142,7 +125,7 @@ func emptyDir(ctx context.Context, dir string) (bool, error) {
 func (m *Manager) disarmFree(ctx context.Context) error {
 	var errs []error
 	for _, s := range m.Slots() {
-		if s.State != record.StateFree || s.armed == "" || !m.arm.ours(s.armed) {
+		if s.State != record.StateFree || s.armed == "" || !m.arm.Ours(s.armed) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, ownerLockWait)

@@ -219,7 +219,7 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		// is recorded behind the Reserve (recordOwner, armed.go). Unless
 		// the dataset was made again since this view (a Sync, under the
 		// slot's lock, before it installed what it made).
-		if !m.arm.claim(s.Dataset, s.armed) {
+		if !m.arm.Claim(s.Dataset, s.armed) {
 			return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {

@@ -80,7 +80,7 @@ func (m *Manager) setIncomplete(reason string) {
 		m.log.Warn("the Nomad token may not see every namespace: datasets of allocations it cannot see are never released or handed over", "reason", reason)
 	}
 	m.incomplete = reason
-	m.arm.incomplete.Store(reason != "")
+	m.arm.SetIncomplete(reason != "")
 	m.setSlotsLocked(append([]Slot(nil), m.slots...))
 }
 

@@ -11,6 +11,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -79,7 +80,7 @@ type Manager struct {
 	//   - holds are the slots held for their next tenant (hold.go).
 	//   - preps are the slots prepared at placement and not claimed by a
 	//     Reserve yet, and the Reserves under way (prepare.go).
-	arm    *arming
+	arm    *armed.Tracker
 	starts startYield
 	holds  *holds
 	preps  *preparations
@@ -158,7 +159,7 @@ type Manager struct {
 
 // NewManager returns a manager that reaches ZFS through z.
 func NewManager(z ZFS, log hclog.Logger) *Manager {
-	a := newArming()
+	a := armed.New()
 	return &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -85,7 +86,7 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 	var datasets []zfs.Dataset
 	if o.PoolErr == nil {
 		datasets, err = z.Get(ctx, cfg.Parent, 2, ObservedProps...)
-		datasets = (*arming)(nil).normalize(datasets, time.Time{}, cfg.Parent, 2, false) // as an outside observer
+		datasets = (*armed.Tracker)(nil).Normalize(datasets, time.Time{}, cfg.Parent, 2, false) // as an outside observer
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return o, fmt.Errorf("reading %s: %w", cfg.Parent, ctxErr)
 		}

@@ -2,6 +2,7 @@ package slots
 
 import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -67,8 +68,8 @@ func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) 
 	for k, n := range p.names {
 		d, ok := byName[n]
 		p.ds[k], p.kinds[k] = d, kindOf(d, ok)
-		p.unrec[k] = ok && p.kinds[k] == nameInUse && unrecorded(d)
-		p.earlier[k] = p.unrec[k] && unproven(d)
+		p.unrec[k] = ok && p.kinds[k] == nameInUse && armed.Unrecorded(d)
+		p.earlier[k] = p.unrec[k] && armed.Unproven(d)
 	}
 	return p
 }
@@ -151,7 +152,7 @@ func (p pair) roles() (cur, spare, old, withheld int) {
 func (p pair) fateDue() int {
 	for i := range p.kinds {
 		o := 1 - i
-		if p.kinds[i] == nameInUse && p.unrec[i] && !p.earlier[i] && p.kinds[o] == nameInUse && !p.unrec[o] && hasOwner(p.ds[o]) {
+		if p.kinds[i] == nameInUse && p.unrec[i] && !p.earlier[i] && p.kinds[o] == nameInUse && !p.unrec[o] && armed.HasOwner(p.ds[o]) {
 			return i
 		}
 	}

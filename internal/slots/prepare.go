@@ -302,7 +302,7 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 	}
 	if cur.armed != "" {
 		// Armed by this run: no zfs command (armed.go).
-		if !m.arm.claim(cur.Dataset, cur.armed) {
+		if !m.arm.Claim(cur.Dataset, cur.armed) {
 			return "", false, errChanged // made again since this view
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {

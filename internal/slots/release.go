@@ -99,7 +99,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 	// Every device's health warns while the token may not see every
 	// namespace, whether or not a slot is in use.
 	m.setIncomplete(nomad.Incomplete(ctx))
-	if m.arm.incomplete.Load() {
+	if m.arm.Incomplete() {
 		if err := m.disarmFree(ctx); err != nil {
 			errs = append(errs, err)
 		}

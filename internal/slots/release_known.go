@@ -153,7 +153,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 		if mnt, ok := table.At(mp); !ok || mnt.Source != made {
 			return false
 		}
-		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.tokenOf(made)
+		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.TokenOf(made)
 	case t.focus == "" || cur.State != record.StateFree && !unrecordedSlot(cur):
 		// Nothing made, or a slot in use left without a spare (but one
 		// whose handover is not recorded yet: none is made beside it on

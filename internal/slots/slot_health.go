@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -98,7 +99,7 @@ func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists
 	}
 	s.Owner, _ = record.RecordedOwner(d)
 	s.stamped = s.Owner
-	s.armed, _ = d.Local(PropArmed)
+	s.armed, _ = d.Local(armed.PropArmed)
 	_, s.ownMount = d.Local("mountpoint")
 	if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
 		if mounted, _ := d.Value("mounted"); mounted == "yes" {

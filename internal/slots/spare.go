@@ -88,7 +88,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
 	}
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil || cur.spareArmed != "" && !m.arm.current(cur.Spare, cur.spareArmed) {
+	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil || cur.spareArmed != "" && !m.arm.Current(cur.Spare, cur.spareArmed) {
 		unlock()
 		return Slot{}, errChanged
 	}
@@ -126,7 +126,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		}
 	}
 	if behind {
-		m.arm.handOver(cur.spareArmed, cur.Spare)
+		m.arm.HandOver(cur.spareArmed, cur.Spare)
 	} else if cur.spareArmed != "" {
 		// Armed by this run: only the old dataset's fate goes to ZFS, and
 		// the spare is handed over in memory once it landed.
@@ -134,7 +134,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 			unlock()
 			return Slot{}, err
 		}
-		m.arm.handOver(cur.spareArmed, cur.Spare)
+		m.arm.HandOver(cur.spareArmed, cur.Spare)
 	} else {
 		// The spare's mark and the old dataset's fate go to ZFS side by side,
 		// so that the asker waits for one transaction group rather than two.

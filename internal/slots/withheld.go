@@ -44,7 +44,7 @@ func withheldReason(ds, unsound string) string {
 // what s shows. It returns the slot as it is once the dataset is adopted,
 // else s, the dataset still withheld.
 func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision, asking bool) (Slot, error) {
-	if s.withheld == nil || !v.Complete || !v.Began.After(m.arm.started) {
+	if s.withheld == nil || !v.Complete || !v.Began.After(m.arm.Started()) {
 		return s, nil
 	}
 	holders := v.Holders(s.ID)
@@ -79,7 +79,7 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 		m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
 		return s, nil
 	}
-	m.arm.adopt(w.armed)
+	m.arm.Adopt(w.armed)
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.Spare, x.spareMount, x.spareOwn, x.spareArmed = w.Dataset, w.Mountpoint, w.ownMount, w.armed
