@@ -15,6 +15,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
 // unrecordedSlot is unrecorded for a slot as last seen: its owner is not
@@ -56,7 +57,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	cur, ok := m.slot(s.ID)
 	m.mu.Lock()
 	_, identified := m.owners[s.ID]
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	switch {
 	case !ok || cur.Dataset != s.Dataset || cur.armed != s.armed || cur.State != record.StateReserved || cur.Owner.Known() || identified:

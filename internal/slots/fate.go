@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -112,7 +113,7 @@ func (s Slot) fateDue() bool {
 func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 	old := *cur.old
 	m.mu.Lock()
-	c := classByName(m.cfg, old.Class)
+	c := reconcile.ClassByName(m.cfg, old.Class)
 	m.mu.Unlock()
 	if err := m.recordFate(ctx, c, old, old.Owner, cur.Dataset); err != nil {
 		m.mu.Lock()
@@ -132,7 +133,7 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 		if x.fateDue() && x.old.Dataset == old.Dataset {
 			o := *x.old // shared with earlier copies of the view
 			o.State = fateState(c)
-			x.old, x.sib = &o, nameReleasing
+			x.old, x.sib = &o, reconcile.NameReleasing
 		}
 	})
 	m.Kick() // the new tenant's owner, pending until now (recordOwner)

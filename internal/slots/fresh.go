@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -208,7 +209,7 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, orDash(s.why), errChanged)}
 	}
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	if err := checkMounted(s.Mountpoint, want); err != nil {
 		m.updateSlot(id, func(x *Slot) { x.setHealth(false, err.Error()) })

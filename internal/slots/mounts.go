@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
 // remountTimeout bounds one remount of a slot's mountpoint.
@@ -76,7 +77,7 @@ func (c *freeChores) prepare(s *Slot) []error {
 // mountpoint, as prepareFree does. The error names the step that failed:
 // the mount's flags, or the root directory's owner and mode.
 func readyFree(cfg Config, table hostfs.Table, tableErr error, class, mountpoint string) error {
-	c := classByName(cfg, class)
+	c := reconcile.ClassByName(cfg, class)
 	if err := ensureMount(table, tableErr, mountpoint, hostfs.FlagsFor(c.SlotProps())); err != nil {
 		return fmt.Errorf("mount is not safe to offer: %w", err)
 	}
@@ -141,7 +142,7 @@ func (m *Manager) mountForOwner(ctx context.Context, s Slot) (Slot, error) {
 // mountLocked is mountForOwner with the slot's lock held by the caller.
 func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 	m.mu.Lock()
-	c := classByName(m.cfg, s.Class)
+	c := reconcile.ClassByName(m.cfg, s.Class)
 	m.mu.Unlock()
 	want := hostfs.FlagsFor(c.SlotProps())
 	if s.Mountpoint != "" && checkMounted(s.Mountpoint, want) == nil {

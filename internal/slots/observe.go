@@ -9,6 +9,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -109,7 +110,7 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 			o.Old[s.ID] = s.old.Dataset
 		}
 	}
-	plan := MakePlan(cfg, datasets, time.Now())
+	plan := reconcile.MakePlan(cfg, datasets, time.Now())
 	o.Foreign = plan.Foreign
 	for _, d := range plan.Unreadable {
 		o.Unreadable = append(o.Unreadable, d.Name)

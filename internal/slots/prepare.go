@@ -58,6 +58,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -294,7 +295,7 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 		return "", false, errChanged
 	}
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, cur.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, cur.Class).SlotProps())
 	m.mu.Unlock()
 	if err := checkMounted(cur.Mountpoint, want); err != nil {
 		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })

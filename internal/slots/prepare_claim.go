@@ -13,6 +13,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
 // voidPreps forgets the finished preparations that view v, begun after
@@ -152,7 +153,7 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 		if !cur.ok || cur.unreadable || cur.Mountpoint == "" {
 			return nil, false, fmt.Sprintf("device %s is not sound now: %s", id, orDash(cur.why))
 		}
-		if err := checkMounted(cur.Mountpoint, hostfs.FlagsFor(classByName(cfg, cur.Class).SlotProps())); err != nil {
+		if err := checkMounted(cur.Mountpoint, hostfs.FlagsFor(reconcile.ClassByName(cfg, cur.Class).SlotProps())); err != nil {
 			return nil, false, fmt.Sprintf("device %s: %v", id, err)
 		}
 		res = append(res, cur)

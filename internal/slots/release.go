@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -212,7 +213,7 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		return false, nil
 	}
 	m.mu.Lock()
-	c := classByName(m.cfg, s.Class)
+	c := reconcile.ClassByName(m.cfg, s.Class)
 	m.mu.Unlock()
 	spare := ""
 	if !cur.Surplus {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -25,19 +26,19 @@ import (
 // slot's other name holds something other than a spare or the dataset in
 // use, or the host's mount table does not say plainly whether rs is
 // mounted at its mountpoint, or shows it mounted somewhere else too.
-func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []Action {
+func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []reconcile.Action {
 	m.mu.Lock()
 	ready, unmounted, cfg := m.archiveReady, m.archiveUnmounted, m.cfg
 	m.mu.Unlock()
-	c := classByName(cfg, rs.Class)
+	c := reconcile.ClassByName(cfg, rs.Class)
 	if !ready || c.Name != rs.Class || rs.Mountpoint == "" {
 		return nil
 	}
 	var again bool
 	switch {
-	case cur.Dataset == rs.Dataset && cur.sib == nameAbsent:
+	case cur.Dataset == rs.Dataset && cur.sib == reconcile.NameAbsent:
 		again = true
-	case cur.Dataset == rs.Dataset && cur.sib == nameFresh:
+	case cur.Dataset == rs.Dataset && cur.sib == reconcile.NameFresh:
 	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateReserved:
 		again = true // the slot's next spare
 	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateFree:
@@ -63,10 +64,10 @@ func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []Action {
 			return nil
 		}
 	}
-	actions := releaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
+	actions := reconcile.ReleaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
 	if asker.Known() {
 		for i, a := range actions {
-			if a.Kind == CreateSlot && a.Dataset == rs.Dataset {
+			if a.Kind == reconcile.CreateSlot && a.Dataset == rs.Dataset {
 				// Made for the asker: reserved, its owner recorded, in
 				// the one command that creates it.
 				props := maps.Clone(a.Props)
@@ -108,12 +109,12 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 // dataset, again as its spare once it is renamed: when the dataset that
 // serves is in use, its handover recorded (unrecordedSlot). Nothing
 // otherwise.
-func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
-	c := classByName(cfg, cur.Class)
+func (m *Manager) remake(cfg Config, cur Slot, focus string) []reconcile.Action {
+	c := reconcile.ClassByName(cfg, cur.Class)
 	if cur.old == nil || cur.old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
 		return nil
 	}
-	return []Action{{Kind: CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
+	return []reconcile.Action{{Kind: reconcile.CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
 }
 
 // settleKnown installs the outcome of work decided without a read (done,
@@ -122,16 +123,16 @@ func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
 // under its name (or none needed, the slot serving from a fresh dataset)
 // and mounted where the dataset that serves says, as the host's mount
 // table shows. It reports whether it did; otherwise the caller reads.
-func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool {
+func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []reconcile.Action) bool {
 	if t.asker.Known() || cur.Mountpoint == "" {
 		return false
 	}
 	renamed, made := false, ""
 	for _, a := range done {
 		switch {
-		case a.Kind == RenameToArchive && a.Dataset == t.focus:
+		case a.Kind == reconcile.RenameToArchive && a.Dataset == t.focus:
 			renamed = true
-		case a.Kind == CreateSlot && a.Dataset != cur.Dataset:
+		case a.Kind == reconcile.CreateSlot && a.Dataset != cur.Dataset:
 			made = a.Dataset
 		}
 	}
@@ -140,7 +141,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 		if cur.old == nil || cur.old.Dataset != t.focus || cur.old.State != record.StateReleasing || !renamed {
 			return false
 		}
-		x.old, x.sib = nil, nameAbsent
+		x.old, x.sib = nil, reconcile.NameAbsent
 	}
 	switch {
 	case made != "":
@@ -153,7 +154,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 		if mnt, ok := table.At(mp); !ok || mnt.Source != made {
 			return false
 		}
-		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.TokenOf(made)
+		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, reconcile.NameFresh, m.arm.TokenOf(made)
 	case t.focus == "" || cur.State != record.StateFree && !unrecordedSlot(cur):
 		// Nothing made, or a slot in use left without a spare (but one
 		// whose handover is not recorded yet: none is made beside it on

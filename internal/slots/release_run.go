@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
 // releaseRun is work on one slot carried out by a goroutine of its own: a
@@ -158,7 +159,7 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 		unlock()
 		return false, nil // released since s was read
 	}
-	var first []Action
+	var first []reconcile.Action
 	if start {
 		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
 	}

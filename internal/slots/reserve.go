@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -378,7 +379,7 @@ func (m *Manager) classOf(ids []string) Class {
 	if !ok {
 		return Class{}
 	}
-	return classByName(m.cfg, m.slots[i].Class)
+	return reconcile.ClassByName(m.cfg, m.slots[i].Class)
 }
 
 // retryReserve is an error of one round of Reserve that the next round may

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -181,16 +182,16 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" {
 		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
 	}
-	if cur.old != nil || cur.sib == nameReleasing {
+	if cur.old != nil || cur.sib == reconcile.NameReleasing {
 		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is still being released: %w", id, errChanged)
 	}
-	if cur.Spare != "" || cur.sib != nameAbsent {
+	if cur.Spare != "" || cur.sib != reconcile.NameAbsent {
 		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, orDash(cur.Spare))
 	}
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
-	c := classByName(cfg, cur.Class)
+	c := reconcile.ClassByName(cfg, cur.Class)
 	names := cfg.SlotNames(cur.Class, cur.Index)
 	target := names[0]
 	if cur.Dataset == names[0] {
@@ -225,7 +226,7 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 		// (set by hand) would follow it; the next read says.
 		x.Dataset, x.Mountpoint, x.ownMount = target, "", true
 		x.State, x.Owner, x.stamped = record.StateReserved, asker, asker
-		x.sib, x.present = nameFresh, true
+		x.sib, x.present = reconcile.NameFresh, true
 		x.Usage = zfs.Usage{}
 		x.setHealth(true, "")
 	})

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -54,7 +55,7 @@ type Slot struct {
 	withheld *Slot
 	// present: Dataset exists. sib is what the slot's other name holds.
 	present bool
-	sib     nameKind
+	sib     reconcile.NameKind
 
 	// stamped is the owner as recorded on the dataset.
 	stamped record.Owner

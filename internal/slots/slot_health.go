@@ -7,6 +7,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -36,11 +37,11 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			}
 		}
 		for i := 0; i < max; i++ {
-			pr := pairOf(cfg, c.Name, i, byName)
-			cur, spare, old, withheld := pr.roles()
-			d, exists := pr.ds[cur], pr.kinds[cur] != nameAbsent
-			s := slotFrom(cfg, c, i, pr.names[cur], d, exists)
-			s.present, s.sib = exists, pr.kinds[1-cur]
+			pr := reconcile.PairOf(cfg, c.Name, i, byName)
+			cur, spare, old, withheld := pr.Roles()
+			d, exists := pr.DS[cur], pr.Kinds[cur] != reconcile.NameAbsent
+			s := slotFrom(cfg, c, i, pr.Names[cur], d, exists)
+			s.present, s.sib = exists, pr.Kinds[1-cur]
 			if i >= c.Slots {
 				if !exists || d.Err == nil && (!record.IsManaged(d, record.ManagedSlot) || s.State == record.StateFree) {
 					continue // a gap, someone else's, or destroyed
@@ -49,19 +50,19 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 			}
 			s.unreadable = exists && d.Err != nil
 			s.setHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, room))
-			if why := pr.conflict(); why != "" && s.ok {
+			if why := pr.Conflict(); why != "" && s.ok {
 				s.setHealth(false, "conflict: "+why)
 			}
 			s.inRelease = !s.ok && s.why == releasingReason(s)
 			if spare >= 0 {
-				sp := slotFrom(cfg, c, i, pr.names[spare], pr.ds[spare], true)
-				if ok, _ := health(cfg, c, sp, pr.ds[spare], true, container, containerOK, unavailable, failed, room); ok {
+				sp := slotFrom(cfg, c, i, pr.Names[spare], pr.DS[spare], true)
+				if ok, _ := health(cfg, c, sp, pr.DS[spare], true, container, containerOK, unavailable, failed, room); ok {
 					s.Spare, s.spareMount, s.spareOwn, s.spareArmed = sp.Dataset, sp.Mountpoint, sp.ownMount, sp.armed
 				}
 			}
 			if withheld >= 0 {
-				w := slotFrom(cfg, c, i, pr.names[withheld], pr.ds[withheld], true)
-				ok, why := health(cfg, c, w, pr.ds[withheld], true, container, containerOK, unavailable, failed, room)
+				w := slotFrom(cfg, c, i, pr.Names[withheld], pr.DS[withheld], true)
+				ok, why := health(cfg, c, w, pr.DS[withheld], true, container, containerOK, unavailable, failed, room)
 				if ok {
 					s.withheld, why = &w, ""
 				}
@@ -71,7 +72,7 @@ func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed m
 				}
 			}
 			if old >= 0 {
-				o := slotFrom(cfg, c, i, pr.names[old], pr.ds[old], true)
+				o := slotFrom(cfg, c, i, pr.Names[old], pr.DS[old], true)
 				s.old = &o
 				if why := failed[o.Dataset]; why != "" && s.ok {
 					// Served from the other dataset meanwhile: healthy,

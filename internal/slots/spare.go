@@ -8,6 +8,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -31,7 +32,7 @@ func promoteSpare(x *Slot, state record.State) {
 	x.Dataset, x.Mountpoint, x.ownMount, x.armed = x.Spare, x.spareMount, x.spareOwn, x.spareArmed
 	x.State, x.Owner, x.stamped = state, record.Owner{}, record.Owner{}
 	x.Spare, x.spareMount, x.spareOwn, x.spareArmed = "", "", false, ""
-	x.old, x.sib, x.present = &rs, nameReleasing, true
+	x.old, x.sib, x.present = &rs, reconcile.NameReleasing, true
 	x.Usage = zfs.Usage{}
 	x.setHealth(true, "")
 }
@@ -93,7 +94,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		return Slot{}, errChanged
 	}
 	m.mu.Lock()
-	c := classByName(m.cfg, cur.Class)
+	c := reconcile.ClassByName(m.cfg, cur.Class)
 	m.mu.Unlock()
 	if err := checkMounted(cur.spareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
 		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -63,7 +64,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	read := func(ctx context.Context) ([]zfs.Dataset, error) {
 		return m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
 	}
-	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
+	datasets, err := m.converge(ctx, cfg, read, func(plan reconcile.Plan) bool {
 		m.setArchiveReady(plan.ArchiveReady, plan.ArchiveUnmounted)
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
@@ -131,7 +132,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 // plan is made from what it said, and act applies the part of the plan
 // that is the caller's, returning false when there was nothing to do. It
 // stops there, or after maxRounds rounds, and returns the last read.
-func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Context) ([]zfs.Dataset, error), act func(Plan) bool) ([]zfs.Dataset, error) {
+func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Context) ([]zfs.Dataset, error), act func(reconcile.Plan) bool) ([]zfs.Dataset, error) {
 	for round := 0; ; round++ {
 		datasets, err := read(ctx)
 		if err != nil {
@@ -140,7 +141,7 @@ func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Co
 		if hasUnreadable(datasets) {
 			datasets = m.repair(ctx, datasets)
 		}
-		if round == maxRounds || !act(MakePlan(cfg, datasets, time.Now())) {
+		if round == maxRounds || !act(reconcile.MakePlan(cfg, datasets, time.Now())) {
 			return datasets, nil
 		}
 	}

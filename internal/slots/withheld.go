@@ -16,6 +16,7 @@ import (
 	"fmt"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
 // withheldReason is the health description of a sound slot whose other
@@ -73,7 +74,7 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	}
 	w := *cur.withheld
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	if why := mayBeWritten(ctx, w.Dataset, w.Mountpoint, want); why != "" {
 		m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
@@ -83,7 +84,7 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
 		x.Spare, x.spareMount, x.spareOwn, x.spareArmed = w.Dataset, w.Mountpoint, w.ownMount, w.armed
-		x.withheld, x.sib = nil, nameFresh
+		x.withheld, x.sib = nil, reconcile.NameFresh
 		if x.whyWithheld {
 			x.setHealth(true, "")
 		}

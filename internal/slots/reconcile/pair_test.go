@@ -1,4 +1,4 @@
-package slots
+package reconcile
 
 import (
 	"testing"
@@ -113,10 +113,10 @@ func TestPair_Roles(t *testing.T) {
 			for _, d := range a.Normalize(read, time.Now(), cfg.Parent, 3, false) {
 				byName[d.Name] = d
 			}
-			p := pairOf(cfg, "scratch", 0, byName)
-			cur, spare, old, withheld := p.roles()
+			p := PairOf(cfg, "scratch", 0, byName)
+			cur, spare, old, withheld := p.Roles()
 			must.Eq(t, [4]int{tc.cur, tc.spare, tc.old, tc.withheld}, [4]int{cur, spare, old, withheld}, must.Sprint("cur, spare, old, withheld"))
-			must.EqOp(t, tc.conflict, p.conflict() != "", must.Sprint(p.conflict()))
+			must.EqOp(t, tc.conflict, p.Conflict() != "", must.Sprint(p.Conflict()))
 		})
 	}
 }
