@@ -332,5 +332,5 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker record.Owner
 // told to stop, or not in the node's list at all.
 func endedIn(v *View, o record.Owner) bool {
 	a, ok := v.Allocs[o.AllocID]
-	return !ok || a.Stopping || a.ended(o.Task)
+	return !ok || a.Stopping || a.Ended(o.Task)
 }
