@@ -12,6 +12,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -81,8 +83,8 @@ type Manager struct {
 	//   - preps are the slots prepared at placement and not claimed by a
 	//     Reserve yet, and the Reserves under way (prepare.go).
 	arm    *armed.Tracker
-	starts startYield
-	holds  *holds
+	starts starts.Yield
+	holds  *hold.Holds
 	preps  *preparations
 
 	mu       sync.Mutex
@@ -160,14 +162,16 @@ type Manager struct {
 // NewManager returns a manager that reaches ZFS through z.
 func NewManager(z ZFS, log hclog.Logger) *Manager {
 	a := armed.New()
-	return &Manager{
+	m := &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		starts: startYield{d: DefaultStartYield}, holds: newHolds(), preps: newPreparations(), proofGrace: identifyGrace,
+		holds: hold.New(), preps: newPreparations(), proofGrace: identifyGrace,
 	}
+	m.starts.Set(starts.Default)
+	return m
 }
 
 // SetNomad sets where the manager learns about allocations. Until it is
@@ -177,6 +181,14 @@ func (m *Manager) SetNomad(n Nomad) {
 	defer m.mu.Unlock()
 	m.nomad = n
 }
+
+// SetStartYield sets how long the manager's background slot work (a
+// release whose slot's spare serves meanwhile, the making of a spare)
+// yields to a task's start, counted from the start and from the end of a
+// slot's preparation at placement, and from the arrival and the answer of
+// a Reserve; 0 turns it off. NewManager sets
+// starts.Default. A Reserve never waits for it.
+func (m *Manager) SetStartYield(d time.Duration) { m.starts.Set(d) }
 
 // Changed returns a channel that is closed at the next change of the slot
 // list, health included.

@@ -233,7 +233,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 		// The asker's task is starting: from before the preparation
 		// starts a background run (the release behind a handover), and
 		// again once it is prepared.
-		m.starts.begin()
+		m.starts.Begin()
 		start := time.Now()
 		var err error
 		if how == prepFresh {
@@ -268,7 +268,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 				m.log.Warn("preparing a slot for its allocation failed; its Reserve does the work", "device", s.ID, "asker", asker.String(), "how", how, "error", err)
 			}
 		} else {
-			m.starts.begin()
+			m.starts.Begin()
 			m.log.Debug("slot prepared", "device", s.ID, "dataset", p.dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
 		}
 		close(p.done)

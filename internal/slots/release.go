@@ -235,3 +235,38 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 	})
 	return true, nil
 }
+
+// holdFor reports whether a kicked pass leaves slot s (whose owner has
+// ended, decided from a read that showed no other live holder) alone for
+// now: its spare is ready, and its owner's end was first seen less than
+// the hold ago. A kick is set for the end of the hold, so that the slot
+// is released then if no Reserve came for it.
+func (m *Manager) holdFor(s Slot) bool {
+	if !m.holdable(s) {
+		return false
+	}
+	ok, first := m.holds.Hold(s.ID, s.Owner.AllocID, m.Kick)
+	if first {
+		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", m.holds.Duration())
+	}
+	return ok
+}
+
+// holdable reports whether slot s may be held for its next tenant: its
+// spare is ready, it is not surplus, and its class does not restore (the
+// replacement of its owner gets the owner's data, not a spare).
+func (m *Manager) holdable(s Slot) bool {
+	return s.Spare != "" && !s.Surplus && s.ok && !restores(m.classOf([]string{s.ID}))
+}
+
+// heldForNext reports whether reserved slot s is held for its next tenant
+// (holdFor) now: a release pass found its owner, still the one s shows,
+// ended less than the hold ago, from a complete view with no other live
+// holder, and the slot still qualifies (a spare ready, not surplus, its
+// class not restoring).
+func (m *Manager) heldForNext(s Slot) bool {
+	if !s.Owner.Known() || !m.holdable(s) {
+		return false
+	}
+	return m.holds.Holding(s.ID, s.Owner.AllocID)
+}

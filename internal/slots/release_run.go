@@ -178,3 +178,12 @@ func releasingOf(cur Slot, name string) (Slot, bool) {
 	}
 	return Slot{}, false
 }
+
+// yieldToStarts waits, for run r of slot id (what names its next step in
+// the log), for the starts under way (starts.Yield.Wait); it returns at once
+// when a Reserve has joined r. The caller holds no slot's lock.
+func (m *Manager) yieldToStarts(ctx context.Context, id string, r *releaseRun, what string) {
+	if waited := m.starts.Wait(ctx, r.hurried); waited >= time.Millisecond {
+		m.log.Trace("yielded to a task's start", "device", id, "before", what, "waited", waited)
+	}
+}

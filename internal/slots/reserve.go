@@ -43,7 +43,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	// The asker's task is starting: from now on, before this Reserve
 	// starts any background run (a release behind a handover, a spare),
 	// and again once it is answered.
-	m.starts.begin()
+	m.starts.Begin()
 	ids = m.inSlotOrder(ids)
 	ps, prepared, release := m.claimPreps(ids)
 	defer release()
@@ -53,7 +53,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	waited := false
 	res, err := m.reserve(ctx, ids, arrived, &waited, ps, prepared)
 	if err == nil {
-		m.starts.begin()
+		m.starts.Begin()
 	}
 	if o := m.observer(); o != nil {
 		outcome := ReserveFresh
