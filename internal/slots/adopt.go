@@ -21,7 +21,7 @@ import (
 // unrecordedSlot is unrecorded for a slot as last seen: its owner is not
 // recorded on its armed dataset.
 func unrecordedSlot(s Slot) bool {
-	return s.armed != "" && s.State == record.StateReserved && !s.stamped.Known()
+	return s.Armed != "" && s.State == record.StateReserved && !s.Stamped.Known()
 }
 
 // mayAdopt reports whether view v shows of the allocations what adopting
@@ -35,7 +35,7 @@ func unrecordedSlot(s Slot) bool {
 // over, and an allocation that the servers do not show started yet may be
 // using it.
 func (m *Manager) mayAdopt(v *View, s Slot, holders []Holding, asking bool) bool {
-	if s.armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.Ours(s.armed) {
+	if s.Armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.Ours(s.Armed) {
 		return false
 	}
 	if !v.Complete || !v.Began.After(m.arm.Started()) {
@@ -60,18 +60,18 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	switch {
-	case !ok || cur.Dataset != s.Dataset || cur.armed != s.armed || cur.State != record.StateReserved || cur.Owner.Known() || identified:
+	case !ok || cur.Dataset != s.Dataset || cur.Armed != s.Armed || cur.State != record.StateReserved || cur.Owner.Known() || identified:
 		return false, "it changed meanwhile", nil
-	case cur.Mountpoint == "" || !cur.ok:
+	case cur.Mountpoint == "" || !cur.OK:
 		return false, "it is not mounted", nil
 	}
 	if why := mayBeWritten(ctx, cur.Dataset, cur.Mountpoint, want); why != "" {
 		return false, why, nil
 	}
-	m.arm.Adopt(cur.armed)
+	m.arm.Adopt(cur.Armed)
 	m.setNote(s.ID, note{})
 	m.updateSlot(s.ID, func(x *Slot) { x.State = record.StateFree })
-	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.armed)
+	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.Armed)
 	return true, "", nil
 }
 
@@ -126,7 +126,7 @@ func emptyDir(ctx context.Context, dir string) (bool, error) {
 func (m *Manager) disarmFree(ctx context.Context) error {
 	var errs []error
 	for _, s := range m.Slots() {
-		if s.State != record.StateFree || s.armed == "" || !m.arm.Ours(s.armed) {
+		if s.State != record.StateFree || s.Armed == "" || !m.arm.Ours(s.Armed) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
@@ -136,11 +136,11 @@ func (m *Manager) disarmFree(ctx context.Context) error {
 			continue
 		}
 		cur, ok := m.slot(s.ID)
-		if ok && cur.State == record.StateFree && cur.armed == s.armed && cur.Dataset == s.Dataset {
+		if ok && cur.State == record.StateFree && cur.Armed == s.Armed && cur.Dataset == s.Dataset {
 			if err := m.zfs.Set(ctx, cur.Dataset, record.PropState, string(record.To(record.Disarm))); err != nil {
 				errs = append(errs, fmt.Errorf("recording %s free (not armed): %w", cur.Dataset, err))
 			} else {
-				m.updateSlot(s.ID, func(x *Slot) { x.armed = "" })
+				m.updateSlot(s.ID, func(x *Slot) { x.Armed = "" })
 			}
 		}
 		unlock()

@@ -5,6 +5,7 @@ package slots
 import (
 	"context"
 	"fmt"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"maps"
 	"time"
 )
@@ -62,7 +63,7 @@ func (m *Manager) lockSlotOnce(ctx context.Context, id, what string) (unlock fun
 		case l <- struct{}{}:
 		case <-ctx.Done():
 			m.treeMu.RUnlock()
-			return nil, nil, fmt.Errorf("waiting for other work on the slot (%s): %w", orDash(behind), ctx.Err())
+			return nil, nil, fmt.Errorf("waiting for other work on the slot (%s): %w", view.OrDash(behind), ctx.Err())
 		}
 		if waited := time.Since(began); waited >= time.Millisecond {
 			m.log.Trace("waited for the slot's lock", "device", id, "for", what, "behind", behind, "waited", waited)

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -100,7 +101,7 @@ type Manager struct {
 	archiveReady, archiveUnmounted bool
 	// parentRoom is the parent's available space as last read with the
 	// usage figures (ParentAvailable).
-	parentRoom room
+	parentRoom view.Room
 	// runs are the releases being carried out, by slot ID (goRelease).
 	runs     map[string]*releaseRun
 	reported map[string]bool
@@ -208,7 +209,7 @@ func (m *Manager) SetConfig(cfg Config) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cfg = cfg
-	m.setSlotsLocked(buildSlots(cfg, nil, "not yet provisioned", nil))
+	m.setSlotsLocked(view.Build(cfg, nil, "not yet provisioned", nil))
 }
 
 // CheckParent verifies that the parent dataset exists, with one zfs command.
@@ -258,7 +259,7 @@ func (m *Manager) Refresh(ctx context.Context) error {
 		}
 	}
 	m.usageAt = time.Now()
-	m.parentRoom = parentRoomOf(parent, datasets)
+	m.parentRoom = view.ParentRoomOf(parent, datasets)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
 // remountTimeout bounds one remount of a slot's mountpoint.
@@ -56,18 +57,18 @@ func (c *freeChores) prepare(s *Slot) []error {
 	var errs []error
 	if s.Spare != "" {
 		c.readTable()
-		if err := readyFree(c.cfg, c.table, c.tableErr, s.Class, s.spareMount); err != nil {
+		if err := readyFree(c.cfg, c.table, c.tableErr, s.Class, s.SpareMount); err != nil {
 			// No spare then: the slot is released the slow way.
 			errs = append(errs, fmt.Errorf("spare %s of slot %s: %w", s.Spare, s.ID, err))
-			s.Spare, s.spareMount, s.spareArmed = "", "", ""
+			s.Spare, s.SpareMount, s.SpareArmed = "", "", ""
 		}
 	}
-	if !s.ok || s.State != record.StateFree {
+	if !s.OK || s.State != record.StateFree {
 		return errs
 	}
 	c.readTable()
 	if err := readyFree(c.cfg, c.table, c.tableErr, s.Class, s.Mountpoint); err != nil {
-		s.setHealth(false, fmt.Sprintf("dataset %s: %v", s.Dataset, err))
+		s.SetHealth(false, fmt.Sprintf("dataset %s: %v", s.Dataset, err))
 		errs = append(errs, fmt.Errorf("slot %s: %w", s.ID, err))
 	}
 	return errs
@@ -157,7 +158,7 @@ func (m *Manager) mountLocked(ctx context.Context, s Slot) (Slot, error) {
 	}
 	mp, _ := ds[0].Value("mountpoint")
 	if !filepath.IsAbs(mp) {
-		return s, fmt.Errorf("%s has no mountpoint (mountpoint=%s)", s.Dataset, orDash(mp))
+		return s, fmt.Errorf("%s has no mountpoint (mountpoint=%s)", s.Dataset, view.OrDash(mp))
 	}
 	if mounted, _ := ds[0].Value("mounted"); mounted != "yes" {
 		mount := m.zfs.Mount

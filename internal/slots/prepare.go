@@ -156,7 +156,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 	}
 	var started []*prep
 	for _, s := range m.Slots() {
-		if s.unreadable || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
+		if s.Unreadable || s.Surplus || !s.OK || restores(m.classOf([]string{s.ID})) {
 			continue
 		}
 		holders := v.Holders(s.ID)
@@ -168,7 +168,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 			if p := m.startPrep(ctx, s, holders[0].Owner, prepFresh, v.Began); p != nil {
 				started = append(started, p)
 			}
-		case s.State == record.StateReserved && s.Owner.Known() && s.Spare != "" && s.old == nil:
+		case s.State == record.StateReserved && s.Owner.Known() && s.Spare != "" && s.Old == nil:
 			var others []Holding
 			for _, h := range holders {
 				if h.Owner.AllocID != s.Owner.AllocID {
@@ -241,7 +241,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 		} else {
 			var got Slot
 			if got, err = m.handOverSpareTo(pctx, s, asker, true); err == nil {
-				p.dataset, p.armed = got.Dataset, got.armed != ""
+				p.dataset, p.armed = got.Dataset, got.Armed != ""
 			}
 		}
 		if err == nil && !p.armed {
@@ -291,19 +291,19 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
+	if !ok || cur.State != record.StateFree || !cur.OK || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
 		return "", false, errChanged
 	}
 	m.mu.Lock()
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, cur.Class).SlotProps())
 	m.mu.Unlock()
 	if err := checkMounted(cur.Mountpoint, want); err != nil {
-		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })
+		m.updateSlot(cur.ID, func(x *Slot) { x.SetHealth(false, err.Error()) })
 		return "", false, fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
 	}
-	if cur.armed != "" {
+	if cur.Armed != "" {
 		// Armed by this run: no zfs command (armed.go).
-		if !m.arm.Claim(cur.Dataset, cur.armed) {
+		if !m.arm.Claim(cur.Dataset, cur.Armed) {
 			return "", false, errChanged // made again since this view
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
@@ -312,16 +312,16 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 		return "", false, fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
 	}
 	m.mu.Lock()
-	if cur.armed != "" {
+	if cur.Armed != "" {
 		m.unproven[cur.ID] = asker // recorded once proven (proof.go)
 	} else {
 		m.owners[cur.ID] = asker
 	}
 	m.mu.Unlock()
 	m.setNote(cur.ID, note{})
-	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.stamped = record.StateReserved, asker, record.Owner{} })
-	if cur.armed == "" {
+	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.Stamped = record.StateReserved, asker, record.Owner{} })
+	if cur.Armed == "" {
 		m.Kick() // record the owner, off the asker's path
 	}
-	return cur.Dataset, cur.armed != "", nil
+	return cur.Dataset, cur.Armed != "", nil
 }

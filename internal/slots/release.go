@@ -9,6 +9,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -82,13 +83,13 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 	var runs []*releaseRun
 	for _, s := range slots {
 		switch {
-		case s.unreadable:
+		case s.Unreadable:
 			continue
 		case m.provingNow(s.ID):
 			// Closed until the proof of its asker answered, which
 			// kicks the next pass (proof.go).
 			continue
-		case s.old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
+		case s.Old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
 			// Begun: the old dataset first, then the slot's own. Before
 			// any read of the API: finishing it needs none.
 			runs = append(runs, m.goRelease(ctx, s, false, record.Owner{}))
@@ -226,9 +227,9 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		return false, err
 	}
 	m.updateSlot(s.ID, func(x *Slot) {
-		x.State, x.Owner, x.stamped = state, s.Owner, s.Owner
-		x.setHealth(false, releasingReason(*x))
-		x.inRelease = true
+		x.State, x.Owner, x.Stamped = state, s.Owner, s.Owner
+		x.SetHealth(false, view.ReleasingReason(*x))
+		x.InRelease = true
 		if spare != "" && x.Spare == spare {
 			promoteSpare(x, record.StateFree)
 		}
@@ -256,7 +257,7 @@ func (m *Manager) holdFor(s Slot) bool {
 // spare is ready, it is not surplus, and its class does not restore (the
 // replacement of its owner gets the owner's data, not a spare).
 func (m *Manager) holdable(s Slot) bool {
-	return s.Spare != "" && !s.Surplus && s.ok && !restores(m.classOf([]string{s.ID}))
+	return s.Spare != "" && !s.Surplus && s.OK && !restores(m.classOf([]string{s.ID}))
 }
 
 // heldForNext reports whether reserved slot s is held for its next tenant

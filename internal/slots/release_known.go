@@ -13,6 +13,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -36,12 +37,12 @@ func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []reconcile.Act
 	}
 	var again bool
 	switch {
-	case cur.Dataset == rs.Dataset && cur.sib == reconcile.NameAbsent:
+	case cur.Dataset == rs.Dataset && cur.Sib == reconcile.NameAbsent:
 		again = true
-	case cur.Dataset == rs.Dataset && cur.sib == reconcile.NameFresh:
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateReserved:
+	case cur.Dataset == rs.Dataset && cur.Sib == reconcile.NameFresh:
+	case cur.Old != nil && cur.Old.Dataset == rs.Dataset && cur.State == record.StateReserved:
 		again = true // the slot's next spare
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateFree:
+	case cur.Old != nil && cur.Old.Dataset == rs.Dataset && cur.State == record.StateFree:
 	default:
 		return nil
 	}
@@ -99,7 +100,7 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 	if s.Owner.Known() {
 		props[record.PropOwner] = local(s.Owner.Encode())
 	}
-	if s.ownMount {
+	if s.OwnMount {
 		props["mountpoint"] = local(s.Mountpoint)
 	}
 	return zfs.Dataset{Name: s.Dataset, Props: props}
@@ -111,7 +112,7 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 // otherwise.
 func (m *Manager) remake(cfg Config, cur Slot, focus string) []reconcile.Action {
 	c := reconcile.ClassByName(cfg, cur.Class)
-	if cur.old == nil || cur.old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
+	if cur.Old == nil || cur.Old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
 		return nil
 	}
 	return []reconcile.Action{{Kind: reconcile.CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
@@ -138,14 +139,14 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []reconcile.Act
 	}
 	x := cur
 	if t.focus != "" {
-		if cur.old == nil || cur.old.Dataset != t.focus || cur.old.State != record.StateReleasing || !renamed {
+		if cur.Old == nil || cur.Old.Dataset != t.focus || cur.Old.State != record.StateReleasing || !renamed {
 			return false
 		}
-		x.old, x.sib = nil, reconcile.NameAbsent
+		x.Old, x.Sib = nil, reconcile.NameAbsent
 	}
 	switch {
 	case made != "":
-		_, leaf, _ := cutLast(made)
+		_, leaf, _ := view.CutLast(made)
 		mp := filepath.Join(filepath.Dir(cur.Mountpoint), leaf)
 		table, err := hostfs.ReadTable()
 		if err != nil {
@@ -154,7 +155,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []reconcile.Act
 		if mnt, ok := table.At(mp); !ok || mnt.Source != made {
 			return false
 		}
-		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, reconcile.NameFresh, m.arm.TokenOf(made)
+		x.Spare, x.SpareMount, x.Sib, x.SpareArmed = made, mp, reconcile.NameFresh, m.arm.TokenOf(made)
 	case t.focus == "" || cur.State != record.StateFree && !unrecordedSlot(cur):
 		// Nothing made, or a slot in use left without a spare (but one
 		// whose handover is not recorded yet: none is made beside it on
@@ -175,8 +176,8 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []reconcile.Act
 	// meanwhile): only what this work changed.
 	slots := append([]Slot(nil), m.slots...)
 	now := &slots[i]
-	now.old, now.sib = nil, ready[0].sib
-	now.Spare, now.spareMount, now.spareOwn, now.spareArmed = ready[0].Spare, ready[0].spareMount, ready[0].spareOwn, ready[0].spareArmed
+	now.Old, now.Sib = nil, ready[0].Sib
+	now.Spare, now.SpareMount, now.SpareOwn, now.SpareArmed = ready[0].Spare, ready[0].SpareMount, ready[0].SpareOwn, ready[0].SpareArmed
 	m.vers[cur.ID]++
 	m.setSlotsLocked(slots)
 	return true

@@ -139,8 +139,8 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
 	}
 	name := s.Dataset
-	if !start && s.old != nil {
-		name = s.old.Dataset
+	if !start && s.Old != nil {
+		name = s.Old.Dataset
 	}
 	if start {
 		begun, err := m.startReleaseLocked(ctx, s)
@@ -163,7 +163,7 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 	if start {
 		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
 	}
-	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.old != nil && cur.old.Dataset == rs.Dataset, run: r}
+	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.Old != nil && cur.Old.Dataset == rs.Dataset, run: r}
 	return true, m.tendSlotLocked(ctx, cur, t, unlock)
 }
 
@@ -171,8 +171,8 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 // the slot itself, or its old dataset; false when name is not on its way.
 func releasingOf(cur Slot, name string) (Slot, bool) {
 	switch {
-	case cur.old != nil && cur.old.Dataset == name:
-		return *cur.old, true
+	case cur.Old != nil && cur.Old.Dataset == name:
+		return *cur.Old, true
 	case cur.Dataset == name && (cur.State == record.StateReleasing || cur.State == record.StateDestroying):
 		return cur, true
 	}

@@ -214,8 +214,8 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			return nil, "", fmt.Errorf("device %s is no longer offered by this node", id)
 		}
 		if s.State == record.StateFree {
-			if !s.ok || s.Mountpoint == "" {
-				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+			if !s.OK || s.Mountpoint == "" {
+				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.Why)
 			}
 			fresh = append(fresh, id)
 			continue
@@ -224,8 +224,8 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
 			continue
 		}
-		if s.State != record.StateReserved || s.unreadable {
-			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+		if s.State != record.StateReserved || s.Unreadable {
+			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.Why)
 		}
 		if m.heldForNext(s) {
 			// A release pass found its owner ended ("ended" never goes
@@ -291,7 +291,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 					continue
 				}
 			}
-			if d.asker.Known() && s.Spare != "" && s.ok {
+			if d.asker.Known() && s.Spare != "" && s.OK {
 				// The asker gets the spare; the owner's dataset is
 				// archived behind it.
 				got, err := m.handOverSpare(ctx, s, d.asker)

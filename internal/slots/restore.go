@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -179,14 +180,14 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 	}
 	defer unlock()
 	cur, ok := m.slot(id)
-	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" {
+	if !ok || cur.State != record.StateFree || !cur.OK || cur.Mountpoint == "" {
 		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
 	}
-	if cur.old != nil || cur.sib == reconcile.NameReleasing {
+	if cur.Old != nil || cur.Sib == reconcile.NameReleasing {
 		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is still being released: %w", id, errChanged)
 	}
-	if cur.Spare != "" || cur.sib != reconcile.NameAbsent {
-		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, orDash(cur.Spare))
+	if cur.Spare != "" || cur.Sib != reconcile.NameAbsent {
+		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, view.OrDash(cur.Spare))
 	}
 	m.mu.Lock()
 	cfg := m.cfg
@@ -221,14 +222,14 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
 	}
 	m.updateSlot(id, func(x *Slot) {
-		x.Spare, x.spareMount, x.spareOwn, x.spareArmed, x.armed = x.Dataset, x.Mountpoint, x.ownMount, x.armed, ""
+		x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed, x.Armed = x.Dataset, x.Mountpoint, x.OwnMount, x.Armed, ""
 		// Not known without a read: an archive's mountpoint of its own
 		// (set by hand) would follow it; the next read says.
-		x.Dataset, x.Mountpoint, x.ownMount = target, "", true
-		x.State, x.Owner, x.stamped = record.StateReserved, asker, asker
-		x.sib, x.present = reconcile.NameFresh, true
+		x.Dataset, x.Mountpoint, x.OwnMount = target, "", true
+		x.State, x.Owner, x.Stamped = record.StateReserved, asker, asker
+		x.Sib, x.Exists = reconcile.NameFresh, true
 		x.Usage = zfs.Usage{}
-		x.setHealth(true, "")
+		x.SetHealth(true, "")
 	})
 	s, _ := m.slot(id)
 	got, err := m.mountLocked(ctx, s)
@@ -250,7 +251,7 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 // starts empty: its predecessor's dataset on its way to the archive, or
 // another tenant's still taking its slot's other name (a release that goes
 // well takes a few hundred milliseconds; one that keeps failing, busy or
-// out of room, would otherwise hold the asker to reserve_timeout).
+// out of view.Room, would otherwise hold the asker to reserve_timeout).
 // "required" waits until reserve_timeout.
 const restoreSlotWait = 10 * time.Second
 
@@ -271,7 +272,7 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owne
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.old != nil {
+	if !ok || !sameTenancy(cur, s) || cur.Old != nil {
 		return Slot{}, errChanged
 	}
 	if err := m.zfs.Set(ctx, cur.Dataset, record.PropOwner, asker.Encode()); err != nil {
@@ -282,7 +283,7 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owne
 	delete(m.notes, s.ID)
 	delete(m.emptyStarts, s.ID)
 	m.mu.Unlock()
-	m.updateSlot(s.ID, func(x *Slot) { x.Owner, x.stamped = asker, asker })
+	m.updateSlot(s.ID, func(x *Slot) { x.Owner, x.Stamped = asker, asker })
 	cur, _ = m.slot(s.ID)
 	got, err := m.mountLocked(ctx, cur)
 	if err != nil {
@@ -318,7 +319,7 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker record.Owner
 			}
 			leaving = leaving && (s.State != record.StateReserved || endedIn(v, s.Owner))
 		}
-		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && record.SameIdentity(s.old.Owner, asker) && id == "" {
+		if s.Old != nil && s.Old.Owner.AllocID != asker.AllocID && record.SameIdentity(s.Old.Owner, asker) && id == "" {
 			id = s.ID
 		}
 	}

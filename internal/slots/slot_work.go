@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -34,23 +35,6 @@ func (m *Manager) setProps(ctx context.Context, name string, props map[string]st
 		return m.zfs.Set(ctx, name, record.PropState, state)
 	}
 	return nil
-}
-
-// datasetNames returns the names of the slot's datasets that exist, as
-// last observed.
-func (s Slot) datasetNames(cfg Config) []string {
-	var out []string
-	names := cfg.SlotNames(s.Class, s.Index)
-	for _, n := range names {
-		switch {
-		case n == s.Dataset && (s.present || s.unreadable):
-		case n != s.Dataset && s.sib != reconcile.NameAbsent:
-		default:
-			continue
-		}
-		out = append(out, n)
-	}
-	return out
 }
 
 // tend is one piece of work on a slot's datasets (tendSlotLocked).
@@ -146,7 +130,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		cur = now
 	}
 	names := map[string]bool{cfg.Parent: true, cfg.ArchiveDataset(): true, cfg.ClassDataset(cur.Class): true}
-	for _, n := range cur.datasetNames(cfg) {
+	for _, n := range cur.DatasetNames(cfg) {
 		names[n] = true
 	}
 	if t.focus != "" {
@@ -202,13 +186,13 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		}
 		if s, ok := m.slot(cur.ID); ok && t.focus != "" {
 			if _, still := releasingOf(s, t.focus); still {
-				return fmt.Errorf("releasing %s: not finished (%s)", cur.ID, orDash(s.HealthDesc))
+				return fmt.Errorf("releasing %s: not finished (%s)", cur.ID, view.OrDash(s.HealthDesc))
 			}
 		}
 		return nil
 	}
 	var fresh []Slot
-	for _, x := range buildSlots(cfg, datasets, "", failed) {
+	for _, x := range view.Build(cfg, datasets, "", failed) {
 		if x.ID == cur.ID {
 			fresh = append(fresh, x)
 		}
@@ -217,7 +201,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	// would be, before Reserve hands it over.
 	made := make([]bool, len(fresh))
 	for i, x := range fresh {
-		if t.asker.Known() && x.State == record.StateReserved && x.stamped.AllocID == t.asker.AllocID {
+		if t.asker.Known() && x.State == record.StateReserved && x.Stamped.AllocID == t.asker.AllocID {
 			made[i], fresh[i].State = true, record.StateFree
 		}
 	}
@@ -234,7 +218,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 			merged = append(merged, x)
 		}
 	}
-	sortSlots(merged)
+	view.SortSlots(merged)
 	m.vers[cur.ID]++
 	m.forgetFatesLocked(merged)
 	m.setSlotsLocked(merged)
@@ -265,7 +249,7 @@ func follow(done []reconcile.Action, names, chains map[string]bool) {
 // slot: that run, or the next Sync, sees to it.
 func (m *Manager) goTend(ctx context.Context, id string) {
 	s, ok := m.slot(id)
-	if !ok || s.State != record.StateReserved || s.sib != reconcile.NameAbsent || s.Surplus || unrecordedSlot(s) {
+	if !ok || s.State != record.StateReserved || s.Sib != reconcile.NameAbsent || s.Surplus || unrecordedSlot(s) {
 		return
 	}
 	r, created := m.newRun(id, false)
@@ -279,7 +263,7 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 			return fmt.Errorf("making the spare of %s: %w", id, err)
 		}
 		cur, ok := m.slot(id)
-		if !ok || cur.State != record.StateReserved || cur.sib != reconcile.NameAbsent || cur.Surplus || unrecordedSlot(cur) {
+		if !ok || cur.State != record.StateReserved || cur.Sib != reconcile.NameAbsent || cur.Surplus || unrecordedSlot(cur) {
 			unlock()
 			return nil
 		}

@@ -28,13 +28,13 @@ func sameTenancy(cur, s Slot) bool {
 // began.
 func promoteSpare(x *Slot, state record.State) {
 	rs := *x
-	rs.Spare, rs.spareMount, rs.spareArmed, rs.old = "", "", "", nil
-	x.Dataset, x.Mountpoint, x.ownMount, x.armed = x.Spare, x.spareMount, x.spareOwn, x.spareArmed
-	x.State, x.Owner, x.stamped = state, record.Owner{}, record.Owner{}
-	x.Spare, x.spareMount, x.spareOwn, x.spareArmed = "", "", false, ""
-	x.old, x.sib, x.present = &rs, reconcile.NameReleasing, true
+	rs.Spare, rs.SpareMount, rs.SpareArmed, rs.Old = "", "", "", nil
+	x.Dataset, x.Mountpoint, x.OwnMount, x.Armed = x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed
+	x.State, x.Owner, x.Stamped = state, record.Owner{}, record.Owner{}
+	x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed = "", "", false, ""
+	x.Old, x.Sib, x.Exists = &rs, reconcile.NameReleasing, true
 	x.Usage = zfs.Usage{}
-	x.setHealth(true, "")
+	x.SetHealth(true, "")
 }
 
 // unmarkSpare records the spare of cur as free again after it was marked
@@ -52,7 +52,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 	if err == nil {
 		return true
 	}
-	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })
+	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
 	m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; it is kept until no allocation holds the device", "device", cur.ID, "spare", cur.Spare, "error", err)
 	return false
 }
@@ -89,15 +89,15 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
 	}
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil || cur.spareArmed != "" && !m.arm.Current(cur.Spare, cur.spareArmed) {
+	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.Old != nil || cur.SpareArmed != "" && !m.arm.Current(cur.Spare, cur.SpareArmed) {
 		unlock()
 		return Slot{}, errChanged
 	}
 	m.mu.Lock()
 	c := reconcile.ClassByName(m.cfg, cur.Class)
 	m.mu.Unlock()
-	if err := checkMounted(cur.spareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
-		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })
+	if err := checkMounted(cur.SpareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
+		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
 		unlock()
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
 		return Slot{}, errChanged
@@ -109,7 +109,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	// fate (writeFateBehind).
 	var r *releaseRun
 	created, behind := false, false
-	if cur.spareArmed != "" && cur.stamped.Known() && cur.stamped == cur.Owner {
+	if cur.SpareArmed != "" && cur.Stamped.Known() && cur.Stamped == cur.Owner {
 		// Armed by this run (armed.go), beside a dataset whose owner is
 		// recorded: the spare is handed over in memory, and the old
 		// dataset's fate is written behind the handover, first thing in
@@ -127,15 +127,15 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		}
 	}
 	if behind {
-		m.arm.HandOver(cur.spareArmed, cur.Spare)
-	} else if cur.spareArmed != "" {
+		m.arm.HandOver(cur.SpareArmed, cur.Spare)
+	} else if cur.SpareArmed != "" {
 		// Armed by this run: only the old dataset's fate goes to ZFS, and
 		// the spare is handed over in memory once it landed.
 		if state, err = m.writeFate(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
 			unlock()
 			return Slot{}, err
 		}
-		m.arm.HandOver(cur.spareArmed, cur.Spare)
+		m.arm.HandOver(cur.SpareArmed, cur.Spare)
 	} else {
 		// The spare's mark and the old dataset's fate go to ZFS side by side,
 		// so that the asker waits for one transaction group rather than two.
@@ -167,7 +167,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 			// (the old dataset's release goes on; the spare, if marked, is
 			// kept until no allocation holds the device).
 			why := fmt.Sprintf("the spare %s, whose reserved mark was cut short (%v), could not be recorded free again", cur.Spare, herr)
-			m.updateSlot(s.ID, func(x *Slot) { x.setHealth(false, why) })
+			m.updateSlot(s.ID, func(x *Slot) { x.SetHealth(false, why) })
 			unlock()
 			m.Kick()
 			return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
@@ -179,7 +179,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	}
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
-		x.State, x.Owner, x.stamped = state, cur.Owner, cur.Owner
+		x.State, x.Owner, x.Stamped = state, cur.Owner, cur.Owner
 		promoteSpare(x, given) // behind: x.old is reserved, its fate due
 		if given == record.StateReserved {
 			x.Owner = asker
@@ -187,12 +187,12 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		out = *x
 	})
 	switch {
-	case given == record.StateReserved && prepared && cur.spareArmed != "":
+	case given == record.StateReserved && prepared && cur.SpareArmed != "":
 		// Prepared: its owner is recorded once proven (proof.go).
 		m.mu.Lock()
 		m.unproven[s.ID] = asker
 		m.mu.Unlock()
-	case given == record.StateReserved && (asker.Known() || cur.spareArmed != ""):
+	case given == record.StateReserved && (asker.Known() || cur.SpareArmed != ""):
 		// The owner to record, or that an armed spare was handed over
 		// (recordOwner).
 		m.mu.Lock()
@@ -217,7 +217,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 			}
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
-			if rs := now.old; rs != nil && !now.fateDue() {
+			if rs := now.Old; rs != nil && !now.FateDue() {
 				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, record.Owner{}), outside: true, run: r}, unlock)
 			} else {
 				unlock()

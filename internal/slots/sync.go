@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -105,11 +106,11 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		return true
 	})
 	if err != nil {
-		m.setUnavailable(cfg, parentReason(cfg.Parent, err))
+		m.setUnavailable(cfg, view.ParentReason(cfg.Parent, err))
 		return errors.Join(errs...)
 	}
 
-	slots := buildSlots(cfg, datasets, "", failed)
+	slots := view.Build(cfg, datasets, "", failed)
 	errs = append(errs, m.prepareFreeUnlocked(cfg, slots, skipped, mine, vers)...)
 	m.mu.Lock()
 	for i, s := range slots {
@@ -122,7 +123,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	m.forgetFatesLocked(slots)
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
-	m.parentRoom = parentRoomOf(cfg.Parent, datasets)
+	m.parentRoom = view.ParentRoomOf(cfg.Parent, datasets)
 	m.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -216,7 +217,7 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 	}()
 	for i := range slots {
 		s := &slots[i]
-		if (s.State != record.StateFree || !s.ok) && s.Spare == "" || skipped[s.ID] {
+		if (s.State != record.StateFree || !s.OK) && s.Spare == "" || skipped[s.ID] {
 			continue
 		}
 		c.readTable()

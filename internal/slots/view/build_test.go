@@ -1,8 +1,7 @@
-package slots
+package view
 
 import (
 	"testing"
-	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -24,8 +23,8 @@ func slotDS(name string, state record.State) zfs.Dataset {
 	return ds(name, record.PropManaged, record.ManagedSlot, record.PropState, string(state), "refquota", "1048576", "mounted", "yes", "mountpoint", "/"+name)
 }
 
-func testConfig(slots int) Config {
-	return Config{Parent: "tank/nomad", Classes: []Class{{Name: "scratch", Slots: slots, Quota: 1 << 20, Mode: 0o770}}}
+func testConfig(slots int) reconcile.Config {
+	return reconcile.Config{Parent: "tank/nomad", Classes: []reconcile.Class{{Name: "scratch", Slots: slots, Quota: 1 << 20, Mode: 0o770}}}
 }
 
 func TestBuildSlots_Health(t *testing.T) {
@@ -38,7 +37,7 @@ func TestBuildSlots_Health(t *testing.T) {
 		ds("tank/nomad/scratch/2"),
 		slotDS("tank/nomad/scratch/6", record.StateReserved),
 	}
-	slots := buildSlots(cfg, observed, "", map[string]string{"tank/nomad/scratch/3": "create slot failed: boom"})
+	slots := Build(cfg, observed, "", map[string]string{"tank/nomad/scratch/3": "create slot failed: boom"})
 	var ids []string
 	for _, s := range slots {
 		ids = append(ids, s.ID)
@@ -53,7 +52,7 @@ func TestBuildSlots_Health(t *testing.T) {
 	must.True(t, slots[4].Surplus)
 	must.StrContains(t, slots[4].HealthDesc, "beyond slots = 4")
 
-	down := buildSlots(cfg, nil, "pool tank is FAULTED", nil)
+	down := Build(cfg, nil, "pool tank is FAULTED", nil)
 	must.SliceLen(t, 4, down)
 	for _, s := range down {
 		must.False(t, s.Healthy)
@@ -87,46 +86,19 @@ func TestBuildSlots_Pair(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := buildSlots(testConfig(1), append(append([]zfs.Dataset(nil), base...), tc.observed...), "", nil)
+			got := Build(testConfig(1), append(append([]zfs.Dataset(nil), base...), tc.observed...), "", nil)
 			must.SliceLen(t, 1, got)
 			s := got[0]
 			must.Eq(t, tc.dataset, s.Dataset)
 			must.Eq(t, tc.spare, s.Spare)
 			old := ""
-			if s.old != nil {
-				old = s.old.Dataset
+			if s.Old != nil {
+				old = s.Old.Dataset
 			}
 			must.Eq(t, tc.old, old)
 			must.Eq(t, tc.state, s.State)
 			must.Eq(t, tc.healthy, s.Healthy, must.Sprint(s.HealthDesc))
 			must.StrContains(t, s.HealthDesc, tc.desc)
-		})
-	}
-}
-
-// A release decided without a read (knownRelease) unmounts first a dataset
-// whose mountpoint is its own, as one decided from a read does: the rename
-// would keep that mountpoint and mount the data again in the archive.
-func TestReleasingDataset_OwnMountpoint(t *testing.T) {
-	cfg := testConfig(1)
-	cfg.RenameUnmounts = true
-	c := cfg.Classes[0]
-	for _, tc := range []struct {
-		name    string
-		own     bool
-		unmount bool
-	}{
-		{name: "inherited: the rename unmounts", own: false, unmount: false},
-		{name: "its own: unmounted first", own: true, unmount: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := Slot{ID: "scratch-0", Class: "scratch", Dataset: "tank/nomad/scratch/0", Mountpoint: "/srv/by-hand",
-				State: record.StateReleasing, ownMount: tc.own}
-			got := false
-			for _, a := range reconcile.ReleaseSteps(cfg, c, 0, releasingDataset(s, true), time.Now(), true, true) {
-				got = got || a.Kind == reconcile.Unmount
-			}
-			must.Eq(t, tc.unmount, got)
 		})
 	}
 }

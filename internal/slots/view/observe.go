@@ -1,4 +1,4 @@
-package slots
+package view
 
 import (
 	"context"
@@ -64,7 +64,7 @@ type Observation struct {
 // would see them. It changes nothing: no dataset is created, mounted,
 // repaired or released. An error is returned only when ctx ends; a pool
 // or parent that cannot be read is part of the Observation.
-func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
+func Observe(ctx context.Context, z Reader, cfg reconcile.Config) (Observation, error) {
 	o := Observation{Pool: cfg.Pool(), Old: map[string]string{}}
 	health, err := z.PoolHealth(ctx, o.Pool)
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -86,7 +86,7 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 	}
 	var datasets []zfs.Dataset
 	if o.PoolErr == nil {
-		datasets, err = z.Get(ctx, cfg.Parent, 2, ObservedProps...)
+		datasets, err = z.Get(ctx, cfg.Parent, 2, reconcile.ObservedProps...)
 		datasets = (*armed.Tracker)(nil).Normalize(datasets, time.Time{}, cfg.Parent, 2, false) // as an outside observer
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return o, fmt.Errorf("reading %s: %w", cfg.Parent, ctxErr)
@@ -94,20 +94,20 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 		if err != nil {
 			o.ParentErr = err
 			if unavailable == "" {
-				unavailable = parentReason(cfg.Parent, err)
+				unavailable = ParentReason(cfg.Parent, err)
 			}
 		}
 	} else {
 		o.ParentErr = o.PoolErr
 	}
 	if o.ParentErr == nil {
-		r := parentRoomOf(cfg.Parent, datasets)
-		o.Available, o.AvailableKnown = r.bytes, r.known
+		r := ParentRoomOf(cfg.Parent, datasets)
+		o.Available, o.AvailableKnown = r.Bytes, r.Known
 	}
-	o.Slots = buildSlots(cfg, datasets, unavailable, nil)
+	o.Slots = Build(cfg, datasets, unavailable, nil)
 	for _, s := range o.Slots {
-		if s.old != nil {
-			o.Old[s.ID] = s.old.Dataset
+		if s.Old != nil {
+			o.Old[s.ID] = s.Old.Dataset
 		}
 	}
 	plan := reconcile.MakePlan(cfg, datasets, time.Now())
@@ -129,4 +129,4 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 
 // Present reports whether the slot's dataset exists (a configured slot
 // whose dataset the plugin has not created yet is not present).
-func (s Slot) Present() bool { return s.present }
+func (s Slot) Present() bool { return s.Exists }
