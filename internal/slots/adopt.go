@@ -2,7 +2,7 @@ package slots
 
 // Adoption of armed datasets: an earlier run's armed dataset with no
 // owner recorded is handed to no one until a complete view of the
-// allocations and an empty root prove that nobody has it (see armed.go and
+// allocations and an empty root prove that nobody has it (see package armed and
 // docs/release-lifecycle.md, "Armed datasets"); disarmFree records this
 // run's free armed datasets free once the views are found incomplete.
 
@@ -10,11 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
@@ -79,7 +78,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 // with flags want, may have been written; "" when it cannot have: it is
 // what is mounted there, as the plugin mounts it, and its root is empty.
 func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags) string {
-	if err := checkMounted(mountpoint, want); err != nil {
+	if err := mounts.CheckMounted(mountpoint, want); err != nil {
 		return err.Error()
 	}
 	if t, err := hostfs.ReadTable(); err != nil {
@@ -87,7 +86,7 @@ func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags)
 	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
 		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
 	}
-	empty, err := emptyDir(ctx, mountpoint)
+	empty, err := mounts.EmptyDir(ctx, mountpoint)
 	switch {
 	case err != nil:
 		return err.Error()
@@ -95,26 +94,6 @@ func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags)
 		return fmt.Sprintf("%s is not empty: a tenant may have written it", mountpoint)
 	}
 	return ""
-}
-
-// emptyDir reports whether directory dir has no entries. It gives up
-// when ctx ends, or after rootTimeout (see inRoot).
-func emptyDir(ctx context.Context, dir string) (bool, error) {
-	return inRoot(ctx, dir, func() (bool, error) {
-		f, err := os.Open(dir)
-		if err != nil {
-			return false, err
-		}
-		defer f.Close()
-		names, err := f.Readdirnames(1)
-		switch {
-		case errors.Is(err, io.EOF):
-			return true, nil
-		case err != nil:
-			return false, err
-		}
-		return len(names) == 0, nil
-	})
 }
 
 // disarmFree records free, as an earlier version would have made them, the

@@ -123,7 +123,7 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) err
 	case reconcile.Unmount:
 		err := m.zfs.Unmount(ctx, a.Dataset)
 		if err != nil {
-			// The plan sets canmount=noauto after the unmount (plan.go,
+			// The plan sets canmount=noauto after the unmount (reconcile.ReleaseSteps,
 			// releaseSteps). While the unmount waits (a process still has
 			// the dataset open), set it now, so that a reboot meanwhile
 			// does not mount the released data again by itself.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -212,13 +213,13 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	m.mu.Lock()
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
-	if err := checkMounted(s.Mountpoint, want); err != nil {
+	if err := mounts.CheckMounted(s.Mountpoint, want); err != nil {
 		m.updateSlot(id, func(x *Slot) { x.SetHealth(false, err.Error()) })
 		return Slot{}, fmt.Errorf("device %s (dataset %s) cannot be reserved: %w", id, s.Dataset, err)
 	}
 	if s.Armed != "" {
 		// Armed by this run: handed over with no zfs command; its owner
-		// is recorded behind the Reserve (recordOwner, armed.go). Unless
+		// is recorded behind the Reserve (recordOwner, package armed). Unless
 		// the dataset was made again since this view (a Sync, under the
 		// slot's lock, before it installed what it made).
 		if !m.arm.Claim(s.Dataset, s.Armed) {

@@ -5,9 +5,10 @@ package slots
 import (
 	"context"
 	"fmt"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"maps"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
 // slotLock returns the lock that serialises zfs work on slot id: a

@@ -76,11 +76,11 @@ type Manager struct {
 	// own fields only. Each is the last lock taken (mu may be held when
 	// it is taken, never the other way round), and none is held while a
 	// command runs:
-	//   - arm is what this run knows of armed datasets (armed.go); m.zfs
+	//   - arm is what this run knows of armed datasets (package armed); m.zfs
 	//     reads and creates through it.
 	//   - starts is when tasks' starts are under way, which background
-	//     slot work yields to (starts.go).
-	//   - holds are the slots held for their next tenant (hold.go).
+	//     slot work yields to (package starts).
+	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
 	//     Reserve yet, and the Reserves under way (prepare.go).
 	arm    *armed.Tracker

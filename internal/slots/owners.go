@@ -77,7 +77,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 		}
 	case s.Armed != "":
 		// A handover whose owner was never identified: what is recorded
-		// is that the dataset was handed over (armed.go). A dataset not
+		// is that the dataset was handed over (package armed). A dataset not
 		// armed says so already.
 		if err := m.zfs.Set(ctx, s.Dataset, record.PropState, string(record.To(record.RecordHandover))); err != nil {
 			return fmt.Errorf("recording the handover of %s: %w", id, err)

@@ -6,9 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 

@@ -58,6 +58,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -297,12 +298,12 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 	m.mu.Lock()
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, cur.Class).SlotProps())
 	m.mu.Unlock()
-	if err := checkMounted(cur.Mountpoint, want); err != nil {
+	if err := mounts.CheckMounted(cur.Mountpoint, want); err != nil {
 		m.updateSlot(cur.ID, func(x *Slot) { x.SetHealth(false, err.Error()) })
 		return "", false, fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
 	}
 	if cur.Armed != "" {
-		// Armed by this run: no zfs command (armed.go).
+		// Armed by this run: no zfs command (package armed).
 		if !m.arm.Claim(cur.Dataset, cur.Armed) {
 			return "", false, errChanged // made again since this view
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
@@ -154,7 +155,7 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 		if !cur.OK || cur.Unreadable || cur.Mountpoint == "" {
 			return nil, false, fmt.Sprintf("device %s is not sound now: %s", id, view.OrDash(cur.Why))
 		}
-		if err := checkMounted(cur.Mountpoint, hostfs.FlagsFor(reconcile.ClassByName(cfg, cur.Class).SlotProps())); err != nil {
+		if err := mounts.CheckMounted(cur.Mountpoint, hostfs.FlagsFor(reconcile.ClassByName(cfg, cur.Class).SlotProps())); err != nil {
 			return nil, false, fmt.Sprintf("device %s: %v", id, err)
 		}
 		res = append(res, cur)

@@ -17,7 +17,7 @@ package slots
 //     over the slot's view only (m.unproven), and a plugin stopped
 //     meanwhile leaves an armed dataset with no owner, which the next run
 //     keeps until a complete read and an empty root prove that nobody has
-//     it (armed.go);
+//     it (package armed);
 //   - the slot is closed to every other work (its gate, m.proving):
 //     lockSlot waits for the proof, Sync leaves the slot as it is, a
 //     release pass does not decide it (the proof kicks the next), no

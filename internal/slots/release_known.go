@@ -12,6 +12,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -163,7 +164,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []reconcile.Act
 		return false
 	}
 	ready := []Slot{x}
-	if errs := prepareFree(cfg, ready); len(errs) > 0 {
+	if errs := mounts.PrepareFree(cfg, ready); len(errs) > 0 {
 		m.log.Warn("spare not readied; the slot's next release waits for one", "device", cur.ID, "error", errors.Join(errs...))
 	}
 	m.mu.Lock()

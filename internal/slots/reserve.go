@@ -24,7 +24,7 @@ import (
 //
 // A slot is handed over only when that is provably safe:
 //   - a fresh slot (free, healthy, mounted: no tenant has written to it)
-//     costs no zfs command when this run armed it (armed.go), one zfs set
+//     costs no zfs command when this run armed it (package armed), one zfs set
 //     otherwise. An allocation read that began after the call
 //     arrived, made at the same time, records who asked.
 //   - a slot a tenant may have written goes only to its recorded owner,

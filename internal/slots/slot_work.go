@@ -10,6 +10,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -205,7 +206,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 			made[i], fresh[i].State = true, record.StateFree
 		}
 	}
-	errs = append(errs, prepareFree(cfg, fresh)...)
+	errs = append(errs, mounts.PrepareFree(cfg, fresh)...)
 	for i := range fresh {
 		if made[i] {
 			fresh[i].State = record.StateReserved

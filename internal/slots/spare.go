@@ -8,6 +8,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -62,7 +63,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // Reserve arrived, and the asker is the one other holder of the device;
 // or a release pass did, and the asker, unknown here, is identified by
 // the caller as for a fresh slot: see reserveFresh):
-// a spare armed by this run (armed.go) is handed over in memory and the
+// a spare armed by this run (package armed) is handed over in memory and the
 // fate of the owner's dataset written behind it, first in that dataset's
 // release run (writeFateBehind); a `free` spare of an earlier build is
 // marked reserved beside the fate, two zfs commands side by side, before
@@ -96,7 +97,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	m.mu.Lock()
 	c := reconcile.ClassByName(m.cfg, cur.Class)
 	m.mu.Unlock()
-	if err := checkMounted(cur.SpareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
+	if err := mounts.CheckMounted(cur.SpareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
 		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
 		unlock()
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
@@ -110,7 +111,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	var r *releaseRun
 	created, behind := false, false
 	if cur.SpareArmed != "" && cur.Stamped.Known() && cur.Stamped == cur.Owner {
-		// Armed by this run (armed.go), beside a dataset whose owner is
+		// Armed by this run (package armed), beside a dataset whose owner is
 		// recorded: the spare is handed over in memory, and the old
 		// dataset's fate is written behind the handover, first thing in
 		// the release run registered here, before the slot's lock is
@@ -141,7 +142,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		// so that the asker waits for one transaction group rather than two.
 		// Either order is safe: a plugin stopped between them leaves the old
 		// dataset archived beside a free spare, or both datasets recorded in
-		// use, a conflict that keeps both until one is released (pair.go).
+		// use, a conflict that keeps both until one is released (reconcile.Pair).
 		fg := zfs.Foreground(ctx)
 		marked := make(chan error, 1)
 		go func() { marked <- m.zfs.Set(fg, cur.Spare, record.PropState, string(record.To(record.Reserve))) }()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -207,7 +208,7 @@ func slotOf(cfg Config, name string) string {
 // Reserve meanwhile must not take the healthy view that Sync is about to
 // replace.
 func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[string]bool, mine string, vers map[string]uint64) []error {
-	c := freeChores{cfg: cfg}
+	c := mounts.Chores{Cfg: cfg}
 	var errs []error
 	var held []func()
 	defer func() {
@@ -220,7 +221,7 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 		if (s.State != record.StateFree || !s.OK) && s.Spare == "" || skipped[s.ID] {
 			continue
 		}
-		c.readTable()
+		c.ReadTable()
 		unlock, ok := m.tryLockSlot(s.ID, mine)
 		if !ok {
 			skipped[s.ID] = true
@@ -233,7 +234,7 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 			skipped[s.ID] = true
 			continue
 		}
-		if failed := c.prepare(s); len(failed) > 0 {
+		if failed := c.Prepare(s); len(failed) > 0 {
 			errs = append(errs, failed...)
 			held = append(held, unlock)
 			continue

@@ -191,7 +191,7 @@ func HasOwner(d zfs.Dataset) bool {
 // spare, but not surely: an armed spare is handed over in memory, and the
 // fate of the dataset it replaces is written behind the handover
 // (handOverSpare), so a run stopped in between leaves exactly this. It is
-// withheld (pair.go), and adopted only on proof (adoptWithheld).
+// withheld (reconcile.Pair), and adopted only on proof (adoptWithheld).
 //
 // Only positive evidence forgets a handover: a read that showed its owner,
 // or a whole read (clean: no error, depth > 0, every dataset parsed) begun

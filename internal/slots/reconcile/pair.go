@@ -3,7 +3,6 @@ package reconcile
 import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
-
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -196,7 +195,7 @@ func (p Pair) plan() (create, destroy string, remake [2]bool) {
 	case p.first(NameFresh) >= 0:
 	case p.unrec[0] || p.unrec[1]:
 		// No spare beside a handover not recorded yet: a later run could
-		// not tell the spare from the dataset handed over (armed.go). It
+		// not tell the spare from the dataset handed over (package armed). It
 		// is made once the owner is recorded (recordOwner).
 	case p.first(NameAbsent) >= 0:
 		// At once, beside a dataset in use or one being released (which

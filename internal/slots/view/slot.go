@@ -19,7 +19,7 @@ type Slot struct {
 	Index int
 	// Dataset is the slot's dataset that serves (in use, or free and
 	// offered), or stands for it (being released, missing): one of the
-	// slot's two names (see pair.go).
+	// slot's two names (see reconcile.Pair).
 	Dataset    string
 	Mountpoint string // host path; empty when not mounted
 	State      record.State
