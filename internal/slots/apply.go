@@ -135,7 +135,7 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) err
 	case reconcile.RenameToArchive:
 		err := m.zfs.Rename(ctx, a.Dataset, a.Target)
 		if errors.Is(err, zfs.ErrNoSpace) {
-			return fmt.Errorf("%w (no view.Room in %s, under its quota or in the pool: the data stays in its slot; with archive_quota, retention prunes the oldest archives to make view.Room)", err, cfg.ArchiveDataset())
+			return fmt.Errorf("%w (no room in %s, under its quota or in the pool: the data stays in its slot; with archive_quota, retention prunes the oldest archives to make room)", err, cfg.ArchiveDataset())
 		}
 		return err
 	case reconcile.DestroyArchived:

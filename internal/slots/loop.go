@@ -94,6 +94,6 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 // left pending because its slot was busy.
 const ownerRetry = 250 * time.Millisecond
 
-// wake sends a wake-up on ch (Run's kick) without blocking: ch has view.Room
+// wake sends a wake-up on ch (Run's kick) without blocking: ch has room
 // for one, and one waiting is enough.
 func wake(ch chan<- struct{}) { loop.Kick(ch) }

@@ -251,7 +251,7 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 // starts empty: its predecessor's dataset on its way to the archive, or
 // another tenant's still taking its slot's other name (a release that goes
 // well takes a few hundred milliseconds; one that keeps failing, busy or
-// out of view.Room, would otherwise hold the asker to reserve_timeout).
+// out of room, would otherwise hold the asker to reserve_timeout).
 // "required" waits until reserve_timeout.
 const restoreSlotWait = 10 * time.Second
 
