@@ -19,6 +19,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/version"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -83,7 +84,7 @@ func (d *doctor) run(ctx context.Context) []check {
 			d.skip(n, "needs the plugin's configuration")
 		}
 	default:
-		obs, err := slots.Observe(zctx, d.z, d.c.settings.Slots)
+		obs, err := view.Observe(zctx, d.z, d.c.settings.Slots)
 		if err != nil {
 			for _, n := range []string{"pool", "parent", "slots"} {
 				d.add(n, checkFail, err.Error(), "ZFS did not answer in time: check zpool status, or give a longer -timeout")
@@ -234,7 +235,7 @@ func (d *doctor) checkZFS(ctx context.Context) bool {
 // treeChecks judges the pool, the parent dataset and the slots from one
 // read-only observation. It is a pure function of the configuration and
 // what ZFS said.
-func treeChecks(cfg slots.Config, obs slots.Observation) []check {
+func treeChecks(cfg slots.Config, obs view.Observation) []check {
 	var out []check
 	add := func(name, status, msg, fix string) {
 		out = append(out, check{Name: name, Status: status, Message: oneLine(msg), Fix: fix})
@@ -315,7 +316,7 @@ func treeChecks(cfg slots.Config, obs slots.Observation) []check {
 // quota exceeds what is available is not offered by the plugin: that
 // fails. Promising more than the pool holds is a warning (deliberate
 // over-commitment is common).
-func roomCheck(cfg slots.Config, obs slots.Observation) check {
+func roomCheck(cfg slots.Config, obs view.Observation) check {
 	quota := map[string]uint64{}
 	var promised uint64
 	for _, cl := range cfg.Classes {

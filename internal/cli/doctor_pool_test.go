@@ -11,6 +11,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -85,7 +86,7 @@ func TestTreeChecks_RealPools(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(t, pool, parent)
 			}
-			obs, err := slots.Observe(ctx, z, cfg)
+			obs, err := view.Observe(ctx, z, cfg)
 			must.NoError(t, err)
 			got := map[string]check{}
 			for _, c := range treeChecks(cfg, obs) {
@@ -108,7 +109,7 @@ func TestTreeChecks_PoolAndParentGone(t *testing.T) {
 	z := zfs.NewClient(&zfs.Runner{})
 	ctx := context.Background()
 
-	obs, err := slots.Observe(ctx, z, cfg)
+	obs, err := view.Observe(ctx, z, cfg)
 	must.NoError(t, err)
 	cs := treeChecks(cfg, obs)
 	must.EqOp(t, checkFail, cs[1].Status)
@@ -118,7 +119,7 @@ func TestTreeChecks_PoolAndParentGone(t *testing.T) {
 
 	gone := cfg
 	gone.Parent = "ndznosuchpool/nomad"
-	obs, err = slots.Observe(ctx, z, gone)
+	obs, err = view.Observe(ctx, z, gone)
 	must.NoError(t, err)
 	cs = treeChecks(gone, obs)
 	must.EqOp(t, checkFail, cs[0].Status)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
 // olderSource lists, per older snapshot, the device IDs of a class's slots
@@ -47,7 +48,7 @@ func describeOlder(older []olderSource) string {
 // sourceCheck is doctor's "sources" check: each class's source, and the
 // slots that still hold an older one (a warning: the operator cannot
 // destroy that snapshot yet).
-func sourceCheck(cfg slots.Config, obs slots.Observation) (check, bool) {
+func sourceCheck(cfg slots.Config, obs view.Observation) (check, bool) {
 	var msgs, waits []string
 	for _, cl := range cfg.Classes {
 		if cl.Source == "" {

@@ -9,6 +9,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -33,7 +34,7 @@ func TestSources_OlderSourceListed(t *testing.T) {
 	t.Cleanup(func() { _ = mgr.Wait(context.Background()) })
 
 	cfg.Classes[0].Source = gold + "@v2"
-	obs, err := slots.Observe(ctx, zfs.NewClient(pool.Runner), cfg)
+	obs, err := view.Observe(ctx, zfs.NewClient(pool.Runner), cfg)
 	must.NoError(t, err)
 	c, ok := sourceCheck(cfg, obs)
 	must.True(t, ok)
@@ -45,7 +46,7 @@ func TestSources_OlderSourceListed(t *testing.T) {
 	// The plugin makes them again from v2: nothing older.
 	mgr.SetConfig(cfg)
 	must.NoError(t, mgr.Sync(ctx))
-	obs, err = slots.Observe(ctx, zfs.NewClient(pool.Runner), cfg)
+	obs, err = view.Observe(ctx, zfs.NewClient(pool.Runner), cfg)
 	must.NoError(t, err)
 	c, _ = sourceCheck(cfg, obs)
 	must.Eq(t, checkOK, c.Status, must.Sprint(c.Message))

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -137,7 +138,7 @@ type archive struct {
 // ctx, the node's allocations from Nomad.
 func gatherStatus(ctx context.Context, z statusReader, c *common, log hclog.Logger) (statusReport, error) {
 	cfg := c.settings.Slots
-	obs, err := slots.Observe(ctx, z, cfg)
+	obs, err := view.Observe(ctx, z, cfg)
 	if err != nil {
 		return statusReport{}, err
 	}
@@ -193,7 +194,7 @@ func gatherStatus(ctx context.Context, z statusReader, c *common, log hclog.Logg
 
 // statusReader is what status reads ZFS with. *zfs.Client implements it.
 type statusReader interface {
-	slots.Reader
+	view.Reader
 	shared.Reader
 }
 

@@ -147,7 +147,7 @@ func (p *Plugin) Settle(ctx context.Context) error { return p.slots.Wait(ctx) }
 // place of the Nomad API its configuration names. Nomad never calls it; the
 // benchmarks give an in-process plugin a stand-in (bench.Tenants), so that
 // a plugin started after another adopts the datasets the earlier run armed,
-// as it does with Nomad's answer (internal/slots/armed.go). With a stand-in
+// as it does with Nomad's answer (internal/slots/armed). With a stand-in
 // the plugin starts no allocation watcher and no release loop: the caller
 // runs the passes (ReleaseEnded). It must come before the first
 // fingerprint stream: after it, the watcher may run, and it is refused.

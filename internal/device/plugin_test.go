@@ -196,7 +196,7 @@ func TestPlugin_OverGRPC(t *testing.T) {
 		"ZFS_FAST_IO_HOST_PATH": mp,
 	}, res.GetEnvs())
 	// Handed over with no zfs command: the dataset stays armed by this run
-	// (slots/armed.go) until the handover is recorded behind the Reserve
+	// (slots/armed) until the handover is recorded behind the Reserve
 	// (here with no owner: no Nomad API answers), state reserved.
 	st := pool.Prop(t, pool.Dataset("nomad/fast-io/0"), "nomad-device-zfs:state")
 	must.True(t, st == "reserved" || strings.HasPrefix(st, "armed:"), must.Sprintf("state %q", st))

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/allocs"
 )
 
 // nodeIDRetry is how long the plugin waits before it asks again for its
@@ -54,7 +54,7 @@ func (p *Plugin) startWatching(ctx context.Context) {
 	}
 	p.log.Info("watching allocations", "address", w.Address())
 	w.SetObserver(p.metrics)
-	p.slots.SetNomad(slots.FromWatcher(w))
+	p.slots.SetNomad(allocs.FromWatcher(w))
 	// The node ID is named in backup manifests; the agent's API may not
 	// answer yet when the plugin starts: tried until it does.
 	go loop.Run(ctx, loop.Config{Name: "node ID", Log: p.log, First: loop.After(0)}, func(ctx context.Context, _ loop.Wake) loop.Next {

@@ -6,7 +6,7 @@ import (
 )
 
 // A slot has two dataset names, <parent>/<class>/<index> and
-// <parent>/<class>/<index>.alt (see package slots, pair.go); its Nomad
+// <parent>/<class>/<index>.alt (see package slots/reconcile, pair.go); its Nomad
 // device instance is <class>-<index>.
 
 // AltSuffix ends the second dataset name of a slot.

@@ -2,7 +2,7 @@ package slots
 
 // Adoption of armed datasets: an earlier run's armed dataset with no
 // owner recorded is handed to no one until a complete view of the
-// allocations and an empty root prove that nobody has it (see armed.go and
+// allocations and an empty root prove that nobody has it (see package armed and
 // docs/release-lifecycle.md, "Armed datasets"); disarmFree records this
 // run's free armed datasets free once the views are found incomplete.
 
@@ -10,34 +10,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
-
-// unrecorded reports whether d, as the manager reads it, is in use by a
-// handover of an armed dataset that ZFS does not record yet: reserved,
-// armed, no owner.
-func unrecorded(d zfs.Dataset) bool {
-	_, armed := d.Local(PropArmed)
-	return armed && record.Recorded(d) == record.StateReserved && !hasOwner(d)
-}
-
-// unproven reports whether d, as the manager reads it, is an earlier run's
-// armed dataset with no owner that this run has not adopted (PropEarlier):
-// it may have been handed over.
-func unproven(d zfs.Dataset) bool {
-	_, ok := d.Local(PropEarlier)
-	return ok && unrecorded(d)
-}
 
 // unrecordedSlot is unrecorded for a slot as last seen: its owner is not
 // recorded on its armed dataset.
 func unrecordedSlot(s Slot) bool {
-	return s.armed != "" && s.State == record.StateReserved && !s.stamped.Known()
+	return s.Armed != "" && s.State == record.StateReserved && !s.Stamped.Known()
 }
 
 // mayAdopt reports whether view v shows of the allocations what adopting
@@ -51,10 +34,10 @@ func unrecordedSlot(s Slot) bool {
 // over, and an allocation that the servers do not show started yet may be
 // using it.
 func (m *Manager) mayAdopt(v *View, s Slot, holders []Holding, asking bool) bool {
-	if s.armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.ours(s.armed) {
+	if s.Armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.Ours(s.Armed) {
 		return false
 	}
-	if !v.Complete || !v.Began.After(m.arm.started) {
+	if !v.Complete || !v.Began.After(m.arm.Started()) {
 		return false
 	}
 	return len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started
@@ -73,21 +56,21 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	cur, ok := m.slot(s.ID)
 	m.mu.Lock()
 	_, identified := m.owners[s.ID]
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	switch {
-	case !ok || cur.Dataset != s.Dataset || cur.armed != s.armed || cur.State != record.StateReserved || cur.Owner.Known() || identified:
+	case !ok || cur.Dataset != s.Dataset || cur.Armed != s.Armed || cur.State != record.StateReserved || cur.Owner.Known() || identified:
 		return false, "it changed meanwhile", nil
-	case cur.Mountpoint == "" || !cur.ok:
+	case cur.Mountpoint == "" || !cur.OK:
 		return false, "it is not mounted", nil
 	}
 	if why := mayBeWritten(ctx, cur.Dataset, cur.Mountpoint, want); why != "" {
 		return false, why, nil
 	}
-	m.arm.adopt(cur.armed)
+	m.arm.Adopt(cur.Armed)
 	m.setNote(s.ID, note{})
 	m.updateSlot(s.ID, func(x *Slot) { x.State = record.StateFree })
-	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.armed)
+	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.Armed)
 	return true, "", nil
 }
 
@@ -95,7 +78,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 // with flags want, may have been written; "" when it cannot have: it is
 // what is mounted there, as the plugin mounts it, and its root is empty.
 func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags) string {
-	if err := checkMounted(mountpoint, want); err != nil {
+	if err := mounts.CheckMounted(mountpoint, want); err != nil {
 		return err.Error()
 	}
 	if t, err := hostfs.ReadTable(); err != nil {
@@ -103,7 +86,7 @@ func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags)
 	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
 		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
 	}
-	empty, err := emptyDir(ctx, mountpoint)
+	empty, err := mounts.EmptyDir(ctx, mountpoint)
 	switch {
 	case err != nil:
 		return err.Error()
@@ -111,26 +94,6 @@ func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags)
 		return fmt.Sprintf("%s is not empty: a tenant may have written it", mountpoint)
 	}
 	return ""
-}
-
-// emptyDir reports whether directory dir has no entries. It gives up
-// when ctx ends, or after rootTimeout (see inRoot).
-func emptyDir(ctx context.Context, dir string) (bool, error) {
-	return inRoot(ctx, dir, func() (bool, error) {
-		f, err := os.Open(dir)
-		if err != nil {
-			return false, err
-		}
-		defer f.Close()
-		names, err := f.Readdirnames(1)
-		switch {
-		case errors.Is(err, io.EOF):
-			return true, nil
-		case err != nil:
-			return false, err
-		}
-		return len(names) == 0, nil
-	})
 }
 
 // disarmFree records free, as an earlier version would have made them, the
@@ -142,7 +105,7 @@ func emptyDir(ctx context.Context, dir string) (bool, error) {
 func (m *Manager) disarmFree(ctx context.Context) error {
 	var errs []error
 	for _, s := range m.Slots() {
-		if s.State != record.StateFree || s.armed == "" || !m.arm.ours(s.armed) {
+		if s.State != record.StateFree || s.Armed == "" || !m.arm.Ours(s.Armed) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, ownerLockWait)
@@ -152,11 +115,11 @@ func (m *Manager) disarmFree(ctx context.Context) error {
 			continue
 		}
 		cur, ok := m.slot(s.ID)
-		if ok && cur.State == record.StateFree && cur.armed == s.armed && cur.Dataset == s.Dataset {
+		if ok && cur.State == record.StateFree && cur.Armed == s.Armed && cur.Dataset == s.Dataset {
 			if err := m.zfs.Set(ctx, cur.Dataset, record.PropState, string(record.To(record.Disarm))); err != nil {
 				errs = append(errs, fmt.Errorf("recording %s free (not armed): %w", cur.Dataset, err))
 			} else {
-				m.updateSlot(s.ID, func(x *Slot) { x.armed = "" })
+				m.updateSlot(s.ID, func(x *Slot) { x.Armed = "" })
 			}
 		}
 		unlock()

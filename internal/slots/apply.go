@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -17,12 +18,12 @@ import (
 // archive containers) and those of each slot, by device ID. The steps left
 // for a dataset in the archive belong to the slot it came from (its name
 // starts with the device ID).
-func splitActions(cfg Config, actions []Action) (tree []Action, bySlot map[string][]Action) {
-	bySlot = map[string][]Action{}
+func splitActions(cfg Config, actions []reconcile.Action) (tree []reconcile.Action, bySlot map[string][]reconcile.Action) {
+	bySlot = map[string][]reconcile.Action{}
 	for _, a := range actions {
 		id := ""
 		switch {
-		case a.Kind == CreateClass || a.Kind == CreateArchive:
+		case a.Kind == reconcile.CreateClass || a.Kind == reconcile.CreateArchive:
 		case a.Index >= 0 && a.Class != "":
 			id = record.DeviceID(a.Class, a.Index)
 		default:
@@ -42,7 +43,7 @@ func splitActions(cfg Config, actions []Action) (tree []Action, bySlot map[strin
 // applyAll runs the actions in order and returns those that succeeded. A
 // failed action records why in failed (by slot dataset) and skips the rest
 // of its chain.
-func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, failed map[string]string) (done []Action, errs []error) {
+func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []reconcile.Action, failed map[string]string) (done []reconcile.Action, errs []error) {
 	broken := map[string]bool{}
 	for _, a := range actions {
 		if a.Chain != "" && broken[a.Chain] {
@@ -62,8 +63,8 @@ func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, fa
 			m.log.Error("slot change failed", "action", a.Kind.String(), "dataset", a.Dataset, "error", err)
 			failed[a.Dataset] = reason
 			errs = append(errs, fmt.Errorf("%s %s: %w", a.Kind, a.Dataset, err))
-			if a.Kind == CreateClass {
-				for i := 0; i < classByName(cfg, a.Class).Slots; i++ {
+			if a.Kind == reconcile.CreateClass {
+				for i := 0; i < reconcile.ClassByName(cfg, a.Class).Slots; i++ {
 					failed[cfg.SlotDataset(a.Class, i)] = fmt.Sprintf("%s %s failed: %v", a.Kind, a.Dataset, err)
 				}
 			}
@@ -77,7 +78,7 @@ func (m *Manager) applyAll(ctx context.Context, cfg Config, actions []Action, fa
 
 // dropFailed removes actions on datasets that already failed in this Sync,
 // so that a dataset that cannot be changed is not retried within one Sync.
-func dropFailed(actions []Action, failed map[string]string) []Action {
+func dropFailed(actions []reconcile.Action, failed map[string]string) []reconcile.Action {
 	out := actions[:0]
 	for _, a := range actions {
 		if _, bad := failed[a.Dataset]; !bad {
@@ -87,10 +88,10 @@ func dropFailed(actions []Action, failed map[string]string) []Action {
 	return out
 }
 
-func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
+func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) error {
 	switch a.Kind {
-	case CreateSlot:
-		c := classByName(cfg, a.Class)
+	case reconcile.CreateSlot:
+		c := reconcile.ClassByName(cfg, a.Class)
 		switch {
 		case c.Source != "":
 			return m.zfs.Clone(ctx, c.Source, a.Dataset, a.Props)
@@ -98,9 +99,9 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 			return m.createEncrypted(ctx, cfg, a)
 		}
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
-	case CreateClass, CreateArchive:
+	case reconcile.CreateClass, reconcile.CreateArchive:
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
-	case DestroySlot:
+	case reconcile.DestroySlot:
 		if a.CheckSource != "" {
 			if _, err := m.zfs.GetExact(ctx, a.CheckSource, "guid"); err != nil {
 				return fmt.Errorf("not made again (%s): source %s cannot be read, so the free dataset is kept: %w", a.Why, a.CheckSource, err)
@@ -110,19 +111,19 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 			return err
 		}
 		return m.removeKey(cfg, a)
-	case SetQuota:
+	case reconcile.SetQuota:
 		return m.zfs.Set(ctx, a.Dataset, "refquota", a.Value)
-	case SetProp:
+	case reconcile.SetProp:
 		return m.zfs.Set(ctx, a.Dataset, a.Prop, a.Value)
-	case MountSlot:
-		if classByName(cfg, a.Class).Encrypted {
+	case reconcile.MountSlot:
+		if reconcile.ClassByName(cfg, a.Class).Encrypted {
 			return m.zfs.MountLoadKey(ctx, a.Dataset)
 		}
 		return m.zfs.Mount(ctx, a.Dataset)
-	case Unmount:
+	case reconcile.Unmount:
 		err := m.zfs.Unmount(ctx, a.Dataset)
 		if err != nil {
-			// The plan sets canmount=noauto after the unmount (plan.go,
+			// The plan sets canmount=noauto after the unmount (reconcile.ReleaseSteps,
 			// releaseSteps). While the unmount waits (a process still has
 			// the dataset open), set it now, so that a reboot meanwhile
 			// does not mount the released data again by itself.
@@ -131,13 +132,13 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a Action) error {
 			}
 		}
 		return err
-	case RenameToArchive:
+	case reconcile.RenameToArchive:
 		err := m.zfs.Rename(ctx, a.Dataset, a.Target)
 		if errors.Is(err, zfs.ErrNoSpace) {
 			return fmt.Errorf("%w (no room in %s, under its quota or in the pool: the data stays in its slot; with archive_quota, retention prunes the oldest archives to make room)", err, cfg.ArchiveDataset())
 		}
 		return err
-	case DestroyArchived:
+	case reconcile.DestroyArchived:
 		// -r only ever inside the plugin's own archive tree.
 		if err := m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset()); err != nil {
 			return err

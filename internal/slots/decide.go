@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/allocs"
 )
 
 // decisionKind is what may be done with an in-use slot.
@@ -75,7 +76,7 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 	if asking && ownerHolds && len(others) == 0 {
 		return decision{kind: handOver}
 	}
-	f, err := fate(ctx, n, v, s.Owner)
+	f, err := allocs.FateOf(ctx, n, v, s.Owner)
 	switch {
 	case err != nil:
 		return decision{reason: fmt.Sprintf("owner unverified: it holds the data of %s, whose state cannot be read (%v)", s.Owner, err)}
@@ -106,7 +107,7 @@ func (m *Manager) decide(ctx context.Context, n Nomad, v *View, s Slot, asking b
 	return d
 }
 
-func stoppingOr(f Fate) string {
+func stoppingOr(f allocs.Fate) string {
 	if f.Stopping {
 		return "stopping (" + f.Reason + ")"
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -68,7 +69,7 @@ func fateEvent(c Class) record.Event {
 // release's start: what writeFate and writeFateBehind write on ZFS.
 func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o record.Owner, spare string) error {
 	props := map[string]string{record.PropState: string(record.To(fateEvent(c)))}
-	if o.Known() && !x.stamped.Known() {
+	if o.Known() && !x.Stamped.Known() {
 		props[record.PropOwner] = o.Encode()
 	}
 	if err := m.setProps(ctx, x.Dataset, props); err != nil {
@@ -94,13 +95,6 @@ func (m *Manager) forgetTenancy(id string) {
 	m.releases[id]++
 }
 
-// fateDue reports whether the slot's old dataset waits for its fate, to be
-// written behind the handover of the armed spare that serves in its place:
-// ZFS still shows it in use by its ended owner.
-func (s Slot) fateDue() bool {
-	return s.old != nil && s.old.State == record.StateReserved
-}
-
 // writeFateBehind records the fate of the old dataset of slot view cur,
 // which is due (fateDue), under the slot's lock (held by the caller), and
 // returns the slot as it is then: no longer due. When ZFS refuses (a full
@@ -110,9 +104,9 @@ func (s Slot) fateDue() bool {
 // writes it again (tendSlotLocked). Once it lands the new tenant's owner
 // can be recorded (recordOwner).
 func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
-	old := *cur.old
+	old := *cur.Old
 	m.mu.Lock()
-	c := classByName(m.cfg, old.Class)
+	c := reconcile.ClassByName(m.cfg, old.Class)
 	m.mu.Unlock()
 	if err := m.recordFate(ctx, c, old, old.Owner, cur.Dataset); err != nil {
 		m.mu.Lock()
@@ -129,10 +123,10 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 	delete(m.fateRefused, old.Dataset)
 	m.mu.Unlock()
 	m.updateSlot(cur.ID, func(x *Slot) {
-		if x.fateDue() && x.old.Dataset == old.Dataset {
-			o := *x.old // shared with earlier copies of the view
+		if x.FateDue() && x.Old.Dataset == old.Dataset {
+			o := *x.Old // shared with earlier copies of the view
 			o.State = fateState(c)
-			x.old, x.sib = &o, nameReleasing
+			x.Old, x.Sib = &o, reconcile.NameReleasing
 		}
 	})
 	m.Kick() // the new tenant's owner, pending until now (recordOwner)
@@ -151,10 +145,10 @@ func (m *Manager) fateFirst(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.byID[id]
-	if !ok || !m.slots[i].fateDue() {
+	if !ok || !m.slots[i].FateDue() {
 		return nil
 	}
-	old := m.slots[i].old.Dataset
+	old := m.slots[i].Old.Dataset
 	if err := m.fateRefused[old]; err != nil {
 		return fmt.Errorf("it waits for the fate of the previous dataset %s, which ZFS refused: %w", old, err)
 	}
@@ -168,7 +162,7 @@ func (m *Manager) fateFirst(id string) error {
 // the next read) says nothing of them.
 func (m *Manager) forgetFatesLocked(slots []Slot) {
 	for ds := range m.fateRefused {
-		if !slices.ContainsFunc(slots, func(s Slot) bool { return s.fateDue() && s.old.Dataset == ds }) {
+		if !slices.ContainsFunc(slots, func(s Slot) bool { return s.FateDue() && s.Old.Dataset == ds }) {
 			delete(m.fateRefused, ds)
 		}
 	}
@@ -183,7 +177,7 @@ func (m *Manager) forgetFatesLocked(slots []Slot) {
 // the lock and returns an error when the fate is refused, but for a
 // dataset gone (destroyed by hand): a read of the slot then shows so.
 func (m *Manager) fateBehindLocked(ctx context.Context, cur Slot, unlock func()) (Slot, error) {
-	if !cur.fateDue() {
+	if !cur.FateDue() {
 		return cur, nil
 	}
 	now, err := m.writeFateBehind(ctx, cur)

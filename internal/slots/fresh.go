@@ -10,6 +10,9 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -169,10 +172,10 @@ func (m *Manager) identified(s Slot, released uint64, o record.Owner, why string
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.sinceLocked(s, released)
-	if !ok || m.slots[i].State != record.StateReserved || m.slots[i].stamped.Known() {
+	if !ok || m.slots[i].State != record.StateReserved || m.slots[i].Stamped.Known() {
 		return false
 	}
-	if why == "" || s.armed != "" {
+	if why == "" || s.Armed != "" {
 		// The owner to record, or, unknown, that an armed dataset was
 		// handed over (recordOwner).
 		m.owners[s.ID] = o
@@ -202,24 +205,24 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	if !ok {
 		return Slot{}, fmt.Errorf("device %s is no longer offered by this node", id)
 	}
-	if s.State != record.StateFree || !s.ok || s.Mountpoint == "" {
+	if s.State != record.StateFree || !s.OK || s.Mountpoint == "" {
 		// Decided again from the slot as it is now (reserved by a
 		// preparation that got its lock first, say).
-		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, orDash(s.why), errChanged)}
+		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, view.OrDash(s.Why), errChanged)}
 	}
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
-	if err := checkMounted(s.Mountpoint, want); err != nil {
-		m.updateSlot(id, func(x *Slot) { x.setHealth(false, err.Error()) })
+	if err := mounts.CheckMounted(s.Mountpoint, want); err != nil {
+		m.updateSlot(id, func(x *Slot) { x.SetHealth(false, err.Error()) })
 		return Slot{}, fmt.Errorf("device %s (dataset %s) cannot be reserved: %w", id, s.Dataset, err)
 	}
-	if s.armed != "" {
+	if s.Armed != "" {
 		// Armed by this run: handed over with no zfs command; its owner
-		// is recorded behind the Reserve (recordOwner, armed.go). Unless
+		// is recorded behind the Reserve (recordOwner, package armed). Unless
 		// the dataset was made again since this view (a Sync, under the
 		// slot's lock, before it installed what it made).
-		if !m.arm.claim(s.Dataset, s.armed) {
+		if !m.arm.Claim(s.Dataset, s.Armed) {
 			return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
@@ -227,7 +230,7 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		m.unmarkFresh(ctx, s)
 		return Slot{}, fmt.Errorf("reserving device %s (dataset %s): %w", id, s.Dataset, err)
 	}
-	m.updateSlot(id, func(x *Slot) { x.State = record.StateReserved; x.Owner, x.stamped = record.Owner{}, record.Owner{} })
+	m.updateSlot(id, func(x *Slot) { x.State = record.StateReserved; x.Owner, x.Stamped = record.Owner{}, record.Owner{} })
 	s.State = record.StateReserved
 	return s, nil
 }

@@ -80,7 +80,7 @@ func (m *Manager) setIncomplete(reason string) {
 		m.log.Warn("the Nomad token may not see every namespace: datasets of allocations it cannot see are never released or handed over", "reason", reason)
 	}
 	m.incomplete = reason
-	m.arm.incomplete.Store(reason != "")
+	m.arm.SetIncomplete(reason != "")
 	m.setSlotsLocked(append([]Slot(nil), m.slots...))
 }
 
@@ -98,7 +98,7 @@ func keepSchedulable(slots []Slot) {
 	}
 	for i := range slots {
 		s := &slots[i]
-		if healthy[s.Class] || !s.inRelease || s.Surplus || s.HealthDesc != s.why {
+		if healthy[s.Class] || !s.InRelease || s.Surplus || s.HealthDesc != s.Why {
 			continue
 		}
 		s.Healthy = true
@@ -110,14 +110,14 @@ func keepSchedulable(slots []Slot) {
 // ZFS shows it, the note on it (an in-use slot kept, with why) and the
 // warning that the allocation view may be incomplete. mu is held.
 func (m *Manager) deriveLocked(s *Slot) {
-	s.Healthy, s.HealthDesc = s.ok, s.why
+	s.Healthy, s.HealthDesc = s.OK, s.Why
 	if s.State == record.StateReserved {
-		if o, ok := m.owners[s.ID]; ok && !s.stamped.Known() {
+		if o, ok := m.owners[s.ID]; ok && !s.Stamped.Known() {
 			s.Owner = o
-		} else if o, ok := m.unproven[s.ID]; ok && !s.stamped.Known() {
+		} else if o, ok := m.unproven[s.ID]; ok && !s.Stamped.Known() {
 			s.Owner = o
 		}
-		if n, ok := m.notes[s.ID]; ok && s.ok {
+		if n, ok := m.notes[s.ID]; ok && s.OK {
 			s.HealthDesc = n.text
 			s.Healthy = !n.unhealthy
 		}
@@ -125,11 +125,11 @@ func (m *Manager) deriveLocked(s *Slot) {
 			s.HealthDesc = why
 		}
 	}
-	if s.fateDue() {
-		if err := m.fateRefused[s.old.Dataset]; err != nil {
+	if s.FateDue() {
+		if err := m.fateRefused[s.Old.Dataset]; err != nil {
 			// Served from the spare meanwhile: healthy, and saying why the
 			// data of the previous tenancy is still in place.
-			s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; the previous dataset "+s.old.Dataset+" is kept: "+blockedText(err), "; ")
+			s.HealthDesc = strings.TrimPrefix(s.HealthDesc+"; the previous dataset "+s.Old.Dataset+" is kept: "+blockedText(err), "; ")
 		}
 	}
 	if m.incomplete != "" {

@@ -60,5 +60,5 @@ func (m *Manager) observeRelease(class string, err error, began time.Time) {
 func (m *Manager) ParentAvailable() (bytes uint64, known bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.parentRoom.bytes, m.parentRoom.known
+	return m.parentRoom.Bytes, m.parentRoom.Known
 }

@@ -8,13 +8,14 @@ import (
 	"os"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // createEncrypted makes the fresh dataset of a CreateSlot of an encrypted
 // class: a new key first (on disk and fsynced), then the dataset that
 // points to it. On failure the key is removed: no dataset uses it.
-func (m *Manager) createEncrypted(ctx context.Context, cfg Config, a Action) error {
+func (m *Manager) createEncrypted(ctx context.Context, cfg Config, a reconcile.Action) error {
 	if cfg.KeyDir == "" {
 		return fmt.Errorf("class %q is encrypted, and no key directory is configured", a.Class)
 	}
@@ -50,7 +51,7 @@ func (m *Manager) createEncrypted(ctx context.Context, cfg Config, a Action) err
 
 // removeKey removes the key of a dataset that a (successful) destroy
 // action destroyed, when it had one.
-func (m *Manager) removeKey(cfg Config, a Action) error {
+func (m *Manager) removeKey(cfg Config, a reconcile.Action) error {
 	if a.KeyID == "" || cfg.KeyDir == "" {
 		return nil
 	}

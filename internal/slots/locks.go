@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
 // slotLock returns the lock that serialises zfs work on slot id: a
@@ -62,7 +64,7 @@ func (m *Manager) lockSlotOnce(ctx context.Context, id, what string) (unlock fun
 		case l <- struct{}{}:
 		case <-ctx.Done():
 			m.treeMu.RUnlock()
-			return nil, nil, fmt.Errorf("waiting for other work on the slot (%s): %w", orDash(behind), ctx.Err())
+			return nil, nil, fmt.Errorf("waiting for other work on the slot (%s): %w", view.OrDash(behind), ctx.Err())
 		}
 		if waited := time.Since(began); waited >= time.Millisecond {
 			m.log.Trace("waited for the slot's lock", "device", id, "for", what, "behind", behind, "waited", waited)

@@ -11,6 +11,10 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -72,16 +76,16 @@ type Manager struct {
 	// own fields only. Each is the last lock taken (mu may be held when
 	// it is taken, never the other way round), and none is held while a
 	// command runs:
-	//   - arm is what this run knows of armed datasets (armed.go); m.zfs
+	//   - arm is what this run knows of armed datasets (package armed); m.zfs
 	//     reads and creates through it.
 	//   - starts is when tasks' starts are under way, which background
-	//     slot work yields to (starts.go).
-	//   - holds are the slots held for their next tenant (hold.go).
+	//     slot work yields to (package starts).
+	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
 	//     Reserve yet, and the Reserves under way (prepare.go).
-	arm    *arming
-	starts startYield
-	holds  *holds
+	arm    *armed.Tracker
+	starts starts.Yield
+	holds  *hold.Holds
 	preps  *preparations
 
 	mu       sync.Mutex
@@ -97,7 +101,7 @@ type Manager struct {
 	archiveReady, archiveUnmounted bool
 	// parentRoom is the parent's available space as last read with the
 	// usage figures (ParentAvailable).
-	parentRoom room
+	parentRoom view.Room
 	// runs are the releases being carried out, by slot ID (goRelease).
 	runs     map[string]*releaseRun
 	reported map[string]bool
@@ -158,15 +162,17 @@ type Manager struct {
 
 // NewManager returns a manager that reaches ZFS through z.
 func NewManager(z ZFS, log hclog.Logger) *Manager {
-	a := newArming()
-	return &Manager{
+	a := armed.New()
+	m := &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		starts: startYield{d: DefaultStartYield}, holds: newHolds(), preps: newPreparations(), proofGrace: identifyGrace,
+		holds: hold.New(), preps: newPreparations(), proofGrace: identifyGrace,
 	}
+	m.starts.Set(starts.Default)
+	return m
 }
 
 // SetNomad sets where the manager learns about allocations. Until it is
@@ -176,6 +182,14 @@ func (m *Manager) SetNomad(n Nomad) {
 	defer m.mu.Unlock()
 	m.nomad = n
 }
+
+// SetStartYield sets how long the manager's background slot work (a
+// release whose slot's spare serves meanwhile, the making of a spare)
+// yields to a task's start, counted from the start and from the end of a
+// slot's preparation at placement, and from the arrival and the answer of
+// a Reserve; 0 turns it off. NewManager sets
+// starts.Default. A Reserve never waits for it.
+func (m *Manager) SetStartYield(d time.Duration) { m.starts.Set(d) }
 
 // Changed returns a channel that is closed at the next change of the slot
 // list, health included.
@@ -195,7 +209,7 @@ func (m *Manager) SetConfig(cfg Config) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cfg = cfg
-	m.setSlotsLocked(buildSlots(cfg, nil, "not yet provisioned", nil))
+	m.setSlotsLocked(view.Build(cfg, nil, "not yet provisioned", nil))
 }
 
 // CheckParent verifies that the parent dataset exists, with one zfs command.
@@ -245,7 +259,7 @@ func (m *Manager) Refresh(ctx context.Context) error {
 		}
 	}
 	m.usageAt = time.Now()
-	m.parentRoom = parentRoomOf(parent, datasets)
+	m.parentRoom = view.ParentRoomOf(parent, datasets)
 	return nil
 }
 

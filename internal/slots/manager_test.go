@@ -148,7 +148,7 @@ func TestManager_ReserveAndResize(t *testing.T) {
 	sets, creates := w.Count("set"), w.Count("create")
 	res, err = e.mgr.Reserve(ctx, []string{"scratch-2"})
 	must.NoError(t, err)
-	must.Eq(t, 0, w.Count("set")-sets, must.Sprint("Reserve on a fresh slot runs no zfs command (armed.go)"))
+	must.Eq(t, 0, w.Count("set")-sets, must.Sprint("Reserve on a fresh slot runs no zfs command (package armed)"))
 	must.Eq(t, 0, w.Count("create")-creates, must.Sprint("no spare beside a handover not recorded yet"))
 	// Behind it (Run's pass, here by hand), the owner is recorded (one
 	// zfs set), and then the spare made in the background (one create).

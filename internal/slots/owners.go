@@ -63,11 +63,11 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 		// an earlier dataset of this slot.
 		return nil
 	}
-	if !ok || s.State != record.StateReserved || s.stamped.Known() {
+	if !ok || s.State != record.StateReserved || s.Stamped.Known() {
 		m.dropOwner(id, o)
 		return nil
 	}
-	if s.fateDue() {
+	if s.FateDue() {
 		return nil // see fateFirst
 	}
 	switch {
@@ -75,9 +75,9 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 		if err := m.zfs.Set(ctx, s.Dataset, record.PropOwner, o.Encode()); err != nil {
 			return fmt.Errorf("recording the owner of %s: %w", id, err)
 		}
-	case s.armed != "":
+	case s.Armed != "":
 		// A handover whose owner was never identified: what is recorded
-		// is that the dataset was handed over (armed.go). A dataset not
+		// is that the dataset was handed over (package armed). A dataset not
 		// armed says so already.
 		if err := m.zfs.Set(ctx, s.Dataset, record.PropState, string(record.To(record.RecordHandover))); err != nil {
 			return fmt.Errorf("recording the handover of %s: %w", id, err)
@@ -86,9 +86,9 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 	m.dropOwner(id, o)
 	m.updateSlot(id, func(x *Slot) {
 		if o.Known() {
-			x.Owner, x.stamped = o, o
+			x.Owner, x.Stamped = o, o
 		}
-		x.armed = ""
+		x.Armed = ""
 	})
 	m.log.Debug("handover recorded", "device", id, "owner", o.String())
 	m.goTend(ctx, id) // the spare, now that its handover is recorded

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -67,13 +68,6 @@ func (m *Manager) poolReason(ctx context.Context, cfg Config) string {
 	return ""
 }
 
-func parentReason(parent string, err error) string {
-	if errors.Is(err, zfs.ErrNotExist) {
-		return fmt.Sprintf("parent dataset %s does not exist", parent)
-	}
-	return fmt.Sprintf("parent dataset %s cannot be read: %v", parent, err)
-}
-
 // setUnavailable marks every slot unhealthy with reason, keeping what was
 // last known of them (mountpoints, states) so that nothing is forgotten.
 func (m *Manager) setUnavailable(cfg Config, reason string) {
@@ -81,12 +75,12 @@ func (m *Manager) setUnavailable(cfg Config, reason string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.slots) == 0 {
-		m.setSlotsLocked(buildSlots(cfg, nil, reason, nil))
+		m.setSlotsLocked(view.Build(cfg, nil, reason, nil))
 		return
 	}
 	slots := append([]Slot(nil), m.slots...)
 	for i := range slots {
-		slots[i].setHealth(false, reason)
+		slots[i].SetHealth(false, reason)
 	}
 	m.setSlotsLocked(slots)
 }

@@ -58,6 +58,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -155,7 +157,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 	}
 	var started []*prep
 	for _, s := range m.Slots() {
-		if s.unreadable || s.Surplus || !s.ok || restores(m.classOf([]string{s.ID})) {
+		if s.Unreadable || s.Surplus || !s.OK || restores(m.classOf([]string{s.ID})) {
 			continue
 		}
 		holders := v.Holders(s.ID)
@@ -167,7 +169,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 			if p := m.startPrep(ctx, s, holders[0].Owner, prepFresh, v.Began); p != nil {
 				started = append(started, p)
 			}
-		case s.State == record.StateReserved && s.Owner.Known() && s.Spare != "" && s.old == nil:
+		case s.State == record.StateReserved && s.Owner.Known() && s.Spare != "" && s.Old == nil:
 			var others []Holding
 			for _, h := range holders {
 				if h.Owner.AllocID != s.Owner.AllocID {
@@ -232,7 +234,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 		// The asker's task is starting: from before the preparation
 		// starts a background run (the release behind a handover), and
 		// again once it is prepared.
-		m.starts.begin()
+		m.starts.Begin()
 		start := time.Now()
 		var err error
 		if how == prepFresh {
@@ -240,7 +242,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 		} else {
 			var got Slot
 			if got, err = m.handOverSpareTo(pctx, s, asker, true); err == nil {
-				p.dataset, p.armed = got.Dataset, got.armed != ""
+				p.dataset, p.armed = got.Dataset, got.Armed != ""
 			}
 		}
 		if err == nil && !p.armed {
@@ -267,7 +269,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 				m.log.Warn("preparing a slot for its allocation failed; its Reserve does the work", "device", s.ID, "asker", asker.String(), "how", how, "error", err)
 			}
 		} else {
-			m.starts.begin()
+			m.starts.Begin()
 			m.log.Debug("slot prepared", "device", s.ID, "dataset", p.dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
 		}
 		close(p.done)
@@ -290,19 +292,19 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
+	if !ok || cur.State != record.StateFree || !cur.OK || cur.Mountpoint == "" || cur.Dataset != s.Dataset {
 		return "", false, errChanged
 	}
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, cur.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, cur.Class).SlotProps())
 	m.mu.Unlock()
-	if err := checkMounted(cur.Mountpoint, want); err != nil {
-		m.updateSlot(cur.ID, func(x *Slot) { x.setHealth(false, err.Error()) })
+	if err := mounts.CheckMounted(cur.Mountpoint, want); err != nil {
+		m.updateSlot(cur.ID, func(x *Slot) { x.SetHealth(false, err.Error()) })
 		return "", false, fmt.Errorf("device %s (dataset %s) cannot be prepared: %w", cur.ID, cur.Dataset, err)
 	}
-	if cur.armed != "" {
-		// Armed by this run: no zfs command (armed.go).
-		if !m.arm.claim(cur.Dataset, cur.armed) {
+	if cur.Armed != "" {
+		// Armed by this run: no zfs command (package armed).
+		if !m.arm.Claim(cur.Dataset, cur.Armed) {
 			return "", false, errChanged // made again since this view
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), cur.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
@@ -311,16 +313,16 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 		return "", false, fmt.Errorf("preparing device %s (dataset %s) for %s: %w", cur.ID, cur.Dataset, asker, err)
 	}
 	m.mu.Lock()
-	if cur.armed != "" {
+	if cur.Armed != "" {
 		m.unproven[cur.ID] = asker // recorded once proven (proof.go)
 	} else {
 		m.owners[cur.ID] = asker
 	}
 	m.mu.Unlock()
 	m.setNote(cur.ID, note{})
-	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.stamped = record.StateReserved, asker, record.Owner{} })
-	if cur.armed == "" {
+	m.updateSlot(cur.ID, func(x *Slot) { x.State, x.Owner, x.Stamped = record.StateReserved, asker, record.Owner{} })
+	if cur.Armed == "" {
 		m.Kick() // record the owner, off the asker's path
 	}
-	return cur.Dataset, cur.armed != "", nil
+	return cur.Dataset, cur.Armed != "", nil
 }

@@ -13,6 +13,9 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
 // voidPreps forgets the finished preparations that view v, begun after
@@ -149,10 +152,10 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 		}
 		// As every handover does: the kernel's mount table, not what was
 		// true at the preparation (unmounted by hand since, say).
-		if !cur.ok || cur.unreadable || cur.Mountpoint == "" {
-			return nil, false, fmt.Sprintf("device %s is not sound now: %s", id, orDash(cur.why))
+		if !cur.OK || cur.Unreadable || cur.Mountpoint == "" {
+			return nil, false, fmt.Sprintf("device %s is not sound now: %s", id, view.OrDash(cur.Why))
 		}
-		if err := checkMounted(cur.Mountpoint, hostfs.FlagsFor(classByName(cfg, cur.Class).SlotProps())); err != nil {
+		if err := mounts.CheckMounted(cur.Mountpoint, hostfs.FlagsFor(reconcile.ClassByName(cfg, cur.Class).SlotProps())); err != nil {
 			return nil, false, fmt.Sprintf("device %s: %v", id, err)
 		}
 		res = append(res, cur)

@@ -39,7 +39,7 @@ func newPrepareCase(t *testing.T, n int) *prepareCase {
 }
 
 // legacy records every slot's dataset free as an earlier version made it
-// (not armed: armed.go), and syncs: such a dataset is prepared and
+// (not armed: package armed), and syncs: such a dataset is prepared and
 // reserved with one zfs set, which these tests pause or fail.
 func (c *prepareCase) legacy(t *testing.T) {
 	t.Helper()
@@ -134,7 +134,7 @@ func TestPrepare_FreshSlotHandedOverWithoutZFS(t *testing.T) {
 	for _, id := range []string{"scratch-0", "scratch-2"} {
 		s := slotByID(t, e, id)
 		must.Eq(t, record.StateReserved, s.State)
-		// Prepared in memory: the dataset is armed (slots/armed.go), and
+		// Prepared in memory: the dataset is armed (slots/armed), and
 		// its owner is recorded behind.
 		must.StrHasPrefix(t, "armed:", e.pool.Prop(t, s.Dataset, record.PropState))
 		must.Eq(t, B.AllocID, s.Owner.AllocID)

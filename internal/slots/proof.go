@@ -17,7 +17,7 @@ package slots
 //     over the slot's view only (m.unproven), and a plugin stopped
 //     meanwhile leaves an armed dataset with no owner, which the next run
 //     keeps until a complete read and an empty root prove that nobody has
-//     it (armed.go);
+//     it (package armed);
 //   - the slot is closed to every other work (its gate, m.proving):
 //     lockSlot waits for the proof, Sync leaves the slot as it is, a
 //     release pass does not decide it (the proof kicks the next), no
@@ -62,7 +62,7 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 		}
 		cur := m.slots[i]
 		_, unproven := m.unproven[s.ID]
-		if !unproven || cur.State != record.StateReserved || cur.Dataset != s.Dataset || cur.armed == "" || cur.stamped.Known() ||
+		if !unproven || cur.State != record.StateReserved || cur.Dataset != s.Dataset || cur.Armed == "" || cur.Stamped.Known() ||
 			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
 			m.mu.Unlock()
 			return nil, false, "the slot changed since it was prepared"
@@ -142,7 +142,7 @@ func (m *Manager) proven(res []Slot, asker record.Owner, released map[string]uin
 	slots := append([]Slot(nil), m.slots...)
 	for _, s := range res {
 		i, ok := m.sinceLocked(s, released[s.ID])
-		if !ok || slots[i].State != record.StateReserved || slots[i].stamped.Known() {
+		if !ok || slots[i].State != record.StateReserved || slots[i].Stamped.Known() {
 			delete(m.unproven, s.ID)
 			continue
 		}

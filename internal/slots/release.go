@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -81,13 +83,13 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 	var runs []*releaseRun
 	for _, s := range slots {
 		switch {
-		case s.unreadable:
+		case s.Unreadable:
 			continue
 		case m.provingNow(s.ID):
 			// Closed until the proof of its asker answered, which
 			// kicks the next pass (proof.go).
 			continue
-		case s.old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
+		case s.Old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
 			// Begun: the old dataset first, then the slot's own. Before
 			// any read of the API: finishing it needs none.
 			runs = append(runs, m.goRelease(ctx, s, false, record.Owner{}))
@@ -99,7 +101,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 	// Every device's health warns while the token may not see every
 	// namespace, whether or not a slot is in use.
 	m.setIncomplete(nomad.Incomplete(ctx))
-	if m.arm.incomplete.Load() {
+	if m.arm.Incomplete() {
 		if err := m.disarmFree(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -212,7 +214,7 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		return false, nil
 	}
 	m.mu.Lock()
-	c := classByName(m.cfg, s.Class)
+	c := reconcile.ClassByName(m.cfg, s.Class)
 	m.mu.Unlock()
 	spare := ""
 	if !cur.Surplus {
@@ -225,12 +227,47 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		return false, err
 	}
 	m.updateSlot(s.ID, func(x *Slot) {
-		x.State, x.Owner, x.stamped = state, s.Owner, s.Owner
-		x.setHealth(false, releasingReason(*x))
-		x.inRelease = true
+		x.State, x.Owner, x.Stamped = state, s.Owner, s.Owner
+		x.SetHealth(false, view.ReleasingReason(*x))
+		x.InRelease = true
 		if spare != "" && x.Spare == spare {
 			promoteSpare(x, record.StateFree)
 		}
 	})
 	return true, nil
+}
+
+// holdFor reports whether a kicked pass leaves slot s (whose owner has
+// ended, decided from a read that showed no other live holder) alone for
+// now: its spare is ready, and its owner's end was first seen less than
+// the hold ago. A kick is set for the end of the hold, so that the slot
+// is released then if no Reserve came for it.
+func (m *Manager) holdFor(s Slot) bool {
+	if !m.holdable(s) {
+		return false
+	}
+	ok, first := m.holds.Hold(s.ID, s.Owner.AllocID, m.Kick)
+	if first {
+		m.log.Debug("owner ended; the slot's spare waits for its next tenant", "device", s.ID, "owner", s.Owner.String(), "for", m.holds.Duration())
+	}
+	return ok
+}
+
+// holdable reports whether slot s may be held for its next tenant: its
+// spare is ready, it is not surplus, and its class does not restore (the
+// replacement of its owner gets the owner's data, not a spare).
+func (m *Manager) holdable(s Slot) bool {
+	return s.Spare != "" && !s.Surplus && s.OK && !restores(m.classOf([]string{s.ID}))
+}
+
+// heldForNext reports whether reserved slot s is held for its next tenant
+// (holdFor) now: a release pass found its owner, still the one s shows,
+// ended less than the hold ago, from a complete view with no other live
+// holder, and the slot still qualifies (a spare ready, not surplus, its
+// class not restoring).
+func (m *Manager) heldForNext(s Slot) bool {
+	if !s.Owner.Known() || !m.holdable(s) {
+		return false
+	}
+	return m.holds.Holding(s.ID, s.Owner.AllocID)
 }

@@ -189,7 +189,7 @@ func reserveAndWrite(t *testing.T, e *env, a *allocs, id string, o record.Owner)
 	must.NoError(t, e.mgr.Wait(context.Background()))
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background())) // records the owner
 	must.Eq(t, o.AllocID, recordedOwner(t, e, res[0].Dataset).AllocID)
-	// The spare is made once the owner is recorded (armed.go).
+	// The spare is made once the owner is recorded (package armed).
 	must.NoError(t, e.mgr.Wait(context.Background()))
 	return res[0]
 }

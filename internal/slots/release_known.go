@@ -12,6 +12,9 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -25,22 +28,22 @@ import (
 // slot's other name holds something other than a spare or the dataset in
 // use, or the host's mount table does not say plainly whether rs is
 // mounted at its mountpoint, or shows it mounted somewhere else too.
-func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []Action {
+func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []reconcile.Action {
 	m.mu.Lock()
 	ready, unmounted, cfg := m.archiveReady, m.archiveUnmounted, m.cfg
 	m.mu.Unlock()
-	c := classByName(cfg, rs.Class)
+	c := reconcile.ClassByName(cfg, rs.Class)
 	if !ready || c.Name != rs.Class || rs.Mountpoint == "" {
 		return nil
 	}
 	var again bool
 	switch {
-	case cur.Dataset == rs.Dataset && cur.sib == nameAbsent:
+	case cur.Dataset == rs.Dataset && cur.Sib == reconcile.NameAbsent:
 		again = true
-	case cur.Dataset == rs.Dataset && cur.sib == nameFresh:
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateReserved:
+	case cur.Dataset == rs.Dataset && cur.Sib == reconcile.NameFresh:
+	case cur.Old != nil && cur.Old.Dataset == rs.Dataset && cur.State == record.StateReserved:
 		again = true // the slot's next spare
-	case cur.old != nil && cur.old.Dataset == rs.Dataset && cur.State == record.StateFree:
+	case cur.Old != nil && cur.Old.Dataset == rs.Dataset && cur.State == record.StateFree:
 	default:
 		return nil
 	}
@@ -63,10 +66,10 @@ func (m *Manager) knownRelease(cur, rs Slot, asker record.Owner) []Action {
 			return nil
 		}
 	}
-	actions := releaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
+	actions := reconcile.ReleaseSteps(cfg, c, rs.Index, releasingDataset(rs, mounted), time.Now(), again, unmounted)
 	if asker.Known() {
 		for i, a := range actions {
-			if a.Kind == CreateSlot && a.Dataset == rs.Dataset {
+			if a.Kind == reconcile.CreateSlot && a.Dataset == rs.Dataset {
 				// Made for the asker: reserved, its owner recorded, in
 				// the one command that creates it.
 				props := maps.Clone(a.Props)
@@ -98,7 +101,7 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 	if s.Owner.Known() {
 		props[record.PropOwner] = local(s.Owner.Encode())
 	}
-	if s.ownMount {
+	if s.OwnMount {
 		props["mountpoint"] = local(s.Mountpoint)
 	}
 	return zfs.Dataset{Name: s.Dataset, Props: props}
@@ -108,12 +111,12 @@ func releasingDataset(s Slot, mounted bool) zfs.Dataset {
 // dataset, again as its spare once it is renamed: when the dataset that
 // serves is in use, its handover recorded (unrecordedSlot). Nothing
 // otherwise.
-func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
-	c := classByName(cfg, cur.Class)
-	if cur.old == nil || cur.old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
+func (m *Manager) remake(cfg Config, cur Slot, focus string) []reconcile.Action {
+	c := reconcile.ClassByName(cfg, cur.Class)
+	if cur.Old == nil || cur.Old.Dataset != focus || cur.State != record.StateReserved || cur.Surplus || c.Name != cur.Class || unrecordedSlot(cur) {
 		return nil
 	}
-	return []Action{{Kind: CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
+	return []reconcile.Action{{Kind: reconcile.CreateSlot, Dataset: focus, Class: cur.Class, Index: cur.Index, Props: c.SlotProps(), Chain: focus}}
 }
 
 // settleKnown installs the outcome of work decided without a read (done,
@@ -122,29 +125,29 @@ func (m *Manager) remake(cfg Config, cur Slot, focus string) []Action {
 // under its name (or none needed, the slot serving from a fresh dataset)
 // and mounted where the dataset that serves says, as the host's mount
 // table shows. It reports whether it did; otherwise the caller reads.
-func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool {
+func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []reconcile.Action) bool {
 	if t.asker.Known() || cur.Mountpoint == "" {
 		return false
 	}
 	renamed, made := false, ""
 	for _, a := range done {
 		switch {
-		case a.Kind == RenameToArchive && a.Dataset == t.focus:
+		case a.Kind == reconcile.RenameToArchive && a.Dataset == t.focus:
 			renamed = true
-		case a.Kind == CreateSlot && a.Dataset != cur.Dataset:
+		case a.Kind == reconcile.CreateSlot && a.Dataset != cur.Dataset:
 			made = a.Dataset
 		}
 	}
 	x := cur
 	if t.focus != "" {
-		if cur.old == nil || cur.old.Dataset != t.focus || cur.old.State != record.StateReleasing || !renamed {
+		if cur.Old == nil || cur.Old.Dataset != t.focus || cur.Old.State != record.StateReleasing || !renamed {
 			return false
 		}
-		x.old, x.sib = nil, nameAbsent
+		x.Old, x.Sib = nil, reconcile.NameAbsent
 	}
 	switch {
 	case made != "":
-		_, leaf, _ := cutLast(made)
+		_, leaf, _ := view.CutLast(made)
 		mp := filepath.Join(filepath.Dir(cur.Mountpoint), leaf)
 		table, err := hostfs.ReadTable()
 		if err != nil {
@@ -153,7 +156,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 		if mnt, ok := table.At(mp); !ok || mnt.Source != made {
 			return false
 		}
-		x.Spare, x.spareMount, x.sib, x.spareArmed = made, mp, nameFresh, m.arm.tokenOf(made)
+		x.Spare, x.SpareMount, x.Sib, x.SpareArmed = made, mp, reconcile.NameFresh, m.arm.TokenOf(made)
 	case t.focus == "" || cur.State != record.StateFree && !unrecordedSlot(cur):
 		// Nothing made, or a slot in use left without a spare (but one
 		// whose handover is not recorded yet: none is made beside it on
@@ -161,7 +164,7 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 		return false
 	}
 	ready := []Slot{x}
-	if errs := prepareFree(cfg, ready); len(errs) > 0 {
+	if errs := mounts.PrepareFree(cfg, ready); len(errs) > 0 {
 		m.log.Warn("spare not readied; the slot's next release waits for one", "device", cur.ID, "error", errors.Join(errs...))
 	}
 	m.mu.Lock()
@@ -174,8 +177,8 @@ func (m *Manager) settleKnown(cfg Config, cur Slot, t tend, done []Action) bool 
 	// meanwhile): only what this work changed.
 	slots := append([]Slot(nil), m.slots...)
 	now := &slots[i]
-	now.old, now.sib = nil, ready[0].sib
-	now.Spare, now.spareMount, now.spareOwn, now.spareArmed = ready[0].Spare, ready[0].spareMount, ready[0].spareOwn, ready[0].spareArmed
+	now.Old, now.Sib = nil, ready[0].Sib
+	now.Spare, now.SpareMount, now.SpareOwn, now.SpareArmed = ready[0].Spare, ready[0].SpareMount, ready[0].SpareOwn, ready[0].SpareArmed
 	m.vers[cur.ID]++
 	m.setSlotsLocked(slots)
 	return true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
 // releaseRun is work on one slot carried out by a goroutine of its own: a
@@ -138,8 +139,8 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
 	}
 	name := s.Dataset
-	if !start && s.old != nil {
-		name = s.old.Dataset
+	if !start && s.Old != nil {
+		name = s.Old.Dataset
 	}
 	if start {
 		begun, err := m.startReleaseLocked(ctx, s)
@@ -158,11 +159,11 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 		unlock()
 		return false, nil // released since s was read
 	}
-	var first []Action
+	var first []reconcile.Action
 	if start {
 		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
 	}
-	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.old != nil && cur.old.Dataset == rs.Dataset, run: r}
+	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.Old != nil && cur.Old.Dataset == rs.Dataset, run: r}
 	return true, m.tendSlotLocked(ctx, cur, t, unlock)
 }
 
@@ -170,10 +171,19 @@ func (m *Manager) release(ctx context.Context, r *releaseRun, s Slot, start bool
 // the slot itself, or its old dataset; false when name is not on its way.
 func releasingOf(cur Slot, name string) (Slot, bool) {
 	switch {
-	case cur.old != nil && cur.old.Dataset == name:
-		return *cur.old, true
+	case cur.Old != nil && cur.Old.Dataset == name:
+		return *cur.Old, true
 	case cur.Dataset == name && (cur.State == record.StateReleasing || cur.State == record.StateDestroying):
 		return cur, true
 	}
 	return Slot{}, false
+}
+
+// yieldToStarts waits, for run r of slot id (what names its next step in
+// the log), for the starts under way (starts.Yield.Wait); it returns at once
+// when a Reserve has joined r. The caller holds no slot's lock.
+func (m *Manager) yieldToStarts(ctx context.Context, id string, r *releaseRun, what string) {
+	if waited := m.starts.Wait(ctx, r.hurried); waited >= time.Millisecond {
+		m.log.Trace("yielded to a task's start", "device", id, "before", what, "waited", waited)
+	}
 }

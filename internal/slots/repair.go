@@ -48,7 +48,7 @@ func (m *Manager) repair(ctx context.Context, datasets []zfs.Dataset) []zfs.Data
 	// The exact reads are raw: what an armed state means is said here, with
 	// every dataset of the read beside them (a spare's sibling). The others
 	// are said already, and left as they are.
-	return m.arm.normalize(out, time.Time{}, "", 0, false)
+	return m.arm.Normalize(out, time.Time{}, "", 0, false)
 }
 
 // readExact reads every observed property of name exactly, and cleans the

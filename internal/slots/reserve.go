@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -23,7 +24,7 @@ import (
 //
 // A slot is handed over only when that is provably safe:
 //   - a fresh slot (free, healthy, mounted: no tenant has written to it)
-//     costs no zfs command when this run armed it (armed.go), one zfs set
+//     costs no zfs command when this run armed it (package armed), one zfs set
 //     otherwise. An allocation read that began after the call
 //     arrived, made at the same time, records who asked.
 //   - a slot a tenant may have written goes only to its recorded owner,
@@ -42,7 +43,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	// The asker's task is starting: from now on, before this Reserve
 	// starts any background run (a release behind a handover, a spare),
 	// and again once it is answered.
-	m.starts.begin()
+	m.starts.Begin()
 	ids = m.inSlotOrder(ids)
 	ps, prepared, release := m.claimPreps(ids)
 	defer release()
@@ -52,7 +53,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 	waited := false
 	res, err := m.reserve(ctx, ids, arrived, &waited, ps, prepared)
 	if err == nil {
-		m.starts.begin()
+		m.starts.Begin()
 	}
 	if o := m.observer(); o != nil {
 		outcome := ReserveFresh
@@ -213,8 +214,8 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			return nil, "", fmt.Errorf("device %s is no longer offered by this node", id)
 		}
 		if s.State == record.StateFree {
-			if !s.ok || s.Mountpoint == "" {
-				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+			if !s.OK || s.Mountpoint == "" {
+				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.Why)
 			}
 			fresh = append(fresh, id)
 			continue
@@ -223,8 +224,8 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
 			continue
 		}
-		if s.State != record.StateReserved || s.unreadable {
-			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.why)
+		if s.State != record.StateReserved || s.Unreadable {
+			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.Why)
 		}
 		if m.heldForNext(s) {
 			// A release pass found its owner ended ("ended" never goes
@@ -290,7 +291,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 					continue
 				}
 			}
-			if d.asker.Known() && s.Spare != "" && s.ok {
+			if d.asker.Known() && s.Spare != "" && s.OK {
 				// The asker gets the spare; the owner's dataset is
 				// archived behind it.
 				got, err := m.handOverSpare(ctx, s, d.asker)
@@ -378,7 +379,7 @@ func (m *Manager) classOf(ids []string) Class {
 	if !ok {
 		return Class{}
 	}
-	return classByName(m.cfg, m.slots[i].Class)
+	return reconcile.ClassByName(m.cfg, m.slots[i].Class)
 }
 
 // retryReserve is an error of one round of Reserve that the next round may

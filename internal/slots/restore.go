@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -182,19 +184,19 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 	}
 	defer unlock()
 	cur, ok := m.slot(id)
-	if !ok || cur.State != record.StateFree || !cur.ok || cur.Mountpoint == "" {
+	if !ok || cur.State != record.StateFree || !cur.OK || cur.Mountpoint == "" {
 		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
 	}
-	if cur.old != nil || cur.sib == nameReleasing {
+	if cur.Old != nil || cur.Sib == reconcile.NameReleasing {
 		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is still being released: %w", id, errChanged)
 	}
-	if cur.Spare != "" || cur.sib != nameAbsent {
-		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, orDash(cur.Spare))
+	if cur.Spare != "" || cur.Sib != reconcile.NameAbsent {
+		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, view.OrDash(cur.Spare))
 	}
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
-	c := classByName(cfg, cur.Class)
+	c := reconcile.ClassByName(cfg, cur.Class)
 	names := cfg.SlotNames(cur.Class, cur.Index)
 	target := names[0]
 	if cur.Dataset == names[0] {
@@ -229,14 +231,14 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
 	}
 	m.updateSlot(id, func(x *Slot) {
-		x.Spare, x.spareMount, x.spareOwn, x.spareArmed, x.armed = x.Dataset, x.Mountpoint, x.ownMount, x.armed, ""
+		x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed, x.Armed = x.Dataset, x.Mountpoint, x.OwnMount, x.Armed, ""
 		// Not known without a read: an archive's mountpoint of its own
 		// (set by hand) would follow it; the next read says.
-		x.Dataset, x.Mountpoint, x.ownMount = target, "", true
-		x.State, x.Owner, x.stamped = record.StateReserved, asker, asker
-		x.sib, x.present = nameFresh, true
+		x.Dataset, x.Mountpoint, x.OwnMount = target, "", true
+		x.State, x.Owner, x.Stamped = record.StateReserved, asker, asker
+		x.Sib, x.Exists = reconcile.NameFresh, true
 		x.Usage = zfs.Usage{}
-		x.setHealth(true, "")
+		x.SetHealth(true, "")
 	})
 	s, _ := m.slot(id)
 	got, err := m.mountLocked(ctx, s)
@@ -280,7 +282,7 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owne
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.old != nil {
+	if !ok || !sameTenancy(cur, s) || cur.Old != nil {
 		return Slot{}, errChanged
 	}
 	// Its data's lineage gains the owner it leaves (see restoreInto).
@@ -301,7 +303,7 @@ func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owne
 	delete(m.notes, s.ID)
 	delete(m.emptyStarts, s.ID)
 	m.mu.Unlock()
-	m.updateSlot(s.ID, func(x *Slot) { x.Owner, x.stamped = asker, asker })
+	m.updateSlot(s.ID, func(x *Slot) { x.Owner, x.Stamped = asker, asker })
 	cur, _ = m.slot(s.ID)
 	got, err := m.mountLocked(ctx, cur)
 	if err != nil {
@@ -337,7 +339,7 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker record.Owner
 			}
 			leaving = leaving && (s.State != record.StateReserved || endedIn(v, s.Owner))
 		}
-		if s.old != nil && s.old.Owner.AllocID != asker.AllocID && record.SameIdentity(s.old.Owner, asker) && id == "" {
+		if s.Old != nil && s.Old.Owner.AllocID != asker.AllocID && record.SameIdentity(s.Old.Owner, asker) && id == "" {
 			id = s.ID
 		}
 	}
@@ -351,5 +353,5 @@ func (m *Manager) predecessorSlot(class string, ids []string, asker record.Owner
 // told to stop, or not in the node's list at all.
 func endedIn(v *View, o record.Owner) bool {
 	a, ok := v.Allocs[o.AllocID]
-	return !ok || a.Stopping || a.ended(o.Task)
+	return !ok || a.Stopping || a.Ended(o.Task)
 }

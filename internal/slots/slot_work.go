@@ -10,6 +10,9 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -35,30 +38,13 @@ func (m *Manager) setProps(ctx context.Context, name string, props map[string]st
 	return nil
 }
 
-// datasetNames returns the names of the slot's datasets that exist, as
-// last observed.
-func (s Slot) datasetNames(cfg Config) []string {
-	var out []string
-	names := cfg.SlotNames(s.Class, s.Index)
-	for _, n := range names {
-		switch {
-		case n == s.Dataset && (s.present || s.unreadable):
-		case n != s.Dataset && s.sib != nameAbsent:
-		default:
-			continue
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
 // tend is one piece of work on a slot's datasets (tendSlotLocked).
 type tend struct {
 	// focus is the dataset whose release is carried out; "" for none.
 	focus string
 	// first are steps decided without a read (knownRelease), applied
 	// before anything is read.
-	first []Action
+	first []reconcile.Action
 	// asker, when known, is the allocation that waits for the work:
 	// only the release of focus is carried out then, so that it waits
 	// for nothing else.
@@ -109,13 +95,13 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		errs   []error
 		failed = make(map[string]string)
 		chains = map[string]bool{t.focus: true}
-		done   []Action
+		done   []reconcile.Action
 	)
 	first := t.first
 	if t.outside && len(first) > 0 {
-		var pre []Action // the create, if any, is decided again below
+		var pre []reconcile.Action // the create, if any, is decided again below
 		for _, a := range first {
-			if a.Kind != CreateSlot {
+			if a.Kind != reconcile.CreateSlot {
 				pre = append(pre, a)
 			}
 		}
@@ -145,7 +131,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		cur = now
 	}
 	names := map[string]bool{cfg.Parent: true, cfg.ArchiveDataset(): true, cfg.ClassDataset(cur.Class): true}
-	for _, n := range cur.datasetNames(cfg) {
+	for _, n := range cur.DatasetNames(cfg) {
 		names[n] = true
 	}
 	if t.focus != "" {
@@ -162,17 +148,17 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		unlock()
 		return nil
 	}
-	mine := func(a Action) bool {
+	mine := func(a reconcile.Action) bool {
 		if t.asker.Known() {
 			return chains[a.Chain]
 		}
-		return a.Kind != CreateClass && a.Kind != CreateArchive && slotOf(cfg, a.Dataset) == cur.ID
+		return a.Kind != reconcile.CreateClass && a.Kind != reconcile.CreateArchive && slotOf(cfg, a.Dataset) == cur.ID
 	}
 	read := func(ctx context.Context) ([]zfs.Dataset, error) {
 		return m.zfs.GetNames(ctx, slices.Sorted(maps.Keys(names)), ObservedProps...)
 	}
-	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
-		var actions []Action
+	datasets, err := m.converge(ctx, cfg, read, func(plan reconcile.Plan) bool {
+		var actions []reconcile.Action
 		for _, a := range plan.Actions {
 			if mine(a) {
 				actions = append(actions, a)
@@ -201,13 +187,13 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		}
 		if s, ok := m.slot(cur.ID); ok && t.focus != "" {
 			if _, still := releasingOf(s, t.focus); still {
-				return fmt.Errorf("releasing %s: not finished (%s)", cur.ID, orDash(s.HealthDesc))
+				return fmt.Errorf("releasing %s: not finished (%s)", cur.ID, view.OrDash(s.HealthDesc))
 			}
 		}
 		return nil
 	}
 	var fresh []Slot
-	for _, x := range buildSlots(cfg, datasets, "", failed) {
+	for _, x := range view.Build(cfg, datasets, "", failed) {
 		if x.ID == cur.ID {
 			fresh = append(fresh, x)
 		}
@@ -216,11 +202,11 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	// would be, before Reserve hands it over.
 	made := make([]bool, len(fresh))
 	for i, x := range fresh {
-		if t.asker.Known() && x.State == record.StateReserved && x.stamped.AllocID == t.asker.AllocID {
+		if t.asker.Known() && x.State == record.StateReserved && x.Stamped.AllocID == t.asker.AllocID {
 			made[i], fresh[i].State = true, record.StateFree
 		}
 	}
-	errs = append(errs, prepareFree(cfg, fresh)...)
+	errs = append(errs, mounts.PrepareFree(cfg, fresh)...)
 	for i := range fresh {
 		if made[i] {
 			fresh[i].State = record.StateReserved
@@ -233,7 +219,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 			merged = append(merged, x)
 		}
 	}
-	sortSlots(merged)
+	view.SortSlots(merged)
 	m.vers[cur.ID]++
 	m.forgetFatesLocked(merged)
 	m.setSlotsLocked(merged)
@@ -244,15 +230,15 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 
 // follow updates what slot work reads next from what it did: the archived
 // dataset under its new name, a dataset made, nothing that was destroyed.
-func follow(done []Action, names, chains map[string]bool) {
+func follow(done []reconcile.Action, names, chains map[string]bool) {
 	for _, a := range done {
 		switch a.Kind {
-		case RenameToArchive:
+		case reconcile.RenameToArchive:
 			delete(names, a.Dataset)
 			names[a.Target], chains[a.Target] = true, true
-		case CreateSlot:
+		case reconcile.CreateSlot:
 			names[a.Dataset] = true
-		case DestroyArchived, DestroySlot:
+		case reconcile.DestroyArchived, reconcile.DestroySlot:
 			delete(names, a.Dataset)
 		}
 	}
@@ -264,7 +250,7 @@ func follow(done []Action, names, chains map[string]bool) {
 // slot: that run, or the next Sync, sees to it.
 func (m *Manager) goTend(ctx context.Context, id string) {
 	s, ok := m.slot(id)
-	if !ok || s.State != record.StateReserved || s.sib != nameAbsent || s.Surplus || unrecordedSlot(s) {
+	if !ok || s.State != record.StateReserved || s.Sib != reconcile.NameAbsent || s.Surplus || unrecordedSlot(s) {
 		return
 	}
 	r, created := m.newRun(id, false)
@@ -278,14 +264,14 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 			return fmt.Errorf("making the spare of %s: %w", id, err)
 		}
 		cur, ok := m.slot(id)
-		if !ok || cur.State != record.StateReserved || cur.sib != nameAbsent || cur.Surplus || unrecordedSlot(cur) {
+		if !ok || cur.State != record.StateReserved || cur.Sib != reconcile.NameAbsent || cur.Surplus || unrecordedSlot(cur) {
 			unlock()
 			return nil
 		}
 		m.mu.Lock()
 		cfg := m.cfg
 		m.mu.Unlock()
-		c := classByName(cfg, cur.Class)
+		c := reconcile.ClassByName(cfg, cur.Class)
 		if c.Name != cur.Class {
 			unlock()
 			return nil
@@ -296,7 +282,7 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 				spare = n
 			}
 		}
-		first := []Action{{Kind: CreateSlot, Dataset: spare, Class: cur.Class, Index: cur.Index, Props: c.SlotProps()}}
+		first := []reconcile.Action{{Kind: reconcile.CreateSlot, Dataset: spare, Class: cur.Class, Index: cur.Index, Props: c.SlotProps()}}
 		return m.tendSlotLocked(ctx, cur, tend{first: first}, unlock)
 	})
 }

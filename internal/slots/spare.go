@@ -8,6 +8,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -27,13 +29,13 @@ func sameTenancy(cur, s Slot) bool {
 // began.
 func promoteSpare(x *Slot, state record.State) {
 	rs := *x
-	rs.Spare, rs.spareMount, rs.spareArmed, rs.old = "", "", "", nil
-	x.Dataset, x.Mountpoint, x.ownMount, x.armed = x.Spare, x.spareMount, x.spareOwn, x.spareArmed
-	x.State, x.Owner, x.stamped = state, record.Owner{}, record.Owner{}
-	x.Spare, x.spareMount, x.spareOwn, x.spareArmed = "", "", false, ""
-	x.old, x.sib, x.present = &rs, nameReleasing, true
+	rs.Spare, rs.SpareMount, rs.SpareArmed, rs.Old = "", "", "", nil
+	x.Dataset, x.Mountpoint, x.OwnMount, x.Armed = x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed
+	x.State, x.Owner, x.Stamped = state, record.Owner{}, record.Owner{}
+	x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed = "", "", false, ""
+	x.Old, x.Sib, x.Exists = &rs, reconcile.NameReleasing, true
 	x.Usage = zfs.Usage{}
-	x.setHealth(true, "")
+	x.SetHealth(true, "")
 }
 
 // unmarkSpare records the spare of cur as free again after it was marked
@@ -51,7 +53,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 	if err == nil {
 		return true
 	}
-	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })
+	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
 	m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; it is kept until no allocation holds the device", "device", cur.ID, "spare", cur.Spare, "error", err)
 	return false
 }
@@ -61,7 +63,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // Reserve arrived, and the asker is the one other holder of the device;
 // or a release pass did, and the asker, unknown here, is identified by
 // the caller as for a fresh slot: see reserveFresh):
-// a spare armed by this run (armed.go) is handed over in memory and the
+// a spare armed by this run (package armed) is handed over in memory and the
 // fate of the owner's dataset written behind it, first in that dataset's
 // release run (writeFateBehind); a `free` spare of an earlier build is
 // marked reserved beside the fate, two zfs commands side by side, before
@@ -88,15 +90,15 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
 	}
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.old != nil || cur.spareArmed != "" && !m.arm.current(cur.Spare, cur.spareArmed) {
+	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.Old != nil || cur.SpareArmed != "" && !m.arm.Current(cur.Spare, cur.SpareArmed) {
 		unlock()
 		return Slot{}, errChanged
 	}
 	m.mu.Lock()
-	c := classByName(m.cfg, cur.Class)
+	c := reconcile.ClassByName(m.cfg, cur.Class)
 	m.mu.Unlock()
-	if err := checkMounted(cur.spareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
-		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.spareMount, x.spareArmed = "", "", "" })
+	if err := mounts.CheckMounted(cur.SpareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
+		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
 		unlock()
 		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
 		return Slot{}, errChanged
@@ -108,8 +110,8 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	// fate (writeFateBehind).
 	var r *releaseRun
 	created, behind := false, false
-	if cur.spareArmed != "" && cur.stamped.Known() && cur.stamped == cur.Owner {
-		// Armed by this run (armed.go), beside a dataset whose owner is
+	if cur.SpareArmed != "" && cur.Stamped.Known() && cur.Stamped == cur.Owner {
+		// Armed by this run (package armed), beside a dataset whose owner is
 		// recorded: the spare is handed over in memory, and the old
 		// dataset's fate is written behind the handover, first thing in
 		// the release run registered here, before the slot's lock is
@@ -126,21 +128,21 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		}
 	}
 	if behind {
-		m.arm.handOver(cur.spareArmed, cur.Spare)
-	} else if cur.spareArmed != "" {
+		m.arm.HandOver(cur.SpareArmed, cur.Spare)
+	} else if cur.SpareArmed != "" {
 		// Armed by this run: only the old dataset's fate goes to ZFS, and
 		// the spare is handed over in memory once it landed.
 		if state, err = m.writeFate(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
 			unlock()
 			return Slot{}, err
 		}
-		m.arm.handOver(cur.spareArmed, cur.Spare)
+		m.arm.HandOver(cur.SpareArmed, cur.Spare)
 	} else {
 		// The spare's mark and the old dataset's fate go to ZFS side by side,
 		// so that the asker waits for one transaction group rather than two.
 		// Either order is safe: a plugin stopped between them leaves the old
 		// dataset archived beside a free spare, or both datasets recorded in
-		// use, a conflict that keeps both until one is released (pair.go).
+		// use, a conflict that keeps both until one is released (reconcile.Pair).
 		fg := zfs.Foreground(ctx)
 		marked := make(chan error, 1)
 		go func() { marked <- m.zfs.Set(fg, cur.Spare, record.PropState, string(record.To(record.Reserve))) }()
@@ -166,7 +168,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 			// (the old dataset's release goes on; the spare, if marked, is
 			// kept until no allocation holds the device).
 			why := fmt.Sprintf("the spare %s, whose reserved mark was cut short (%v), could not be recorded free again", cur.Spare, herr)
-			m.updateSlot(s.ID, func(x *Slot) { x.setHealth(false, why) })
+			m.updateSlot(s.ID, func(x *Slot) { x.SetHealth(false, why) })
 			unlock()
 			m.Kick()
 			return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
@@ -178,7 +180,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	}
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
-		x.State, x.Owner, x.stamped = state, cur.Owner, cur.Owner
+		x.State, x.Owner, x.Stamped = state, cur.Owner, cur.Owner
 		promoteSpare(x, given) // behind: x.old is reserved, its fate due
 		if given == record.StateReserved {
 			x.Owner = asker
@@ -186,12 +188,12 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		out = *x
 	})
 	switch {
-	case given == record.StateReserved && prepared && cur.spareArmed != "":
+	case given == record.StateReserved && prepared && cur.SpareArmed != "":
 		// Prepared: its owner is recorded once proven (proof.go).
 		m.mu.Lock()
 		m.unproven[s.ID] = asker
 		m.mu.Unlock()
-	case given == record.StateReserved && (asker.Known() || cur.spareArmed != ""):
+	case given == record.StateReserved && (asker.Known() || cur.SpareArmed != ""):
 		// The owner to record, or that an armed spare was handed over
 		// (recordOwner).
 		m.mu.Lock()
@@ -216,7 +218,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 			}
 			// Outside the slot's lock up to the rename, so that the
 			// asker's owner is recorded meanwhile (recordOwner).
-			if rs := now.old; rs != nil && !now.fateDue() {
+			if rs := now.Old; rs != nil && !now.FateDue() {
 				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, record.Owner{}), outside: true, run: r}, unlock)
 			} else {
 				unlock()

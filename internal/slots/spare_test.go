@@ -57,7 +57,7 @@ func newSpareCase(t *testing.T) *spareCase {
 }
 
 // newLegacySpareCase is newSpareCase with the spare recorded free as an
-// earlier version made it (not armed: armed.go), so that its handover
+// earlier version made it (not armed: package armed), so that its handover
 // marks it reserved with a zfs set beside the fate: the tests of that mark
 // use it.
 func newLegacySpareCase(t *testing.T) *spareCase {
@@ -81,7 +81,7 @@ func (c *spareCase) refuseFate() {
 
 // TestSpare_HandOverWhileTheReleaseIsPaused (issue 10): the next tenant of
 // a slot whose owner has ended gets the slot's spare with no zfs command
-// (the spare, armed, is handed over in memory: armed.go) and waits for
+// (the spare, armed, is handed over in memory: package armed) and waits for
 // nothing else: the owner's dataset's fate is written behind it, and the
 // dataset archived, here with both its `zfs set` and its `zfs rename`
 // paused by a wrapper first on PATH. Once they go on, the archive holds
@@ -138,7 +138,7 @@ func TestSpare_HandOverWhileTheReleaseIsPaused(t *testing.T) {
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 	must.Eq(t, o2.AllocID, recordedOwner(t, e, spare).AllocID)
 	// Once the owner is recorded, the released name is made again as the
-	// next spare (armed.go: none beside a handover not recorded yet).
+	// next spare (package armed: none beside a handover not recorded yet).
 	must.NoError(t, e.mgr.Wait(wctx))
 	got = slotByID(t, e, "scratch-0")
 	must.Eq(t, s0.Dataset, got.Spare, must.Sprint("the released name is made again as the next spare"))
@@ -337,7 +337,7 @@ func TestSpare_ReleasedSlotServesAtOnce(t *testing.T) {
 // ends, one release pass releases the slot all the same, recording the
 // owner on the archive, whichever of the release and the recording of the
 // owner takes the slot's lock first. (A dataset of an earlier version: an
-// armed one gets its spare only once its owner is recorded, armed.go.)
+// armed one gets its spare only once its owner is recorded, package armed.)
 func TestSpare_ReleaseWithTheOwnerStillPending(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)

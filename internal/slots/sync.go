@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -63,7 +66,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	read := func(ctx context.Context) ([]zfs.Dataset, error) {
 		return m.zfs.Get(ctx, cfg.Parent, 2, ObservedProps...)
 	}
-	datasets, err := m.converge(ctx, cfg, read, func(plan Plan) bool {
+	datasets, err := m.converge(ctx, cfg, read, func(plan reconcile.Plan) bool {
 		m.setArchiveReady(plan.ArchiveReady, plan.ArchiveUnmounted)
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
@@ -104,11 +107,11 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		return true
 	})
 	if err != nil {
-		m.setUnavailable(cfg, parentReason(cfg.Parent, err))
+		m.setUnavailable(cfg, view.ParentReason(cfg.Parent, err))
 		return errors.Join(errs...)
 	}
 
-	slots := buildSlots(cfg, datasets, "", failed)
+	slots := view.Build(cfg, datasets, "", failed)
 	errs = append(errs, m.prepareFreeUnlocked(cfg, slots, skipped, mine, vers)...)
 	m.mu.Lock()
 	for i, s := range slots {
@@ -121,7 +124,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	m.forgetFatesLocked(slots)
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
-	m.parentRoom = parentRoomOf(cfg.Parent, datasets)
+	m.parentRoom = view.ParentRoomOf(cfg.Parent, datasets)
 	m.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -131,7 +134,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 // plan is made from what it said, and act applies the part of the plan
 // that is the caller's, returning false when there was nothing to do. It
 // stops there, or after maxRounds rounds, and returns the last read.
-func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Context) ([]zfs.Dataset, error), act func(Plan) bool) ([]zfs.Dataset, error) {
+func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Context) ([]zfs.Dataset, error), act func(reconcile.Plan) bool) ([]zfs.Dataset, error) {
 	for round := 0; ; round++ {
 		datasets, err := read(ctx)
 		if err != nil {
@@ -140,7 +143,7 @@ func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Co
 		if hasUnreadable(datasets) {
 			datasets = m.repair(ctx, datasets)
 		}
-		if round == maxRounds || !act(MakePlan(cfg, datasets, time.Now())) {
+		if round == maxRounds || !act(reconcile.MakePlan(cfg, datasets, time.Now())) {
 			return datasets, nil
 		}
 	}
@@ -205,7 +208,7 @@ func slotOf(cfg Config, name string) string {
 // Reserve meanwhile must not take the healthy view that Sync is about to
 // replace.
 func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[string]bool, mine string, vers map[string]uint64) []error {
-	c := freeChores{cfg: cfg}
+	c := mounts.Chores{Cfg: cfg}
 	var errs []error
 	var held []func()
 	defer func() {
@@ -215,10 +218,10 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 	}()
 	for i := range slots {
 		s := &slots[i]
-		if (s.State != record.StateFree || !s.ok) && s.Spare == "" || skipped[s.ID] {
+		if (s.State != record.StateFree || !s.OK) && s.Spare == "" || skipped[s.ID] {
 			continue
 		}
-		c.readTable()
+		c.ReadTable()
 		unlock, ok := m.tryLockSlot(s.ID, mine)
 		if !ok {
 			skipped[s.ID] = true
@@ -231,7 +234,7 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 			skipped[s.ID] = true
 			continue
 		}
-		if failed := c.prepare(s); len(failed) > 0 {
+		if failed := c.Prepare(s); len(failed) > 0 {
 			errs = append(errs, failed...)
 			held = append(held, unlock)
 			continue

@@ -16,17 +16,8 @@ import (
 	"fmt"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
-
-// withheldReason is the health description of a sound slot whose other
-// dataset ds is withheld; unsound says why ds itself is not sound ("" when
-// it is), which keeps it from being adopted at all.
-func withheldReason(ds, unsound string) string {
-	if unsound != "" {
-		return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over, and it is not sound (%s); it is kept until the dataset beside it is released", ds, unsound)
-	}
-	return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over; it becomes the spare once a read of the allocations shows that nobody has it", ds)
-}
 
 // adoptWithheld takes the withheld dataset of reserved slot s for the
 // slot's spare when decision d, made from view v (asking: for a Reserve),
@@ -44,11 +35,11 @@ func withheldReason(ds, unsound string) string {
 // what s shows. It returns the slot as it is once the dataset is adopted,
 // else s, the dataset still withheld.
 func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision, asking bool) (Slot, error) {
-	if s.withheld == nil || !v.Complete || !v.Began.After(m.arm.started) {
+	if s.Withheld == nil || !v.Complete || !v.Began.After(m.arm.Started()) {
 		return s, nil
 	}
 	holders := v.Holders(s.ID)
-	live := d.kind == inUse && d.live && s.stamped.Known() && s.stamped == s.Owner
+	live := d.kind == inUse && d.live && s.Stamped.Known() && s.Stamped == s.Owner
 	if !live && (d.kind != startRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
 		return s, nil
 	}
@@ -68,24 +59,24 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision
 	}
 	defer unlock()
 	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.withheld == nil || cur.withheld.Dataset != s.withheld.Dataset || cur.withheld.armed != s.withheld.armed {
+	if !ok || !sameTenancy(cur, s) || cur.Withheld == nil || cur.Withheld.Dataset != s.Withheld.Dataset || cur.Withheld.Armed != s.Withheld.Armed {
 		return s, nil
 	}
-	w := *cur.withheld
+	w := *cur.Withheld
 	m.mu.Lock()
-	want := hostfs.FlagsFor(classByName(m.cfg, s.Class).SlotProps())
+	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	if why := mayBeWritten(ctx, w.Dataset, w.Mountpoint, want); why != "" {
 		m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
 		return s, nil
 	}
-	m.arm.adopt(w.armed)
+	m.arm.Adopt(w.Armed)
 	var out Slot
 	m.updateSlot(s.ID, func(x *Slot) {
-		x.Spare, x.spareMount, x.spareOwn, x.spareArmed = w.Dataset, w.Mountpoint, w.ownMount, w.armed
-		x.withheld, x.sib = nil, nameFresh
-		if x.whyWithheld {
-			x.setHealth(true, "")
+		x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed = w.Dataset, w.Mountpoint, w.OwnMount, w.Armed
+		x.Withheld, x.Sib = nil, reconcile.NameFresh
+		if x.WhyWithheld {
+			x.SetHealth(true, "")
 		}
 		out = *x
 	})

@@ -1,6 +1,5 @@
-package slots
-
-// Background slot work yields to tasks' starts.
+// Package starts holds when tasks' starts are under way, which the slot
+// manager's background work yields to.
 //
 // When Nomad places an allocation on a slot whose tenant just ended, the
 // slot's spare serves it at once, and the ended tenant's dataset is
@@ -13,6 +12,7 @@ package slots
 // their zfs work, at points where they hold no slot's lock: nothing that
 // a Reserve or an owner's record waits for is ever delayed by a start,
 // and a run that a Reserve joins stops waiting at once (releaseRun.hurry).
+package starts
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 	"time"
 )
 
-// DefaultStartYield is how long background slot work yields to a task's
-// start (SetStartYield) by default: from the slot's preparation at
+// Default is how long background slot work yields to a task's start
+// (the manager's SetStartYield) by default: from the slot's preparation at
 // placement, or from its Reserve, to about when Nomad's launches for the
 // task are over on a busy 2-core node.
-const DefaultStartYield = 400 * time.Millisecond
+const Default = 400 * time.Millisecond
 
-// startYield is when tasks' starts are under way. The zero value yields to
-// nothing.
-type startYield struct {
+// Yield is when tasks' starts are under way: one part of the slot
+// manager, with its own lock. The zero value yields to nothing.
+type Yield struct {
 	mu    sync.Mutex    // guards d, until and reset
 	d     time.Duration // how long a start is yielded to; 0: none
 	until time.Time     // the end of the latest start's yield
@@ -37,9 +37,9 @@ type startYield struct {
 	reset chan struct{}
 }
 
-// set sets how long a start is yielded to from now on, and ends the waits
+// Set sets how long a start is yielded to from now on, and ends the waits
 // under way.
-func (y *startYield) set(d time.Duration) {
+func (y *Yield) Set(d time.Duration) {
 	y.mu.Lock()
 	defer y.mu.Unlock()
 	y.d, y.until = max(d, 0), time.Time{}
@@ -49,8 +49,8 @@ func (y *startYield) set(d time.Duration) {
 	}
 }
 
-// begin notes that a task's start is under way from now.
-func (y *startYield) begin() {
+// Begin notes that a task's start is under way from now.
+func (y *Yield) Begin() {
 	y.mu.Lock()
 	defer y.mu.Unlock()
 	if y.d == 0 {
@@ -61,11 +61,11 @@ func (y *startYield) begin() {
 	}
 }
 
-// wait returns once no start noted by begin is under way, hurry is
-// closed, ctx is done or set is called, and returns how long it waited.
+// Wait returns once no start noted by Begin is under way, hurry is
+// closed, ctx is done or Set is called, and returns how long it waited.
 // It waits at most y.d however many starts begin meanwhile, so that work
 // that yields is delayed, never starved. The caller holds no slot's lock.
-func (y *startYield) wait(ctx context.Context, hurry <-chan struct{}) time.Duration {
+func (y *Yield) Wait(ctx context.Context, hurry <-chan struct{}) time.Duration {
 	y.mu.Lock()
 	left := time.Until(y.until)
 	if left > 0 && y.reset == nil {
@@ -86,21 +86,4 @@ func (y *startYield) wait(ctx context.Context, hurry <-chan struct{}) time.Durat
 	case <-ctx.Done():
 	}
 	return time.Since(start)
-}
-
-// SetStartYield sets how long the manager's background slot work (a
-// release whose slot's spare serves meanwhile, the making of a spare)
-// yields to a task's start, counted from the start and from the end of a
-// slot's preparation at placement, and from the arrival and the answer of
-// a Reserve; 0 turns it off. NewManager sets
-// DefaultStartYield. A Reserve never waits for it.
-func (m *Manager) SetStartYield(d time.Duration) { m.starts.set(d) }
-
-// yieldToStarts waits, for run r of slot id (what names its next step in
-// the log), for the starts under way (startYield.wait); it returns at once
-// when a Reserve has joined r. The caller holds no slot's lock.
-func (m *Manager) yieldToStarts(ctx context.Context, id string, r *releaseRun, what string) {
-	if waited := m.starts.wait(ctx, r.hurried); waited >= time.Millisecond {
-		m.log.Trace("yielded to a task's start", "device", id, "before", what, "waited", waited)
-	}
 }

@@ -1,6 +1,5 @@
-package slots
-
-// Armed datasets: a fresh slot handed over with no zfs command.
+// Package armed holds what a run of the plugin knows of armed datasets: a
+// fresh slot handed over with no zfs command.
 //
 // A fresh slot dataset is created in state "armed:<run>.<n>" rather than
 // "free": <run> names the plugin process that made it (a random ID drawn
@@ -9,7 +8,7 @@ package slots
 // recorded yet". So:
 //
 //   - to the run that armed it, it is free until that run hands it over,
-//     which the run remembers in memory (arming.handed) and records on ZFS
+//     which the run remembers in memory (Tracker.handed) and records on ZFS
 //     behind the Reserve, with the owner (recordOwner): the Reserve itself
 //     runs no zfs command;
 //   - with an owner recorded, it is reserved by that owner, whoever reads it;
@@ -22,15 +21,15 @@ package slots
 //     nobody left anything in it. The run then takes the dataset for its
 //     own, in memory, and offers it as fresh.
 //
-// Every read of ZFS by the manager goes through armedZFS, which rewrites an
+// Every read of ZFS by the manager goes through Normalize, which rewrites an
 // armed state to the state it means to this run ("free" or "reserved"), and
 // adds PropArmed (never stored on ZFS) with the token, so that the rest of
 // the manager sees the slot states it always did. A dataset written by a
 // version before this one is never armed; an earlier version that reads an
 // armed dataset finds an unknown state and leaves the dataset alone.
+package armed
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"maps"
@@ -53,13 +52,13 @@ const PropArmed = "nomad-device-zfs:armed-token"
 // handed over. It is never stored on ZFS.
 const PropEarlier = "nomad-device-zfs:armed-earlier"
 
-// arming is what this run knows of armed datasets.
-type arming struct {
+// Tracker is what this run knows of armed datasets.
+type Tracker struct {
 	run     string        // this run's ID
 	started time.Time     // when this run began
 	seq     atomic.Uint64 // numbers this run's tokens
 	// incomplete: the latest allocation view may miss namespaces (see
-	// armedZFS.arm).
+	// Arm).
 	incomplete atomic.Bool
 	// mu guards handed and adopted.
 	mu sync.Mutex
@@ -78,22 +77,22 @@ type handover struct {
 	at      time.Time
 }
 
-func newArming() *arming {
+func New() *Tracker {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("reading random bytes: " + err.Error()) // crypto/rand does not fail on Linux
 	}
-	return &arming{run: hex.EncodeToString(b[:]), started: time.Now(), handed: map[string]handover{}, adopted: map[string]bool{}, made: map[string]string{}}
+	return &Tracker{run: hex.EncodeToString(b[:]), started: time.Now(), handed: map[string]handover{}, adopted: map[string]bool{}, made: map[string]string{}}
 }
 
 // token returns a new token of this run.
-func (a *arming) token() string {
+func (a *Tracker) Token() string {
 	return a.run + "." + strconv.FormatUint(a.seq.Add(1), 10)
 }
 
-// tokenOf returns the token of the dataset this run made armed as name
+// TokenOf returns the token of the dataset this run made armed as name
 // latest, or "" when it made none.
-func (a *arming) tokenOf(name string) string {
+func (a *Tracker) TokenOf(name string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.made[name]
@@ -103,14 +102,14 @@ func (a *arming) tokenOf(name string) string {
 // under name, or one not made by this run (an earlier run's, adopted): a
 // slot view whose token is not current is older than the dataset now under
 // its name (destroyed and made again since).
-func (a *arming) current(name, token string) bool {
+func (a *Tracker) Current(name, token string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.currentLocked(name, token)
 }
 
 // currentLocked is current; mu is held.
-func (a *arming) currentLocked(name, token string) bool {
+func (a *Tracker) currentLocked(name, token string) bool {
 	made, ok := a.made[name]
 	return !ok || made == token
 }
@@ -118,7 +117,7 @@ func (a *arming) currentLocked(name, token string) bool {
 // claim records that this run hands over the armed dataset with token,
 // under name, when token is current (see current); it reports whether it
 // did. The check and the record are one step under mu.
-func (a *arming) claim(name, token string) bool {
+func (a *Tracker) Claim(name, token string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.currentLocked(name, token) {
@@ -129,7 +128,7 @@ func (a *arming) claim(name, token string) bool {
 }
 
 // ours reports whether token is this run's own, or adopted.
-func (a *arming) ours(token string) bool {
+func (a *Tracker) Ours(token string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.mineLocked(token)
@@ -137,42 +136,42 @@ func (a *arming) ours(token string) bool {
 
 // mineLocked reports whether token is one this run may hand over as fresh
 // until it does: its own, or adopted. mu is held.
-func (a *arming) mineLocked(token string) bool {
+func (a *Tracker) mineLocked(token string) bool {
 	run, _, _ := strings.Cut(token, ".")
 	return run == a.run || a.adopted[token]
 }
 
 // isHanded reports whether token was handed over by this run and its
 // record has not been seen on ZFS yet. mu is held.
-func (a *arming) isHanded(token string) bool {
+func (a *Tracker) isHanded(token string) bool {
 	_, ok := a.handed[token]
 	return ok
 }
 
 // handOver records that this run handed over the armed dataset with token.
-func (a *arming) handOver(token, dataset string) {
+func (a *Tracker) HandOver(token, dataset string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.handed[token] = handover{dataset: dataset, at: time.Now()}
 }
 
 // adopt takes an earlier run's armed dataset for this run's own.
-func (a *arming) adopt(token string) {
+func (a *Tracker) Adopt(token string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.adopted[token] = true
 }
 
 // outstanding is the number of handovers not yet recorded on ZFS.
-func (a *arming) outstanding() int {
+func (a *Tracker) Outstanding() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.handed)
 }
 
-// hasOwner reports whether d records an owner: PropOwner, or the
+// HasOwner reports whether d records an owner: PropOwner, or the
 // allocation ID of the legacy properties (what an owner is known by).
-func hasOwner(d zfs.Dataset) bool {
+func HasOwner(d zfs.Dataset) bool {
 	for _, p := range []string{record.PropOwner, record.LegacyOwnerProps[0]} {
 		if _, ok := d.Local(p); ok {
 			return true
@@ -181,7 +180,7 @@ func hasOwner(d zfs.Dataset) bool {
 	return false
 }
 
-// normalize rewrites, in ds as read at began, each armed state to what it
+// Normalize rewrites, in ds as read at began, each armed state to what it
 // means to this run (see the top of the file); a nil a reads as an outside
 // observer (the operator CLI), to whom an armed dataset with no owner is
 // free. It forgets the handovers the read shows recorded or gone: ds is
@@ -192,12 +191,12 @@ func hasOwner(d zfs.Dataset) bool {
 // spare, but not surely: an armed spare is handed over in memory, and the
 // fate of the dataset it replaces is written behind the handover
 // (handOverSpare), so a run stopped in between leaves exactly this. It is
-// withheld (pair.go), and adopted only on proof (adoptWithheld).
+// withheld (reconcile.Pair), and adopted only on proof (adoptWithheld).
 //
 // Only positive evidence forgets a handover: a read that showed its owner,
 // or a whole read (clean: no error, depth > 0, every dataset parsed) begun
 // after it, of the tree the dataset was in, that does not show its token.
-func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, depth int, clean bool) []zfs.Dataset {
+func (a *Tracker) Normalize(ds []zfs.Dataset, began time.Time, under string, depth int, clean bool) []zfs.Dataset {
 	if a != nil {
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -220,7 +219,7 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 			continue
 		}
 		seen[token] = true
-		owned := hasOwner(d)
+		owned := HasOwner(d)
 		state, earlier := record.StateFree, false
 		switch {
 		case owned:
@@ -269,46 +268,50 @@ func (a *arming) normalize(ds []zfs.Dataset, began time.Time, under string, dept
 	return out
 }
 
-// armedZFS is the manager's ZFS: reads normalized (arming.normalize), and
-// fresh slot datasets created armed.
-type armedZFS struct {
-	ZFS
-	a *arming
-}
-
-func (z armedZFS) Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error) {
-	began := time.Now()
-	ds, err := z.ZFS.Get(ctx, name, depth, props...)
-	return z.a.normalize(ds, began, name, depth, err == nil), err
-}
-
-func (z armedZFS) GetNames(ctx context.Context, names []string, props ...string) ([]zfs.Dataset, error) {
-	began := time.Now()
-	ds, err := z.ZFS.GetNames(ctx, names, props...)
-	return z.a.normalize(ds, began, "", 0, false), err
-}
-
-// Create makes a slot dataset that would be created free armed instead.
-func (z armedZFS) Create(ctx context.Context, name string, props map[string]string) error {
-	return z.ZFS.Create(ctx, name, z.arm(name, props))
-}
-
-// arm returns the props of dataset name with a free state replaced by a
-// new armed one, and remembers its token (tokenOf). An encrypted dataset
+// Arm returns the props of dataset name with a free state replaced by a
+// new armed one, and remembers its token (TokenOf). An encrypted dataset
 // is made free, as are all while the allocation views are known to be
 // incomplete (a token that does not see every namespace): a later run
 // could not adopt them (adoptArmed: an encrypted dataset is not mounted
 // after a reboot; no incomplete view proves that nobody holds a device).
-// Clones are made by Clone, which never arms them (a clone is never empty).
-func (z armedZFS) arm(name string, props map[string]string) map[string]string {
-	if props[record.PropState] != string(record.StateFree) || props[record.PropManaged] != record.ManagedSlot || props["encryption"] != "" || z.a.incomplete.Load() {
+// Clones are never armed (a clone is never empty): the manager's ZFS arms
+// only what it creates (Create).
+func (a *Tracker) Arm(name string, props map[string]string) map[string]string {
+	if props[record.PropState] != string(record.StateFree) || props[record.PropManaged] != record.ManagedSlot || props["encryption"] != "" || a.incomplete.Load() {
 		return props
 	}
-	token := z.a.token()
-	z.a.mu.Lock()
-	z.a.made[name] = token
-	z.a.mu.Unlock()
+	token := a.Token()
+	a.mu.Lock()
+	a.made[name] = token
+	a.mu.Unlock()
 	props = maps.Clone(props)
 	props[record.PropState] = record.ArmedValue(token) // record.Arm: StateArmed
 	return props
+}
+
+// Started returns when this run began: a view of the allocations begun
+// before it proves nothing of an earlier run's armed datasets.
+func (a *Tracker) Started() time.Time { return a.started }
+
+// SetIncomplete says whether the latest allocation view may miss
+// namespaces: while it may, Arm makes datasets free.
+func (a *Tracker) SetIncomplete(incomplete bool) { a.incomplete.Store(incomplete) }
+
+// Incomplete reports what SetIncomplete said last.
+func (a *Tracker) Incomplete() bool { return a.incomplete.Load() }
+
+// Unrecorded reports whether d, as the manager reads it, is in use by a
+// handover of an armed dataset that ZFS does not record yet: reserved,
+// armed, no owner.
+func Unrecorded(d zfs.Dataset) bool {
+	_, armed := d.Local(PropArmed)
+	return armed && record.Recorded(d) == record.StateReserved && !HasOwner(d)
+}
+
+// Unproven reports whether d, as the manager reads it, is an earlier run's
+// armed dataset with no owner that this run has not adopted (PropEarlier):
+// it may have been handed over.
+func Unproven(d zfs.Dataset) bool {
+	_, ok := d.Local(PropEarlier)
+	return ok && Unrecorded(d)
 }

@@ -1,8 +1,8 @@
-package slots
+package reconcile
 
 import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -25,57 +25,58 @@ func (c Config) SlotNames(class string, index int) [2]string {
 	return [2]string{first, first + record.AltSuffix}
 }
 
-// nameKind is what sits under one of a slot's names.
-type nameKind int
+// NameKind is what sits under one of a slot's names.
+type NameKind int
 
 const (
-	nameAbsent    nameKind = iota
-	nameForeign            // unreadable, or not the plugin's: left alone
-	nameFresh              // free: never handed over
-	nameInUse              // reserved, or a state this build does not know
-	nameReleasing          // on its way to the archive, or to be destroyed
+	NameAbsent    NameKind = iota
+	NameForeign            // unreadable, or not the plugin's: left alone
+	NameFresh              // free: never handed over
+	NameInUse              // reserved, or a state this build does not know
+	NameReleasing          // on its way to the archive, or to be destroyed
 )
 
-func kindOf(d zfs.Dataset, exists bool) nameKind {
+func kindOf(d zfs.Dataset, exists bool) NameKind {
 	switch {
 	case !exists:
-		return nameAbsent
+		return NameAbsent
 	case d.Err != nil || !record.IsManaged(d, record.ManagedSlot):
-		return nameForeign
+		return NameForeign
 	}
 	switch record.Recorded(d) {
 	case record.StateFree:
-		return nameFresh
+		return NameFresh
 	case record.StateReleasing, record.StateDestroying, record.StateArchived:
-		return nameReleasing
+		return NameReleasing
 	}
-	return nameInUse
+	return NameInUse
 }
 
-// pair is what ZFS shows under the two names of one slot.
-type pair struct {
-	names [2]string
-	ds    [2]zfs.Dataset
-	kinds [2]nameKind
+// Pair is what ZFS shows under the two names of one slot: the names, the
+// dataset under each (as read) and what it is.
+type Pair struct {
+	Names [2]string
+	DS    [2]zfs.Dataset
+	Kinds [2]NameKind
 	// unrec: in use by a handover not recorded yet (unrecorded): this
 	// run's, or, with earlier, maybe an earlier run's.
 	unrec, earlier [2]bool
 }
 
-func pairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) pair {
-	p := pair{names: cfg.SlotNames(class, index)}
-	for k, n := range p.names {
+func PairOf(cfg Config, class string, index int, byName map[string]zfs.Dataset) Pair {
+	p := Pair{Names: cfg.SlotNames(class, index)}
+	for k, n := range p.Names {
 		d, ok := byName[n]
-		p.ds[k], p.kinds[k] = d, kindOf(d, ok)
-		p.unrec[k] = ok && p.kinds[k] == nameInUse && unrecorded(d)
-		p.earlier[k] = p.unrec[k] && unproven(d)
+		p.DS[k], p.Kinds[k] = d, kindOf(d, ok)
+		p.unrec[k] = ok && p.Kinds[k] == NameInUse && armed.Unrecorded(d)
+		p.earlier[k] = p.unrec[k] && armed.Unproven(d)
 	}
 	return p
 }
 
 // first returns the position of the first name of kind k, or -1.
-func (p pair) first(k nameKind) int {
-	for i, x := range p.kinds {
+func (p Pair) first(k NameKind) int {
+	for i, x := range p.Kinds {
 		if x == k {
 			return i
 		}
@@ -83,7 +84,7 @@ func (p pair) first(k nameKind) int {
 	return -1
 }
 
-// roles says which name serves (cur), which is the spare and which is on
+// Roles says which name serves (cur), which is the spare and which is on
 // its way out (old); -1 for none. The first name decides when both could:
 //   - a dataset in use serves; a fresh one beside it is the spare;
 //   - otherwise a fresh dataset serves;
@@ -104,9 +105,9 @@ func (p pair) first(k nameKind) int {
 //
 // A foreign first name stands for the slot whatever the alternate holds:
 // the slot is someone else's, and left alone.
-func (p pair) roles() (cur, spare, old, withheld int) {
+func (p Pair) Roles() (cur, spare, old, withheld int) {
 	spare, old, withheld = -1, -1, -1
-	if p.kinds[0] == nameForeign {
+	if p.Kinds[0] == NameForeign {
 		return 0, -1, -1, -1
 	}
 	other := func(i int) int {
@@ -122,21 +123,21 @@ func (p pair) roles() (cur, spare, old, withheld int) {
 		return 1 - i, -1, -1, i
 	}
 	switch {
-	case p.first(nameInUse) >= 0:
-		cur = p.first(nameInUse)
-		if o := other(cur); p.kinds[o] == nameFresh {
+	case p.first(NameInUse) >= 0:
+		cur = p.first(NameInUse)
+		if o := other(cur); p.Kinds[o] == NameFresh {
 			spare = o
-		} else if p.kinds[o] == nameReleasing {
+		} else if p.Kinds[o] == NameReleasing {
 			old = o
 		}
-	case p.first(nameFresh) >= 0:
-		cur = p.first(nameFresh)
-		if o := other(cur); p.kinds[o] == nameReleasing {
+	case p.first(NameFresh) >= 0:
+		cur = p.first(NameFresh)
+		if o := other(cur); p.Kinds[o] == NameReleasing {
 			old = o
 		}
-	case p.first(nameReleasing) >= 0:
-		cur = p.first(nameReleasing)
-		if o := other(cur); p.kinds[o] == nameReleasing {
+	case p.first(NameReleasing) >= 0:
+		cur = p.first(NameReleasing)
+		if o := other(cur); p.Kinds[o] == NameReleasing {
 			old = o
 		}
 	default:
@@ -148,10 +149,10 @@ func (p pair) roles() (cur, spare, old, withheld int) {
 // fateDue returns the position of a dataset this run handed over, its
 // record not written yet, beside one in use whose owner is recorded (see
 // roles); -1 when the pair shows none.
-func (p pair) fateDue() int {
-	for i := range p.kinds {
+func (p Pair) fateDue() int {
+	for i := range p.Kinds {
 		o := 1 - i
-		if p.kinds[i] == nameInUse && p.unrec[i] && !p.earlier[i] && p.kinds[o] == nameInUse && !p.unrec[o] && hasOwner(p.ds[o]) {
+		if p.Kinds[i] == NameInUse && p.unrec[i] && !p.earlier[i] && p.Kinds[o] == NameInUse && !p.unrec[o] && armed.HasOwner(p.DS[o]) {
 			return i
 		}
 	}
@@ -160,20 +161,20 @@ func (p pair) fateDue() int {
 
 // withheld returns the position of an earlier run's unproven dataset
 // beside one in use that is not (see roles); -1 when the pair shows none.
-func (p pair) withheld() int {
-	for i := range p.kinds {
+func (p Pair) withheld() int {
+	for i := range p.Kinds {
 		o := 1 - i
-		if p.kinds[i] == nameInUse && p.earlier[i] && p.kinds[o] == nameInUse && !p.earlier[o] {
+		if p.Kinds[i] == NameInUse && p.earlier[i] && p.Kinds[o] == NameInUse && !p.earlier[o] {
 			return i
 		}
 	}
 	return -1
 }
 
-// conflict returns why the pair cannot be served from, or "".
-func (p pair) conflict() string {
-	if p.kinds[0] == nameInUse && p.kinds[1] == nameInUse && p.fateDue() < 0 && p.withheld() < 0 {
-		return "datasets " + p.names[0] + " and " + p.names[1] + " are both in use: both are kept, and neither is handed over until one is released"
+// Conflict returns why the pair cannot be served from, or "".
+func (p Pair) Conflict() string {
+	if p.Kinds[0] == NameInUse && p.Kinds[1] == NameInUse && p.fateDue() < 0 && p.withheld() < 0 {
+		return "datasets " + p.Names[0] + " and " + p.Names[1] + " are both in use: both are kept, and neither is handed over until one is released"
 	}
 	return ""
 }
@@ -184,24 +185,24 @@ func (p pair) conflict() string {
 // again once it is renamed away. A foreign first name gets nothing, nor
 // does a slot whose dataset in use was handed over by this run with no
 // owner recorded yet.
-func (p pair) plan() (create, destroy string, remake [2]bool) {
-	if p.kinds[0] == nameForeign {
+func (p Pair) plan() (create, destroy string, remake [2]bool) {
+	if p.Kinds[0] == NameForeign {
 		return "", "", remake
 	}
 	switch {
-	case p.kinds[0] == nameFresh && p.kinds[1] == nameFresh:
-		destroy = p.names[1]
-	case p.first(nameFresh) >= 0:
+	case p.Kinds[0] == NameFresh && p.Kinds[1] == NameFresh:
+		destroy = p.Names[1]
+	case p.first(NameFresh) >= 0:
 	case p.unrec[0] || p.unrec[1]:
 		// No spare beside a handover not recorded yet: a later run could
-		// not tell the spare from the dataset handed over (armed.go). It
+		// not tell the spare from the dataset handed over (package armed). It
 		// is made once the owner is recorded (recordOwner).
-	case p.first(nameAbsent) >= 0:
+	case p.first(NameAbsent) >= 0:
 		// At once, beside a dataset in use or one being released (which
 		// may take long: a process that keeps it open holds it up).
-		create = p.names[p.first(nameAbsent)]
-	case p.first(nameReleasing) >= 0:
-		remake[p.first(nameReleasing)] = true
+		create = p.Names[p.first(NameAbsent)]
+	case p.first(NameReleasing) >= 0:
+		remake[p.first(NameReleasing)] = true
 	}
 	return create, destroy, remake
 }

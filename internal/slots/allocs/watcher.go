@@ -1,4 +1,4 @@
-package slots
+package allocs
 
 // What the manager asks of the node's allocations (Nomad), answered from
 // the allocation watcher's reads: the proof a Reserve reads (Holds) goes

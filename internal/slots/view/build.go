@@ -1,11 +1,14 @@
-package slots
+package view
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -13,81 +16,81 @@ import (
 // ZFS says of its datasets: a pure function of the configuration and one
 // read, shared by Sync and the work on one slot.
 
-// buildSlots derives the slot list from the configuration and the observed
+// Build derives the slot list from the configuration and the observed
 // datasets. With a non-empty unavailable reason every slot is unhealthy with
 // it. failed maps datasets to the reason their last change failed.
-func buildSlots(cfg Config, datasets []zfs.Dataset, unavailable string, failed map[string]string) []Slot {
+func Build(cfg reconcile.Config, datasets []zfs.Dataset, unavailable string, failed map[string]string) []Slot {
 	byName := make(map[string]zfs.Dataset, len(datasets))
 	for _, d := range datasets {
 		byName[d.Name] = d
 	}
-	room := poolRoom(cfg, byName)
+	Room := poolRoom(cfg, byName)
 	var slots []Slot
 	for _, c := range cfg.Classes {
 		container, containerOK := byName[cfg.ClassDataset(c.Name)]
 		max := c.Slots
 		// In-use slots beyond the count stay visible until released.
 		for _, d := range datasets {
-			if parent, idx, ok := cutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
+			if parent, idx, ok := CutLast(d.Name); ok && parent == cfg.ClassDataset(c.Name) {
 				if n, _ := record.SlotIndex(idx); n >= max && (d.Err != nil || record.IsManaged(d, record.ManagedSlot) && record.Recorded(d) != record.StateFree) {
 					max = n + 1
 				}
 			}
 		}
 		for i := 0; i < max; i++ {
-			pr := pairOf(cfg, c.Name, i, byName)
-			cur, spare, old, withheld := pr.roles()
-			d, exists := pr.ds[cur], pr.kinds[cur] != nameAbsent
-			s := slotFrom(cfg, c, i, pr.names[cur], d, exists)
-			s.present, s.sib = exists, pr.kinds[1-cur]
+			pr := reconcile.PairOf(cfg, c.Name, i, byName)
+			cur, spare, old, withheld := pr.Roles()
+			d, exists := pr.DS[cur], pr.Kinds[cur] != reconcile.NameAbsent
+			s := slotFrom(cfg, c, i, pr.Names[cur], d, exists)
+			s.Exists, s.Sib = exists, pr.Kinds[1-cur]
 			if i >= c.Slots {
 				if !exists || d.Err == nil && (!record.IsManaged(d, record.ManagedSlot) || s.State == record.StateFree) {
 					continue // a gap, someone else's, or destroyed
 				}
 				s.Surplus = true
 			}
-			s.unreadable = exists && d.Err != nil
-			s.setHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, room))
-			if why := pr.conflict(); why != "" && s.ok {
-				s.setHealth(false, "conflict: "+why)
+			s.Unreadable = exists && d.Err != nil
+			s.SetHealth(health(cfg, c, s, d, exists, container, containerOK, unavailable, failed, Room))
+			if why := pr.Conflict(); why != "" && s.OK {
+				s.SetHealth(false, "conflict: "+why)
 			}
-			s.inRelease = !s.ok && s.why == releasingReason(s)
+			s.InRelease = !s.OK && s.Why == ReleasingReason(s)
 			if spare >= 0 {
-				sp := slotFrom(cfg, c, i, pr.names[spare], pr.ds[spare], true)
-				if ok, _ := health(cfg, c, sp, pr.ds[spare], true, container, containerOK, unavailable, failed, room); ok {
-					s.Spare, s.spareMount, s.spareOwn, s.spareArmed = sp.Dataset, sp.Mountpoint, sp.ownMount, sp.armed
+				sp := slotFrom(cfg, c, i, pr.Names[spare], pr.DS[spare], true)
+				if ok, _ := health(cfg, c, sp, pr.DS[spare], true, container, containerOK, unavailable, failed, Room); ok {
+					s.Spare, s.SpareMount, s.SpareOwn, s.SpareArmed = sp.Dataset, sp.Mountpoint, sp.OwnMount, sp.Armed
 				}
 			}
 			if withheld >= 0 {
-				w := slotFrom(cfg, c, i, pr.names[withheld], pr.ds[withheld], true)
-				ok, why := health(cfg, c, w, pr.ds[withheld], true, container, containerOK, unavailable, failed, room)
+				w := slotFrom(cfg, c, i, pr.Names[withheld], pr.DS[withheld], true)
+				ok, why := health(cfg, c, w, pr.DS[withheld], true, container, containerOK, unavailable, failed, Room)
 				if ok {
-					s.withheld, why = &w, ""
+					s.Withheld, why = &w, ""
 				}
-				if s.ok {
-					s.setHealth(true, withheldReason(w.Dataset, why))
-					s.whyWithheld = true
+				if s.OK {
+					s.SetHealth(true, WithheldReason(w.Dataset, why))
+					s.WhyWithheld = true
 				}
 			}
 			if old >= 0 {
-				o := slotFrom(cfg, c, i, pr.names[old], pr.ds[old], true)
-				s.old = &o
-				if why := failed[o.Dataset]; why != "" && s.ok {
+				o := slotFrom(cfg, c, i, pr.Names[old], pr.DS[old], true)
+				s.Old = &o
+				if why := failed[o.Dataset]; why != "" && s.OK {
 					// Served from the other dataset meanwhile: healthy,
 					// and saying why the old one is still there.
-					s.setHealth(true, fmt.Sprintf("the previous dataset %s is kept: %s", o.Dataset, why))
+					s.SetHealth(true, fmt.Sprintf("the previous dataset %s is kept: %s", o.Dataset, why))
 				}
 			}
 			slots = append(slots, s)
 		}
 	}
-	sortSlots(slots)
+	SortSlots(slots)
 	return slots
 }
 
 // slotFrom is slot index of class c as dataset d (under name) shows it,
 // health aside.
-func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists bool) Slot {
+func slotFrom(cfg reconcile.Config, c reconcile.Class, index int, name string, d zfs.Dataset, exists bool) Slot {
 	s := Slot{ID: record.DeviceID(c.Name, index), Class: c.Name, Index: index, Dataset: name}
 	if !exists || d.Err != nil {
 		return s
@@ -97,9 +100,9 @@ func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists
 		s.State = record.StateReleasing // on its way to the archive
 	}
 	s.Owner, _ = record.RecordedOwner(d)
-	s.stamped = s.Owner
-	s.armed, _ = d.Local(PropArmed)
-	_, s.ownMount = d.Local("mountpoint")
+	s.Stamped = s.Owner
+	s.Armed, _ = d.Local(armed.PropArmed)
+	_, s.OwnMount = d.Local("mountpoint")
 	if mp, ok := d.Value("mountpoint"); ok && filepath.IsAbs(mp) {
 		if mounted, _ := d.Value("mounted"); mounted == "yes" {
 			s.Mountpoint = mp
@@ -110,43 +113,43 @@ func slotFrom(cfg Config, c Class, index int, name string, d zfs.Dataset, exists
 	return s
 }
 
-// room is the space the pool can still give the parent's datasets.
-type room struct {
-	known bool
-	bytes uint64
+// Room is the space the pool can still give the parent's datasets.
+type Room struct {
+	Known bool
+	Bytes uint64
 }
 
 // poolRoom reads the parent's "available": what the pool (and any quota on
 // the parent) still lets its datasets write.
-func poolRoom(cfg Config, byName map[string]zfs.Dataset) room {
+func poolRoom(cfg reconcile.Config, byName map[string]zfs.Dataset) Room {
 	d, ok := byName[cfg.Parent]
 	if !ok {
-		return room{}
+		return Room{}
 	}
 	return roomOf(d)
 }
 
-// parentRoomOf is poolRoom from a plain read of the datasets.
-func parentRoomOf(parent string, datasets []zfs.Dataset) room {
+// ParentRoomOf is poolRoom from a plain read of the datasets.
+func ParentRoomOf(parent string, datasets []zfs.Dataset) Room {
 	for _, d := range datasets {
 		if d.Name == parent {
 			return roomOf(d)
 		}
 	}
-	return room{}
+	return Room{}
 }
 
 // roomOf reads the parent dataset d's "available".
-func roomOf(d zfs.Dataset) room {
+func roomOf(d zfs.Dataset) Room {
 	if d.Err != nil {
-		return room{}
+		return Room{}
 	}
 	n, err := d.Bytes("available")
-	return room{known: err == nil, bytes: n}
+	return Room{Known: err == nil, Bytes: n}
 }
 
-// sortSlots orders slots by class, then index.
-func sortSlots(slots []Slot) {
+// SortSlots orders slots by class, then index.
+func SortSlots(slots []Slot) {
 	sort.SliceStable(slots, func(i, j int) bool {
 		if slots[i].Class != slots[j].Class {
 			return slots[i].Class < slots[j].Class
@@ -155,7 +158,7 @@ func sortSlots(slots []Slot) {
 	})
 }
 
-func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container zfs.Dataset, containerOK bool, unavailable string, failed map[string]string, r room) (bool, string) {
+func health(cfg reconcile.Config, c reconcile.Class, s Slot, d zfs.Dataset, exists bool, container zfs.Dataset, containerOK bool, unavailable string, failed map[string]string, r Room) (bool, string) {
 	switch {
 	case unavailable != "":
 		return false, unavailable
@@ -172,23 +175,23 @@ func health(cfg Config, c Class, s Slot, d zfs.Dataset, exists bool, container z
 	case !record.IsManaged(d, record.ManagedSlot):
 		return false, fmt.Sprintf("dataset %s exists but is not managed by nomad-device-zfs; left alone", s.Dataset)
 	case s.State == record.StateReleasing || s.State == record.StateDestroying:
-		return false, releasingReason(s)
+		return false, ReleasingReason(s)
 	case s.Surplus:
 		return false, fmt.Sprintf("slot index %d is beyond slots = %d: removed once released", s.Index, c.Slots)
 	case s.Mountpoint == "":
 		mounted, _ := d.Value("mounted")
 		mp, _ := d.Value("mountpoint")
-		return false, fmt.Sprintf("dataset %s is not mounted (mounted=%s, mountpoint=%s)", s.Dataset, orDash(mounted), orDash(mp))
+		return false, fmt.Sprintf("dataset %s is not mounted (mounted=%s, mountpoint=%s)", s.Dataset, OrDash(mounted), OrDash(mp))
 	case s.State != record.StateFree && s.State != record.StateReserved:
 		return false, fmt.Sprintf("dataset %s has unknown state %q", s.Dataset, s.State)
-	case s.State == record.StateFree && r.known && r.bytes < c.Quota:
-		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.bytes), humanBytes(c.Quota))
+	case s.State == record.StateFree && r.Known && r.Bytes < c.Quota:
+		return false, fmt.Sprintf("pool %s has %s available, less than the class quota %s: a tenant could not use its space", cfg.Pool(), humanBytes(r.Bytes), humanBytes(c.Quota))
 	}
 	return true, ""
 }
 
-// releasingReason is the health of a sound slot being released.
-func releasingReason(s Slot) string {
+// ReleasingReason is the health of a sound slot being released.
+func ReleasingReason(s Slot) string {
 	if s.State != record.StateReleasing && s.State != record.StateDestroying {
 		return ""
 	}
@@ -209,7 +212,7 @@ func humanBytes(b uint64) string {
 	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }
 
-func cutLast(name string) (parent, last string, ok bool) {
+func CutLast(name string) (parent, last string, ok bool) {
 	for i := len(name) - 1; i >= 0; i-- {
 		if name[i] == '/' {
 			return name[:i], name[i+1:], true
@@ -218,9 +221,28 @@ func cutLast(name string) (parent, last string, ok bool) {
 	return "", "", false
 }
 
-func orDash(s string) string {
+func OrDash(s string) string {
 	if s == "" {
 		return "-"
 	}
 	return s
+}
+
+// ParentReason is the health of every slot when the parent dataset
+// cannot be read (err).
+func ParentReason(parent string, err error) string {
+	if errors.Is(err, zfs.ErrNotExist) {
+		return fmt.Sprintf("parent dataset %s does not exist", parent)
+	}
+	return fmt.Sprintf("parent dataset %s cannot be read: %v", parent, err)
+}
+
+// WithheldReason is the health description of a sound slot whose other
+// dataset ds is withheld; unsound says why ds itself is not sound ("" when
+// it is), which keeps it from being adopted at all.
+func WithheldReason(ds, unsound string) string {
+	if unsound != "" {
+		return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over, and it is not sound (%s); it is kept until the dataset beside it is released", ds, unsound)
+	}
+	return fmt.Sprintf("the slot's other dataset %s, armed by an earlier run of the plugin, is withheld: it may have been handed over; it becomes the spare once a read of the allocations shows that nobody has it", ds)
 }

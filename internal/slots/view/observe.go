@@ -1,4 +1,4 @@
-package slots
+package view
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -62,7 +64,7 @@ type Observation struct {
 // would see them. It changes nothing: no dataset is created, mounted,
 // repaired or released. An error is returned only when ctx ends; a pool
 // or parent that cannot be read is part of the Observation.
-func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
+func Observe(ctx context.Context, z Reader, cfg reconcile.Config) (Observation, error) {
 	o := Observation{Pool: cfg.Pool(), Old: map[string]string{}}
 	health, err := z.PoolHealth(ctx, o.Pool)
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -84,31 +86,31 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 	}
 	var datasets []zfs.Dataset
 	if o.PoolErr == nil {
-		datasets, err = z.Get(ctx, cfg.Parent, 2, ObservedProps...)
-		datasets = (*arming)(nil).normalize(datasets, time.Time{}, cfg.Parent, 2, false) // as an outside observer
+		datasets, err = z.Get(ctx, cfg.Parent, 2, reconcile.ObservedProps...)
+		datasets = (*armed.Tracker)(nil).Normalize(datasets, time.Time{}, cfg.Parent, 2, false) // as an outside observer
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return o, fmt.Errorf("reading %s: %w", cfg.Parent, ctxErr)
 		}
 		if err != nil {
 			o.ParentErr = err
 			if unavailable == "" {
-				unavailable = parentReason(cfg.Parent, err)
+				unavailable = ParentReason(cfg.Parent, err)
 			}
 		}
 	} else {
 		o.ParentErr = o.PoolErr
 	}
 	if o.ParentErr == nil {
-		r := parentRoomOf(cfg.Parent, datasets)
-		o.Available, o.AvailableKnown = r.bytes, r.known
+		r := ParentRoomOf(cfg.Parent, datasets)
+		o.Available, o.AvailableKnown = r.Bytes, r.Known
 	}
-	o.Slots = buildSlots(cfg, datasets, unavailable, nil)
+	o.Slots = Build(cfg, datasets, unavailable, nil)
 	for _, s := range o.Slots {
-		if s.old != nil {
-			o.Old[s.ID] = s.old.Dataset
+		if s.Old != nil {
+			o.Old[s.ID] = s.Old.Dataset
 		}
 	}
-	plan := MakePlan(cfg, datasets, time.Now())
+	plan := reconcile.MakePlan(cfg, datasets, time.Now())
 	o.Foreign = plan.Foreign
 	for _, d := range plan.Unreadable {
 		o.Unreadable = append(o.Unreadable, d.Name)
@@ -127,4 +129,4 @@ func Observe(ctx context.Context, z Reader, cfg Config) (Observation, error) {
 
 // Present reports whether the slot's dataset exists (a configured slot
 // whose dataset the plugin has not created yet is not present).
-func (s Slot) Present() bool { return s.present }
+func (s Slot) Present() bool { return s.Exists }

@@ -1,4 +1,4 @@
-package slots
+package mounts
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
+
+// TestMain starts the zfs-fuse daemon the pools of these tests need.
+func TestMain(m *testing.M) { zfstest.Main(m) }
 
 // resumeLater starts, outside this test binary (its own process group), a
 // shell that sends SIGCONT to pid after d: a daemon this test stops runs
@@ -35,7 +38,7 @@ func resumeLater(t *testing.T, pid int, d time.Duration) {
 // TestRoot_AHungFuseDaemonIsABoundedWait: with the zfs-fuse daemon that
 // serves the pool stopped (SIGSTOP: a daemon that no longer answers), a
 // look into a dataset's mounted root, as a slot's lock holder makes it
-// (adopting an armed spare, readying a root), gives up after rootTimeout;
+// (adopting an armed spare, readying a root), gives up after RootTimeout;
 // the next look at the same root fails at once rather than leaving
 // another goroutine behind; and once the daemon answers again, so does
 // the root. Only a daemon this test binary started is stopped. On the
@@ -46,7 +49,7 @@ func TestRoot_AHungFuseDaemonIsABoundedWait(t *testing.T) {
 	ds := p.Dataset("root")
 	p.ZFS(t, "create", ds)
 	dir := p.Prop(t, ds, "mountpoint")
-	empty, err := emptyDir(context.Background(), dir)
+	empty, err := EmptyDir(context.Background(), dir)
 	must.NoError(t, err)
 	must.True(t, empty)
 
@@ -54,15 +57,15 @@ func TestRoot_AHungFuseDaemonIsABoundedWait(t *testing.T) {
 	if pid == 0 {
 		if _, err := os.Stat("/dev/zfs"); err == nil {
 			t.Log("ZFS is the kernel module: no daemon to stop; the bounded look answers")
-			must.NoError(t, ensureRoot(context.Background(), dir, 0, 0, 0o755))
+			must.NoError(t, EnsureRoot(context.Background(), dir, 0, 0, 0o755))
 			return
 		}
 		testenv.Skip(t, "the zfs-fuse daemon was not started by this test binary: stopping it would stop someone else's")
 	}
 
-	old := rootTimeout
-	rootTimeout = time.Second
-	t.Cleanup(func() { rootTimeout = old })
+	old := RootTimeout
+	RootTimeout = time.Second
+	t.Cleanup(func() { RootTimeout = old })
 	resumeLater(t, pid, 15*time.Second) // before the stop: whatever becomes of this binary
 	must.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	waitStopped(t, pid) // kill returns before every thread has stopped
@@ -76,20 +79,20 @@ func TestRoot_AHungFuseDaemonIsABoundedWait(t *testing.T) {
 	t.Cleanup(resume) // before the pool's own cleanup, which needs the daemon
 
 	began := time.Now()
-	_, err = emptyDir(context.Background(), dir)
+	_, err = EmptyDir(context.Background(), dir)
 	took := time.Since(began)
 	must.ErrorIs(t, err, context.DeadlineExceeded)
 	must.Less(t, 5*time.Second, took, must.Sprint("the look waited for the daemon"))
 
 	began = time.Now()
-	err = ensureRoot(context.Background(), dir, 0, 0, 0o755)
+	err = EnsureRoot(context.Background(), dir, 0, 0, 0o755)
 	must.ErrorIs(t, err, hostfs.ErrStuck)
 	must.Less(t, 100*time.Millisecond, time.Since(began))
 
 	resume()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		empty, err = emptyDir(context.Background(), dir)
+		empty, err = EmptyDir(context.Background(), dir)
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
@@ -97,7 +100,7 @@ func TestRoot_AHungFuseDaemonIsABoundedWait(t *testing.T) {
 	}
 	must.NoError(t, err)
 	must.True(t, empty)
-	must.NoError(t, ensureRoot(context.Background(), dir, 0, 0, 0o755))
+	must.NoError(t, EnsureRoot(context.Background(), dir, 0, 0, 0o755))
 }
 
 // waitStopped returns once every thread of process pid is stopped (state

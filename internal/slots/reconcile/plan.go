@@ -1,8 +1,8 @@
-package slots
+package reconcile
 
 // The reconcile plan: what Sync must do to bring ZFS to the configuration,
 // decided by a pure function of the configuration and one read (MakePlan)
-// and carried out by apply.go.
+// and carried out by package slots (apply.go).
 
 import (
 	"fmt"
@@ -183,7 +183,7 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			continue
 		}
 		for i := 0; i < c.Slots; i++ {
-			pr := pairOf(cfg, c.Name, i, byName)
+			pr := PairOf(cfg, c.Name, i, byName)
 			create, destroy, again := pr.plan()
 			if create != "" {
 				p.Actions = append(p.Actions, Action{Kind: CreateSlot, Dataset: create, Class: c.Name, Index: i, Props: c.SlotProps()})
@@ -191,12 +191,12 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			if destroy != "" {
 				p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: destroy, Class: c.Name, Index: i, KeyID: keys.of(byName[destroy])})
 			}
-			for k, name := range pr.names {
+			for k, name := range pr.Names {
 				remake[name] = again[k]
-				if pr.kinds[k] != nameFresh || name == destroy {
+				if pr.Kinds[k] != NameFresh || name == destroy {
 					continue
 				}
-				d := pr.ds[k]
+				d := pr.DS[k]
 				if why := staleFresh(c, d); why != "" {
 					// Made to another configuration (the class's source
 					// or encryption changed): never handed over, so made
@@ -253,11 +253,11 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 			p.Foreign = append(p.Foreign, d.Name)
 			continue
 		}
-		c := classByName(cfg, first)
+		c := ClassByName(cfg, first)
 		switch st := record.Recorded(d); {
 		case st == record.StateReleasing || st == record.StateDestroying || st == record.StateArchived:
 			if archiveOK {
-				p.Actions = append(p.Actions, releaseSteps(cfg, c, index, d, now, remake[d.Name], p.ArchiveUnmounted)...)
+				p.Actions = append(p.Actions, ReleaseSteps(cfg, c, index, d, now, remake[d.Name], p.ArchiveUnmounted)...)
 			}
 		case index >= c.Slots && st == record.StateFree:
 			p.Actions = append(p.Actions, Action{Kind: DestroySlot, Dataset: d.Name, Class: first, Index: index, KeyID: keys.of(d)})
@@ -267,11 +267,11 @@ func MakePlan(cfg Config, datasets []zfs.Dataset, now time.Time) Plan {
 	return p
 }
 
-// releaseSteps returns what is left of the release of slot dataset d, and
+// ReleaseSteps returns what is left of the release of slot dataset d, and
 // when again is set, a fresh dataset under its name once it is renamed.
 // archiveUnmounted says that the archive container's mountpoint is none
 // (Plan.ArchiveUnmounted).
-func releaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, again, archiveUnmounted bool) []Action {
+func ReleaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, again, archiveUnmounted bool) []Action {
 	var steps []Action
 	add := func(a Action) {
 		a.Dataset, a.Class, a.Index, a.Chain = d.Name, c.Name, index, d.Name
@@ -340,7 +340,9 @@ func archiveMounted(cfg Config, datasets []zfs.Dataset) bool {
 	return false
 }
 
-func classByName(cfg Config, name string) Class {
+// ClassByName returns the class of cfg named name (the zero Class when
+// none is).
+func ClassByName(cfg Config, name string) Class {
 	for _, c := range cfg.Classes {
 		if c.Name == name {
 			return c
