@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -32,10 +31,7 @@ var runnerJob = nomadtest.JobSpec{ID: "runner", Parameterized: true, Tasks: []no
 // holds the newest run's data only, under the parent's identity.
 func TestRetention_DispatchedRunsAreTheirParentsIdentity(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)

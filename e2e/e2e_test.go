@@ -109,10 +109,7 @@ echo "released by the test"
 // the dataset (data intact) and puts a fresh one in its place.
 func TestScratchDatasetEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs a job")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")

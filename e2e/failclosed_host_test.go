@@ -49,15 +49,6 @@ func hostPluginConfig(parent, classes string) string {
 `, parent, classes)
 }
 
-// hostStepper logs test steps with the time since the test began.
-func hostStepper(t *testing.T) func(format string, args ...any) {
-	start := time.Now()
-	return func(format string, args ...any) {
-		t.Helper()
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-}
-
 // hostProc is what /proc/<pid>/stat says of a process.
 type hostProc struct {
 	state      byte // R, S, Z, ...
@@ -224,7 +215,7 @@ func releaseUnmount(t *testing.T, pool *zfstest.Pool, parent string) string {
 // plugin mounts it again before a tenant gets it.
 func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	step := hostStepper(t)
+	step := stepper(t)
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t) // before StartAgent: Nomad passes its PATH to the plugin
 	pool := zfstest.NewPool(t, 0)

@@ -174,10 +174,7 @@ func (h *namesHealth) stop() (map[string][]string, int) {
 // plugin rewrites those that broke its batched read.
 func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)
@@ -326,10 +323,7 @@ func TestFailClosed_ControlCharactersInNames(t *testing.T) {
 // intact, and the slot comes back fresh.
 func TestFailClosed_LongNames(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	// The longest parent SetConfig accepts (internal/device/config.go).
 	maxParent := record.MaxNameLen - len("/"+record.ArchiveName+"/") - record.MinArchiveLeafLen

@@ -180,7 +180,7 @@ func hostAssertSafe(t *testing.T, what, mp string) hostfs.Mount {
 // working (nodev still applies).
 func TestFailClosed_SetuidGrantsNothing(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	step := hostStepper(t)
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)

@@ -42,10 +42,7 @@ echo x > "$ZFS_CI_PATH/$NOMAD_JOB_ID.txt"
 // docs/configuration.md says.
 func TestGoldenSourceEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent, gold := pool.Dataset("nomad"), pool.Dataset("golden")
 	pool.ZFS(t, "create", parent)

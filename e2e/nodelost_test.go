@@ -131,7 +131,7 @@ done
 // late archive that L holds.
 func TestNodeLost(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents, loses one, and runs jobs")
-	step := hostStepper(t)
+	step := stepper(t)
 	backups := filepath.Join(t.TempDir(), "backups")
 	must.NoError(t, os.Mkdir(backups, 0o700))
 	pluginBin := devicetest.BuildPlugin(t)

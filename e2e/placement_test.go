@@ -7,16 +7,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // archivesAttr is the node attribute a job places by (docs/job-usage.md).
@@ -48,37 +45,10 @@ func archivesConstraint(group string) string {
 // evaluation blocked.
 func TestRestore_SchedulerPlacesByArchiveMeta(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-	pluginBin := devicetest.BuildPlugin(t)
-	node := func(name, join string) (*zfstest.Pool, *nomadtest.Agent, string) {
-		pool := zfstest.NewPool(t, 0)
-		parent := pool.Dataset("nomad")
-		pool.ZFS(t, "create", parent)
-		agent := nomadtest.StartAgent(t, nomadtest.Options{Join: join, PluginDir: filepath.Dir(pluginBin), PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
-  config {
-    parent_dataset     = %q
-    fingerprint_period = "2s"
-    reserve_timeout    = "20s"
-    class "state" {
-      slots   = 2
-      quota   = "32M"
-      restore = "required"
-    }
-  }
-}
-`, parent)})
-		agent.WaitForDevice(t, "zfs", "dataset", "state", 2, deviceTimeout)
-		step("client %s: node %s at %s, pool %s", name, agent.NodeID[:8], agent.Addr, pool.Name)
-		return pool, agent, parent
-	}
-	poolA, agentA, parentA := node("A", "")
-	poolB, agentB, parentB := node("B", agentA.RPCAddr)
-	nodes, _, err := agentA.API.Nodes().List(nil)
-	must.NoError(t, err)
-	must.SliceLen(t, 2, nodes, must.Sprint("one server, two clients"))
+	step := stepper(t)
+	clientA, clientB := twoStateClients(t, step, "")
+	poolA, agentA, parentA := clientA.pool, clientA.agent, clientA.parent
+	poolB, agentB, parentB := clientB.pool, clientB.agent, clientB.parent
 	k := &keeperRuns{seen: map[string]bool{}, step: step}
 	group := "default/keeper/g" // keeperJob's namespace, job and group
 

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -58,10 +57,7 @@ func TestReleaseEndToEnd(t *testing.T) {
 }
 
 func releaseEndToEnd(t *testing.T, acl bool) {
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -34,10 +33,7 @@ func keeperJob(round string) nomadtest.JobSpec {
 // place; each allocation's history shows all of its predecessors.
 func TestRestoreEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)
@@ -144,46 +140,18 @@ func (k *keeperRuns) run(t *testing.T, agent *nomadtest.Agent, jobHCL string) *a
 // events.
 func TestRestoreAcrossNodes(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	backups := filepath.Join(t.TempDir(), "backups")
 	must.NoError(t, os.Mkdir(backups, 0o700))
-	pluginBin := devicetest.BuildPlugin(t)
-	node := func(name, join string) (*zfstest.Pool, *nomadtest.Agent, string) {
-		pool := zfstest.NewPool(t, 0)
-		parent := pool.Dataset("nomad")
-		pool.ZFS(t, "create", parent)
-		agent := nomadtest.StartAgent(t, nomadtest.Options{Join: join, PluginDir: filepath.Dir(pluginBin), PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
-  config {
-    parent_dataset     = %q
-    fingerprint_period = "2s"
-    reserve_timeout    = "20s"
-    backup_dir         = %q
-    class "state" {
-      slots   = 2
-      quota   = "32M"
-      restore = "required"
-    }
-  }
-}
-`, parent, backups)})
-		agent.WaitForDevice(t, "zfs", "dataset", "state", 2, deviceTimeout)
-		step("client %s: node %s at %s, pool %s", name, agent.NodeID[:8], agent.Addr, pool.Name)
-		return pool, agent, parent
-	}
-	poolA, agentA, parentA := node("A", "")
-	poolB, agentB, parentB := node("B", agentA.RPCAddr)
-	nodes, _, err := agentA.API.Nodes().List(nil)
-	must.NoError(t, err)
-	must.SliceLen(t, 2, nodes, must.Sprint("one server, two clients"))
+	clientA, clientB := twoStateClients(t, step, backups)
+	poolA, agentA, parentA := clientA.pool, clientA.agent, clientA.parent
+	poolB, agentB, parentB := clientB.pool, clientB.agent, clientB.parent
 	k := &keeperRuns{seen: map[string]bool{}, step: step}
 
 	// On client A.
 	first := k.run(t, agentA, keeper("1", agentA.NodeID))
 	must.EqOp(t, agentA.NodeID, first.NodeID)
-	_, _, err = agentA.API.Jobs().Deregister("keeper", false, nil)
+	_, _, err := agentA.API.Jobs().Deregister("keeper", false, nil)
 	must.NoError(t, err)
 	// The archive is marked as in backup_dir right after its manifest is
 	// written: wait for both.

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -25,10 +24,7 @@ import (
 // plugin set; `archives` shows it and `prune -dry-run` finds nothing due.
 func TestRetentionEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent := pool.Dataset("nomad")
 	pool.ZFS(t, "create", parent)

@@ -61,10 +61,7 @@ func operatorView(t *testing.T, pool *zfstest.Pool, ds string) string {
 // unhealthy in Nomad with the reason, and mounting it again heals them.
 func TestSharedClassEndToEnd(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts a Nomad agent and runs jobs")
-	start := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	step := stepper(t)
 	pool := zfstest.NewPool(t, 0)
 	parent, models := pool.Dataset("nomad"), pool.Dataset("models")
 	pool.ZFS(t, "create", parent)
