@@ -130,20 +130,7 @@ func TestBackupsVerify_RealPool(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceLen(t, len(names), sent)
 
-	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
-	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
-plugin "nomad-device-zfs" {
-  config {
-    parent_dataset = %q
-    backup_dir     = %q
-    class "state" {
-      slots   = 1
-      quota   = "64M"
-      restore = "required"
-    }
-  }
-}
-`, parent, dir)), 0o644))
+	cfgFile := backupConfig(t, parent, dir)
 	var out, errb bytes.Buffer
 	code := Main([]string{"backups", "verify", "-config", cfgFile}, &out, &errb)
 	must.EqOp(t, 0, code, must.Sprint(errb.String(), out.String()))

@@ -202,20 +202,7 @@ func TestStatus_Backups(t *testing.T) {
 	writeManifest(t, dir, backup.Manifest{Identity: retention.Identity{Namespace: "default", Job: "x", Group: "g", Task: "t", Class: "other"}, GUID: 5, Size: 1})
 	must.NoError(t, os.WriteFile(filepath.Join(backup.IdentityDir(dir, broken), "junk.json"), []byte("{"), 0o600))
 
-	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
-	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
-plugin "nomad-device-zfs" {
-  config {
-    parent_dataset = %q
-    backup_dir     = %q
-    class "state" {
-      slots   = 1
-      quota   = "64M"
-      restore = "required"
-    }
-  }
-}
-`, parent, dir)), 0o644))
+	cfgFile := backupConfig(t, parent, dir)
 
 	var out, errb bytes.Buffer
 	code := Main([]string{"status", "-json", "-address", deadAddress, "-config", cfgFile}, &out, &errb)
@@ -286,6 +273,28 @@ plugin "nomad-device-zfs" {
 
 // writeManifest writes m (a manifest with no stream of its own) into its
 // identity's directory in dir, as the plugin's would read.
+// backupConfig writes an agent configuration whose plugin block has parent
+// and backup_dir dir, with class "state" (1 slot, restore on), and
+// returns its path.
+func backupConfig(t *testing.T, parent, dir string) string {
+	t.Helper()
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+plugin "nomad-device-zfs" {
+  config {
+    parent_dataset = %q
+    backup_dir     = %q
+    class "state" {
+      slots   = 1
+      quota   = "64M"
+      restore = "required"
+    }
+  }
+}
+`, parent, dir)), 0o644))
+	return cfgFile
+}
+
 func writeManifest(t *testing.T, dir string, m backup.Manifest) {
 	t.Helper()
 	m.Kind, m.Version = backup.Kind, 1
