@@ -199,7 +199,7 @@ func (k *Keeper) Pass(ctx context.Context) (sent []Manifest, more bool, err erro
 	}
 	var errs []error
 	for _, a := range todo {
-		m, err := k.send(ctx, cfg, node, a, false)
+		m, err := k.send(ctx, cfg, node, a, nil)
 		if errors.Is(err, zfs.ErrNotExist) && k.gone(ctx, a.Name) {
 			// Renamed or destroyed since the read: a restore took it back
 			// into a slot (its next release is backed up), or retention
@@ -328,10 +328,11 @@ func (k *Keeper) collectLeftovers(byID map[retention.Identity][]Manifest, ids []
 	return errors.Join(errs...)
 }
 
-// send backs up one archive (see Pass), or, live, one dataset in use (see
-// LivePass): a.ReleasedAt is then the time the snapshot is taken, and the
-// dataset is not marked (its final state is sent once it is archived).
-func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.Archive, live bool) (Manifest, error) {
+// send backs up one archive (see Pass), or, with live, one dataset in use
+// (see LivePass) as the pass read it: a.ReleasedAt is then the time the
+// snapshot is taken, and the dataset is not marked (its final state is
+// sent once it is archived).
+func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.Archive, live *liveRead) (Manifest, error) {
 	dir := cfg.Dir
 	have, _, err := List(dir, &a.Identity)
 	if err != nil {
@@ -341,8 +342,10 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	for _, m := range have {
 		inDir[m.GUID] = true
 	}
-	snaps, err := k.zfs.Snapshots(ctx, a.Name)
-	if err != nil {
+	var snaps []zfs.Snap
+	if live != nil && live.snapsRead {
+		snaps = live.snaps
+	} else if snaps, err = k.zfs.Snapshots(ctx, a.Name); err != nil {
 		return Manifest{}, err
 	}
 	// The newest of the plugin's snapshots that backup_dir holds is the
@@ -354,7 +357,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	// failed send of an earlier tenant's archive, which a restore brought
 	// back with the dataset). A live backup always takes a new one.
 	now := time.Now().UTC()
-	if live {
+	if live != nil {
 		a.ReleasedAt = now
 	}
 	base, snap := zfs.Snap{}, zfs.Snap{}
@@ -365,7 +368,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		switch {
 		case inDir[s.GUID]:
 			base, snap = s, zfs.Snap{}
-		case !live && !strings.HasPrefix(s.Name, a.Name+"@"+LiveSnapshotPrefix) && takenSince(s.Name, a.ReleasedAt):
+		case live == nil && !strings.HasPrefix(s.Name, a.Name+"@"+LiveSnapshotPrefix) && takenSince(s.Name, a.ReleasedAt):
 			snap = s
 		}
 	}
@@ -387,20 +390,24 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	if snap.Name == "" {
 		prefix := SnapshotPrefix
 		var before uint64
-		if live {
+		if live != nil {
 			prefix = LiveSnapshotPrefix
 			// The name may serve another dataset since the pass read it
 			// (released, its spare made, even handed to another tenant):
-			// checked before and after the snapshot (inUseAs).
-			if before, err = k.inUseAs(ctx, a); err != nil {
-				return Manifest{}, err
+			// the dataset after the snapshot must be the one the pass
+			// read in use by a's allocation (inUseAs), or read so now
+			// when the pass's read had no GUID.
+			if before = live.guid; before == 0 {
+				if before, err = k.inUseAs(ctx, a); err != nil {
+					return Manifest{}, err
+				}
 			}
 		}
 		snap.Name = a.Name + "@" + prefix + now.Format(snapTimeFormat)
 		if err := k.zfs.Snapshot(ctx, snap.Name); err != nil {
 			return Manifest{}, err
 		}
-		if live {
+		if live != nil {
 			if after, err := k.inUseAs(ctx, a); err != nil || after != before {
 				if derr := k.zfs.DestroySnapshot(context.WithoutCancel(ctx), snap.Name); derr != nil {
 					k.log.Warn("a live snapshot of a dataset that changed hands could not be destroyed", "snapshot", snap.Name, "error", derr)
@@ -419,7 +426,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 	defer cancel()
 	m := Manifest{Identity: a.Identity, AllocID: a.AllocID, Node: node, Dataset: a.Name, Slot: a.Slot,
 		Snapshot: strings.SplitN(snap.Name, "@", 2)[1], GUID: snap.GUID, BaseGUID: base.GUID, ReleasedAt: a.ReleasedAt,
-		KeyID: a.KeyID, Live: live, From: a.From}
+		KeyID: a.KeyID, Live: live != nil, From: a.From}
 	keySaved := false
 	if a.KeyID != "" {
 		if keySaved, err = saveKey(cfg.KeyDir, dir, a.Identity, a.KeyID); err != nil {
@@ -446,7 +453,7 @@ func (k *Keeper) send(ctx context.Context, cfg Config, node string, a retention.
 		}
 		return m, err
 	}
-	if !live {
+	if live == nil {
 		if err := k.zfs.Set(ctx, a.Name, retention.PropBackup, strconv.FormatUint(m.GUID, 10)); err != nil {
 			return m, err
 		}

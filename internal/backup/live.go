@@ -53,7 +53,7 @@ func takenSince(name string, t time.Time) bool {
 }
 
 // liveProps are what LivePass reads of each slot dataset.
-var liveProps = append([]string{record.PropManaged, record.PropState, record.PropKeyID, record.PropDataFrom}, record.OwnerProps...)
+var liveProps = append([]string{"guid", record.PropManaged, record.PropState, record.PropKeyID, record.PropDataFrom}, record.OwnerProps...)
 
 // liveMark is a dataset in use as the keeper last backed it up.
 type liveMark struct {
@@ -66,6 +66,17 @@ type InUse struct {
 	retention.Archive
 	// Interval is its class's backup_interval.
 	Interval time.Duration
+	// GUID is the dataset's, as read (0 when the read had none).
+	GUID uint64
+}
+
+// liveRead is what a live pass read of a dataset in use, which its send
+// takes instead of reading again: its GUID (0: not read; the send reads
+// it before the snapshot), and its snapshots when the pass read them.
+type liveRead struct {
+	guid      uint64
+	snaps     []zfs.Snap
+	snapsRead bool
 }
 
 // ParseInUse sorts one read of a class's slot datasets (`zfs get -r -d 1`
@@ -94,8 +105,12 @@ func ParseInUse(class, classDataset string, ds []zfs.Dataset) []InUse {
 		if v, ok := d.Local(record.PropDataFrom); ok {
 			from, _ = record.ParseLineage(v) // none known: ordered by time
 		}
+		var guid uint64
+		if v, ok := d.Value("guid"); ok {
+			guid, _ = strconv.ParseUint(v, 10, 64)
+		}
 		out = append(out, InUse{Archive: retention.Archive{Name: d.Name, Class: class, Slot: index, Owner: o, AllocID: o.AllocID,
-			Identity: retention.IdentityOf(class, o), KeyID: keyID, From: from}})
+			Identity: retention.IdentityOf(class, o), KeyID: keyID, From: from}, GUID: guid})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -185,6 +200,18 @@ func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Durat
 	if len(due) > BatchSize {
 		due, next = due[:BatchSize], 0
 	}
+	// The snapshots of the due datasets: one read per class.
+	snaps := map[string]map[string][]zfs.Snap{}
+	for _, u := range due {
+		if _, read := snaps[u.Class]; read {
+			continue
+		}
+		under, err := k.zfs.SnapshotsUnder(ctx, cfg.ClassDatasets[u.Class])
+		if err != nil {
+			under = nil // each send reads its own
+		}
+		snaps[u.Class] = under
+	}
 	for i, u := range due {
 		if i > 0 && k.releasesWaiting.Load() > 0 {
 			// An archive pass waits: its release's final stream goes
@@ -192,7 +219,8 @@ func (k *Keeper) LivePass(ctx context.Context) (sent []Manifest, next time.Durat
 			next = 0
 			break
 		}
-		m, err := k.send(ctx, cfg, node, u.Archive, true)
+		under := snaps[u.Class]
+		m, err := k.send(ctx, cfg, node, u.Archive, &liveRead{guid: u.GUID, snaps: under[u.Name], snapsRead: under != nil})
 		// A failed one is tried again an interval later, not at once: a
 		// full backup_dir or a dataset on its way out would otherwise
 		// keep the loop busy.

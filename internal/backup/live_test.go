@@ -16,9 +16,9 @@ import (
 func TestParseInUse_SavedZFSFuseOutput(t *testing.T) {
 	out, err := os.ReadFile("testdata/get-class-zfs-fuse-0.7.txt")
 	must.NoError(t, err)
-	// Captured before liveProps held the data's lineage (none there was
-	// restored): the props asked for then.
-	captured := slices.DeleteFunc(slices.Clone(liveProps), func(p string) bool { return p == record.PropDataFrom })
+	// Captured before liveProps held the GUID and the data's lineage (none
+	// there was restored): the props asked for then.
+	captured := slices.DeleteFunc(slices.Clone(liveProps), func(p string) bool { return p == "guid" || p == record.PropDataFrom })
 	ds, err := zfs.ParseGet(out, append(captured, "name"))
 	must.NoError(t, err)
 	got := ParseInUse("state", "capt/nomad/state", ds)
@@ -26,6 +26,7 @@ func TestParseInUse_SavedZFSFuseOutput(t *testing.T) {
 	must.Eq(t, "capt/nomad/state/0", got[0].Name)
 	must.Eq(t, 0, got[0].Slot)
 	must.Eq(t, "1a2b3c4d-1111-4222-8333-444444444444", got[0].AllocID)
+	must.EqOp(t, uint64(0), got[0].GUID, must.Sprint("not read: the send reads it before its snapshot"))
 	must.Eq(t, retention.Identity{Namespace: "default", Job: "web", Group: "g", Task: "server", Index: 2, Class: "state"}, got[0].Identity)
 	must.Eq(t, "capt/nomad/state/1", got[1].Name, must.Sprint("armed with its owner recorded: in use"))
 	must.Eq(t, "etl", got[1].Identity.Job)

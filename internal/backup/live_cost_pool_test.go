@@ -1,0 +1,54 @@
+package backup_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
+)
+
+// TestBackup_ALivePassReadsOncePerClass: a live pass of a class with two
+// datasets in use reads the class's datasets and their snapshots once
+// each; per dataset it runs only what a live backup cannot share: its
+// snapshot, the check after it that the name still serves the dataset the
+// pass read in use (its GUID), the snapshot's GUID, and the send.
+func TestBackup_ALivePassReadsOncePerClass(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	ctx, dir, a, _ := twoNodes(t)
+	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+		Live: map[string]time.Duration{"state": time.Hour}, ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	ds0 := a.inUse(t, tenant(1))
+	other := tenant(3)
+	other.AllocName = "db.g[1]"
+	ds1 := a.cfg.ClassDataset("state") + "/1"
+	a.pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", record.PropManaged+"="+record.ManagedSlot,
+		"-o", record.PropState+"="+string(record.StateReserved), "-o", record.PropOwner+"="+other.Encode(), ds1)
+	for _, ds := range []string{ds0, ds1} {
+		a.write(t, ds, 1)
+	}
+
+	before := map[string]int{}
+	for _, sub := range []string{"get", "snapshot", "send", "destroy", "list"} {
+		before[sub] = w.Count(sub)
+	}
+	sent, _, err := a.keeper.LivePass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, 2, sent)
+	ran := map[string]int{}
+	for sub, n := range before {
+		ran[sub] = w.Count(sub) - n
+	}
+	const datasets = 2
+	must.Eq(t, map[string]int{
+		"get":      2 + 2*datasets, // the class's datasets and their snapshots; per dataset the check after its snapshot and its GUID
+		"snapshot": datasets,
+		"send":     datasets,
+		"destroy":  0, // a first live backup leaves no older snapshot
+		"list":     0,
+	}, ran)
+}
