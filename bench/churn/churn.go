@@ -1,7 +1,9 @@
 // Package churn is the churn scenario of `make bench` (`zfsbench -churn`):
 // many short jobs through a few slots on a real Nomad agent, against the
-// same jobs without a device (the baseline) and against a device plugin
-// that does nothing (the null device, the control). See bench/README.md.
+// same jobs without a device (the baseline), against a device plugin
+// that does nothing (the null device, the control), and against the same
+// with each job's dataset made and destroyed and nothing else (the floor
+// control, floor.go). See bench/README.md.
 //
 // It starts its agent with the tests' starter, internal/nomadtest (Start,
 // outside a test), and so links test support, unlike package bench.
@@ -56,7 +58,8 @@ type Options struct {
 	// NullBin is the control device plugin (bench/nulldevice), built from
 	// ./bench/cmd/nulldevice. When set, the plugin's batches are followed
 	// by the control: the same idle jobs and batches against a device
-	// plugin that does nothing (null.go, the null rows).
+	// plugin that does nothing (null.go, the null rows), then by the floor
+	// control's batches (floor.go, the floor rows).
 	NullBin  string
 	NomadBin string // the Nomad agent binary (NomadBinary when empty)
 	WorkDir  string // agent directory, counting wrappers
