@@ -1,7 +1,9 @@
 // Package churn is the churn scenario of `make bench` (`zfsbench -churn`):
 // many short jobs through a few slots on a real Nomad agent, against the
-// same jobs without a device (the baseline) and against a device plugin
-// that does nothing (the null device, the control). See bench/README.md.
+// same jobs without a device (the baseline), against a device plugin
+// that does nothing (the null device, the control), and against the same
+// with each job's dataset made and destroyed and nothing else (the floor
+// control, floor.go). See bench/README.md.
 //
 // It starts its agent with the tests' starter, internal/nomadtest (Start,
 // outside a test), and so links test support, unlike package bench.
@@ -56,7 +58,8 @@ type Options struct {
 	// NullBin is the control device plugin (bench/nulldevice), built from
 	// ./bench/cmd/nulldevice. When set, the plugin's batches are followed
 	// by the control: the same idle jobs and batches against a device
-	// plugin that does nothing (null.go, the null rows).
+	// plugin that does nothing (null.go, the null rows), then by the floor
+	// control's batches (floor.go, the floor rows).
 	NullBin  string
 	NomadBin string // the Nomad agent binary (NomadBinary when empty)
 	WorkDir  string // agent directory, counting wrappers
@@ -82,8 +85,11 @@ type Results struct {
 	// IdleNull and Null are the idle jobs and the batches run against
 	// the null device plugin (Options.NullBin) after the plugin's;
 	// the rows of the plugin's own figures never read them.
-	IdleNull  []AllocRecord             `json:"idle_null_jobs,omitempty"`
-	Null      []BatchResult             `json:"null_batches,omitempty"`
+	IdleNull []AllocRecord `json:"idle_null_jobs,omitempty"`
+	Null     []BatchResult `json:"null_batches,omitempty"`
+	// Floor are the floor control's batches (floor.go), run after the
+	// null device's: its jobs, each given a dataset of its own.
+	Floor     []BatchResult             `json:"floor_batches,omitempty"`
 	Releases  []ReleaseRecord           `json:"releases"`
 	Rows      []Row                     `json:"rows"`
 	Health    map[string][]healthChange `json:"health_transitions"`
@@ -105,14 +111,16 @@ type Results struct {
 
 // BatchResult is one batch of jobs.
 type BatchResult struct {
-	Kind          string        `json:"kind"` // baseline, device or null
-	Start         time.Time     `json:"start"`
-	End           time.Time     `json:"end"` // the last allocation terminal
-	Seconds       float64       `json:"seconds"`
-	JobsPerSecond float64       `json:"jobs_per_second"`
-	MaxConcurrent int           `json:"max_concurrent"`
-	Failed        int           `json:"failed"`
-	ZFSProcesses  int           `json:"zfs_processes"` // from Start until the slots settled
+	Kind          string    `json:"kind"` // baseline, device or null
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"` // the last allocation terminal
+	Seconds       float64   `json:"seconds"`
+	JobsPerSecond float64   `json:"jobs_per_second"`
+	MaxConcurrent int       `json:"max_concurrent"`
+	Failed        int       `json:"failed"`
+	ZFSProcesses  int       `json:"zfs_processes"` // from Start until the slots settled
+	// ZFSCounts are the same processes by command and subcommand.
+	ZFSCounts     bench.Counts  `json:"zfs_counts,omitempty"`
 	WindowSeconds float64       `json:"window_seconds"`
 	CPU           *CPUUse       `json:"cpu"` // over the same window
 	Allocs        []AllocRecord `json:"allocs"`
@@ -262,7 +270,7 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	watch, watched := watchNode(wctx, a.API, a.NodeID, "zfs", "dataset", churnClass, churnPollPeriod)
 	defer func() { stopWatch(); watched() }()
 
-	r := &churnRun{o: o, a: a, watch: watch, counter: counter, parent: parent, res: res, logf: logf}
+	r := &churnRun{o: o, a: a, watch: watch, counter: counter, parent: parent, pool: pool.Name, dir: dir, res: res, logf: logf}
 	if err := r.run(ctx); err != nil {
 		return res, err
 	}
@@ -276,10 +284,14 @@ type churnRun struct {
 	watch   *nodeWatch
 	counter *bench.Counter
 	parent  string
+	pool    string // the pool's name
+	dir     string // the run's directory
 	res     *Results
 	logf    func(string, ...any)
 	seq     int
 	plugin  int // the plugin's PID, for its CPU time
+	// floor is the floor driver while the floor batches run (floor.go).
+	floor *floorDriver
 }
 
 func (r *churnRun) run(ctx context.Context) error {
@@ -328,6 +340,9 @@ func (r *churnRun) run(ctx context.Context) error {
 		if err := r.control(ctx); err != nil {
 			return err
 		}
+		if err := r.floorControl(ctx); err != nil {
+			return err
+		}
 	}
 	if pid2, err := pluginPID(r.a); err != nil || pid2 != pid {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("plugin process changed during the run (pid %d, now %d, %v)", pid, pid2, err))
@@ -344,8 +359,11 @@ func (r *churnRun) run(ctx context.Context) error {
 // control).
 func (r *churnRun) logBatch(p int, b *BatchResult) {
 	where := fmt.Sprintf("pair %d", p+1)
-	if b.Kind == kindNull {
+	switch b.Kind {
+	case kindNull:
 		where = fmt.Sprintf("control %d", p+1)
+	case kindFloor:
+		where = fmt.Sprintf("floor %d", p+1)
 	}
 	r.logf("%s: %s: %.1f s, %.2f jobs/s, at most %d at once, %d zfs processes, %.2f CPU-s per job", where, b.Kind, b.Seconds, b.JobsPerSecond, b.MaxConcurrent, b.ZFSProcesses, b.CPU.Machine/float64(len(b.Allocs)))
 }
@@ -404,11 +422,18 @@ func (r *churnRun) batch(ctx context.Context, label string, n int, job string) (
 		released = jobs
 	}
 	settleErr := r.settle(ctx, released)
+	if job == kindFloor && r.floor != nil && settleErr == nil {
+		ids := make([]string, 0, len(b.Allocs))
+		for _, a := range b.Allocs {
+			ids = append(ids, a.AllocID)
+		}
+		settleErr = r.floor.settled(ctx, ids)
+	}
 	c, err := r.counter.Since(mark)
 	if err != nil {
 		return nil, err
 	}
-	b.ZFSProcesses = c.Total()
+	b.ZFSProcesses, b.ZFSCounts = c.Total(), c
 	b.WindowSeconds = time.Since(b.Start).Seconds()
 	cpu1, err := sampleCPU(r.plugin, r.a.PID)
 	if err != nil {

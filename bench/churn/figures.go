@@ -135,6 +135,9 @@ func (r *churnRun) figures() error {
 	for i := range res.Null {
 		fill(res.Null[i].Allocs)
 	}
+	for i := range res.Floor {
+		fill(res.Floor[i].Allocs)
+	}
 
 	for i, rel := range lg.Releases {
 		rec := ReleaseRecord{Device: rel.Device, Job: rel.Job, Start: rel.At, Spare: rel.Spare}

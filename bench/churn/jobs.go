@@ -15,6 +15,9 @@ const (
 	kindBaseline = "baseline"
 	kindDevice   = "device"
 	kindNull     = "null"
+	// kindFloor is a null device job whose device is a ZFS dataset made
+	// for it and destroyed at its end (floor.go).
+	kindFloor = "floor"
 )
 
 // churnJob is one short batch job of kind (kindBaseline, kindDevice or
@@ -22,7 +25,7 @@ const (
 // the same variable whichever plugin gives it, and fails when it cannot.
 func churnJob(id, kind string) *api.Job {
 	script, res := "sleep 1", &api.Resources{CPU: ptr(churnTaskCPU), MemoryMB: ptr(32)}
-	device := map[string]string{kindDevice: "zfs/dataset/" + churnClass, kindNull: nullDevice}[kind]
+	device := map[string]string{kindDevice: "zfs/dataset/" + churnClass, kindNull: nullDevice, kindFloor: nullDevice}[kind]
 	if device != "" {
 		script = `echo x > "$ZFS_SCRATCH_PATH/f" && sleep 1`
 		res.Devices = []*api.RequestedDevice{{Name: device, Count: ptr(uint64(1))}}

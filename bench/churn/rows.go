@@ -223,6 +223,7 @@ func churnRows(res *Results) []Row {
 	}
 	rows = append(rows, nullRows(res)...)
 	rows = append(rows, controlRows(res)...)
+	rows = append(rows, floorRows(res)...)
 	if res.RSSStart > 0 {
 		q := float64(res.RSSEnd) / float64(res.RSSStart)
 		rows = append(rows, Row{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),

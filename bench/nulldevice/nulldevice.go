@@ -74,12 +74,20 @@ type Plugin struct {
 	mu      sync.Mutex
 	cfg     *Config
 	changed chan struct{}
+
+	// handMu guards handed: by device ID, the directory its last Reserve
+	// bound, when that device's host directory was a symbolic link
+	// (handOut).
+	handMu sync.Mutex
+	handed map[string]string
 }
 
 var _ nomadplugin.DevicePlugin = (*Plugin)(nil)
 
 // New returns the plugin; Nomad configures it with SetConfig.
-func New(log hclog.Logger) *Plugin { return &Plugin{log: log, changed: make(chan struct{})} }
+func New(log hclog.Logger) *Plugin {
+	return &Plugin{log: log, changed: make(chan struct{}), handed: map[string]string{}}
+}
 
 // PluginInfo is called by Nomad when it loads the plugin.
 func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {
@@ -254,8 +262,9 @@ func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlu
 
 // Reserve is called by the Nomad client in a task's "devices" prestart
 // hook: it answers with the device's directory bound at mount_path and
-// path_env set to it, doing nothing else.
-func (p *Plugin) Reserve(_ context.Context, req *nomadproto.ReserveRequest) (*nomadproto.ReserveResponse, error) {
+// path_env set to it, doing nothing else (but follow the device's link,
+// handOut).
+func (p *Plugin) Reserve(ctx context.Context, req *nomadproto.ReserveRequest) (*nomadproto.ReserveResponse, error) {
 	cfg, err := p.config()
 	if err != nil {
 		return nil, err
@@ -271,8 +280,12 @@ func (p *Plugin) Reserve(_ context.Context, req *nomadproto.ReserveRequest) (*no
 	if !known {
 		return nil, fmt.Errorf("%s: unknown device ID %q", PluginName, ids[0])
 	}
+	host, err := p.handOut(ctx, ids[0], filepath.Join(cfg.HostDir, ids[0]))
+	if err != nil {
+		return nil, err
+	}
 	return &nomadproto.ReserveResponse{ContainerRes: &nomadproto.ContainerReservation{
 		Envs:   map[string]string{cfg.PathEnv: cfg.MountPath},
-		Mounts: []*nomadproto.Mount{{TaskPath: cfg.MountPath, HostPath: filepath.Join(cfg.HostDir, ids[0])}},
+		Mounts: []*nomadproto.Mount{{TaskPath: cfg.MountPath, HostPath: host}},
 	}}, nil
 }
