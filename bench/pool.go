@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/sandbox"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // NewPool creates a pool for one size with the sandbox the tests' helper
@@ -30,4 +32,18 @@ func NewPool(ctx context.Context, size int64) (p *sandbox.Pool, destroy func() e
 		_ = os.Remove(p.Mountpoint) // empty once the pool is gone
 		return os.Remove(dir)
 	}, nil
+}
+
+// NewParent is NewPool with the plugin's parent dataset, <pool>/nomad,
+// made in it: what the benches that run the plugin in an agent start
+// from. On error nothing is left.
+func NewParent(ctx context.Context, size int64) (p *sandbox.Pool, parent string, destroy func() error, err error) {
+	if p, destroy, err = NewPool(ctx, size); err != nil {
+		return nil, "", nil, err
+	}
+	parent = p.Dataset("nomad")
+	if _, err := (&zfs.Runner{}).ZFSCmd(ctx, "create", parent); err != nil {
+		return nil, "", nil, errors.Join(err, destroy())
+	}
+	return p, parent, destroy, nil
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // The churn scenario (issue 10): a real Nomad agent, the exec driver, the
@@ -203,7 +202,7 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	res = out
 	defer func() { out.Seconds = time.Since(out.Started).Seconds() }() // res may be nil on an early return
 
-	pool, destroy, err := bench.NewPool(ctx, 1<<30)
+	pool, parent, destroy, err := bench.NewParent(ctx, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -212,10 +211,6 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 			err = errors.Join(err, derr)
 		}
 	}()
-	parent := pool.Dataset("nomad")
-	if _, err := (&zfs.Runner{}).ZFSCmd(ctx, "create", parent); err != nil {
-		return nil, err
-	}
 	dir := filepath.Join(o.WorkDir, "churn")
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return nil, err

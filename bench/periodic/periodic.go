@@ -123,7 +123,7 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 		fmt.Fprintf(o.Progress, "[periodic] %s\n", fmt.Sprintf(format, args...))
 	}
 
-	pool, destroy, err := bench.NewPool(ctx, 1<<30)
+	pool, parent, destroy, err := bench.NewParent(ctx, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -132,10 +132,6 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 			err = errors.Join(err, derr)
 		}
 	}()
-	parent := pool.Dataset("nomad")
-	if _, err := (&zfs.Runner{}).ZFSCmd(ctx, "create", parent); err != nil {
-		return nil, err
-	}
 	dir := filepath.Join(o.WorkDir, "periodic")
 	backups := filepath.Join(dir, "backups")
 	if err := os.MkdirAll(backups, 0o700); err != nil {
