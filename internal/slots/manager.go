@@ -13,6 +13,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -86,7 +87,7 @@ type Manager struct {
 	arm    *armed.Tracker
 	starts starts.Yield
 	holds  *hold.Holds
-	preps  *preparations
+	preps  *preps.Record
 
 	mu       sync.Mutex
 	cfg      Config
@@ -169,7 +170,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		holds: hold.New(), preps: newPreparations(), proofGrace: identifyGrace,
+		holds: hold.New(), preps: preps.NewRecord(), proofGrace: identifyGrace,
 	}
 	m.starts.Set(starts.Default)
 	return m

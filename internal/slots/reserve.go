@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -82,7 +83,7 @@ func (m *Manager) noteAsked(arrived time.Time) {
 
 // reserve is Reserve; it sets *waited when it had to wait. ps are the
 // preparations of ids, all of them when prepared is set (claimPreps).
-func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool, ps []*prep, prepared bool) ([]Slot, error) {
+func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool, ps []*preps.Prep, prepared bool) ([]Slot, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("no device IDs to reserve")
 	}
@@ -112,7 +113,7 @@ func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, 
 			continue
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-ctx.Done():
 			return nil, fmt.Errorf("device %s: waiting for its preparation: %w", strings.Join(ids, ", "), ctx.Err())
 		}
