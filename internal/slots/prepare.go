@@ -57,6 +57,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
@@ -136,11 +137,11 @@ func (m *Manager) prepare(ctx context.Context) ([]*preps.Prep, error) {
 			}
 			// The decision the asker's own Reserve would make: the owner
 			// has ended, and the one other live holder is the asker.
-			d := m.decide(ctx, nomad, v, s, true)
-			if d.kind != startRelease || d.asker.AllocID != others[0].Owner.AllocID {
+			d := decide.Decide(ctx, m.log, m.arm, nomad, v, s, true)
+			if d.Kind != decide.StartRelease || d.Asker.AllocID != others[0].Owner.AllocID {
 				continue
 			}
-			if p := m.startPrep(ctx, s, d.asker, preps.Spare, v.Began); p != nil {
+			if p := m.startPrep(ctx, s, d.Asker, preps.Spare, v.Began); p != nil {
 				started = append(started, p)
 			}
 		}

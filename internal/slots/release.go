@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -139,12 +140,12 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			// older than the latest Reserve.
 			continue
 		}
-		d := m.decide(ctx, nomad, v, s, false)
+		d := decide.Decide(ctx, m.log, m.arm, nomad, v, s, false)
 		if s, err = m.adoptWithheld(ctx, v, s, d, false); err != nil {
 			errs = append(errs, err)
 		}
-		switch d.kind {
-		case adopt:
+		switch d.Kind {
+		case decide.Adopt:
 			adopted, why, err := m.adoptArmed(ctx, s)
 			switch {
 			case err != nil:
@@ -158,16 +159,16 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			default:
 				m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
 			}
-		case inUse:
+		case decide.InUse:
 			m.noteTenancy(s, rel[s.ID], note{})
-		case startRelease:
+		case decide.StartRelease:
 			if hold && m.holdFor(s) {
 				continue
 			}
-			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.reason)
+			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.Reason)
 			runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 		default:
-			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: d.reason})
+			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: d.Reason})
 		}
 	}
 	return runs, errors.Join(errs...)

@@ -16,6 +16,7 @@ import (
 	"fmt"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
@@ -24,7 +25,7 @@ import (
 // proves that nobody has it nor left anything in it. The proof needs a
 // complete view begun after this run started, the withheld dataset's
 // root, mounted from it, empty, and either
-//   - the owner recorded on the slot's dataset live and alone (d.live): a
+//   - the owner recorded on the slot's dataset live and alone (d.Live): a
 //     spare is handed over only once the owner has ended, and "ended"
 //     never goes back (the root is checked all the same: the owner may be
 //     a replacement that got the dataset in place since, restore.go); or
@@ -34,13 +35,13 @@ import (
 // It works under the slot's lock, and only while the slot still shows
 // what s shows. It returns the slot as it is once the dataset is adopted,
 // else s, the dataset still withheld.
-func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision, asking bool) (Slot, error) {
+func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decide.Decision, asking bool) (Slot, error) {
 	if s.Withheld == nil || !v.Complete || !v.Began.After(m.arm.Started()) {
 		return s, nil
 	}
 	holders := v.Holders(s.ID)
-	live := d.kind == inUse && d.live && s.Stamped.Known() && s.Stamped == s.Owner
-	if !live && (d.kind != startRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
+	live := d.Kind == decide.InUse && d.Live && s.Stamped.Known() && s.Stamped == s.Owner
+	if !live && (d.Kind != decide.StartRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
 		return s, nil
 	}
 	lctx, cancel := ctx, context.CancelFunc(func() {})
