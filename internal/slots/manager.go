@@ -304,10 +304,11 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 // setSlotsLocked installs a new slot list, with what the manager knows
 // beyond ZFS laid over it, and wakes everyone waiting on Changed. mu is held.
 func (m *Manager) setSlotsLocked(slots []Slot) {
+	k := m.knownLocked()
 	for i := range slots {
-		m.deriveLocked(&slots[i])
+		k.Derive(&slots[i])
 	}
-	keepSchedulable(slots)
+	view.KeepSchedulable(slots)
 	m.slots = slots
 	m.byID = make(map[string]int, len(slots))
 	for i, s := range slots {

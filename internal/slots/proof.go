@@ -144,7 +144,7 @@ func (m *Manager) proven(res []Slot, asker record.Owner, released map[string]uin
 		} else {
 			m.owners[s.ID] = record.Owner{} // the handover, owner unknown (recordOwner)
 			slots[i].Owner = record.Owner{}
-			m.noteLocked(s.ID, note{unhealthy: true, text: oneLine(fmt.Sprintf("owner unknown: it was handed over as prepared for %s before the proof of its asker, and the proof failed (%v); its data is kept until no allocation holds it", asker, err))})
+			m.noteLocked(s.ID, note{Unhealthy: true, Text: oneLine(fmt.Sprintf("owner unknown: it was handed over as prepared for %s before the proof of its asker, and the proof failed (%v); its data is kept until no allocation holds it", asker, err))})
 		}
 		m.vers[s.ID]++
 	}

@@ -123,7 +123,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			if !s.Owner.Known() {
 				text = fmt.Sprintf("owner unknown: the allocation it was handed to was never identified, and the node's allocations cannot be read (%v); its data is kept", err)
 			}
-			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: text})
+			m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: text})
 		}
 		m.log.Warn("cannot read the node's allocations; keeping every in-use dataset", "error", err)
 		return runs, errors.Join(errs...)
@@ -157,7 +157,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 				m.log.Info("releasing an earlier run's armed dataset that is not known to be fresh; no allocation holds it", "device", s.ID, "reason", why)
 				runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 			default:
-				m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
+				m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
 			}
 		case decide.InUse:
 			m.noteTenancy(s, rel[s.ID], note{})
@@ -168,7 +168,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.Reason)
 			runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 		default:
-			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: d.Reason})
+			m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: d.Reason})
 		}
 	}
 	return runs, errors.Join(errs...)
