@@ -36,12 +36,8 @@ import (
 // what s shows. It returns the slot as it is once the dataset is adopted,
 // else s, the dataset still withheld.
 func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decide.Decision, asking bool) (Slot, error) {
-	if s.Withheld == nil || !v.Complete || !v.Began.After(m.arm.Started()) {
-		return s, nil
-	}
-	holders := v.Holders(s.ID)
-	live := d.Kind == decide.InUse && d.Live && s.Stamped.Known() && s.Stamped == s.Owner
-	if !live && (d.Kind != decide.StartRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
+	ok, live := decide.MayAdoptWithheld(m.arm, v, s, d, asking)
+	if !ok {
 		return s, nil
 	}
 	lctx, cancel := ctx, context.CancelFunc(func() {})

@@ -141,6 +141,25 @@ func MayAdopt(arm Armed, v *allocs.View, s view.Slot, holders []allocs.Holding, 
 	return len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started
 }
 
+// MayAdoptWithheld reports whether decision d, made from view v (asking:
+// for a Reserve), allows the withheld spare of slot s (as v saw it) to be
+// adopted, its root still to be found empty (the manager's
+// adoptWithheld): the view is complete and began after this run started,
+// and either the owner recorded on the slot's dataset is live and alone
+// (live), or the owner ended and nobody holds the device but, for a
+// Reserve, the asker, whose task has not started.
+func MayAdoptWithheld(arm Armed, v *allocs.View, s view.Slot, d Decision, asking bool) (ok, live bool) {
+	if s.Withheld == nil || !v.Complete || !v.Began.After(arm.Started()) {
+		return false, false
+	}
+	holders := v.Holders(s.ID)
+	live = d.Kind == InUse && d.Live && s.Stamped.Known() && s.Stamped == s.Owner
+	if !live && (d.Kind != StartRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
+		return false, false
+	}
+	return true, live
+}
+
 func stoppingOr(f allocs.Fate) string {
 	if f.Stopping {
 		return "stopping (" + f.Reason + ")"

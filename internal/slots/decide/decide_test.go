@@ -79,3 +79,48 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestMayAdoptWithheld: a withheld spare may be adopted (its root still to
+// be checked) only from a complete view begun after this run started, and
+// only when the owner beside it is live and alone, or ended with nobody
+// but a Reserve's asker, not started, holding the device.
+func TestMayAdoptWithheld(t *testing.T) {
+	owner := record.Owner{AllocID: "a-owner", Task: "t"}
+	arm := armed.New()
+	after, before := arm.Started().Add(time.Second), arm.Started().Add(-time.Second)
+	withheld := &view.Slot{Dataset: "pool/scratch/0.alt"}
+	holding := func(ids ...string) *allocs.View {
+		v := &allocs.View{Began: after, Complete: true, Allocs: map[string]allocs.Alloc{}}
+		for _, id := range ids {
+			v.Allocs[id] = allocs.Alloc{Owner: record.Owner{AllocID: id}, ClientStatus: "pending", Devices: map[string]string{"scratch-0": "t"}}
+		}
+		return v
+	}
+	stamped := view.Slot{ID: "scratch-0", Owner: owner, Stamped: owner, Withheld: withheld}
+	cases := []struct {
+		name     string
+		v        *allocs.View
+		s        view.Slot
+		d        Decision
+		asking   bool
+		ok, live bool
+	}{
+		{name: "nothing withheld", v: holding(), s: view.Slot{ID: "scratch-0", Owner: owner, Stamped: owner}, d: Decision{Kind: InUse, Live: true}},
+		{name: "owner live and alone", v: holding(), s: stamped, d: Decision{Kind: InUse, Live: true}, ok: true, live: true},
+		{name: "owner live, not recorded on the dataset", v: holding(), s: view.Slot{ID: "scratch-0", Owner: owner, Withheld: withheld}, d: Decision{Kind: InUse, Live: true}},
+		{name: "a view begun before this run", v: func() *allocs.View { v := holding(); v.Began = before; return v }(), s: stamped, d: Decision{Kind: InUse, Live: true}},
+		{name: "an incomplete view", v: func() *allocs.View { v := holding(); v.Complete = false; return v }(), s: stamped, d: Decision{Kind: InUse, Live: true}},
+		{name: "owner ended, nobody holds", v: holding(), s: stamped, d: Decision{Kind: StartRelease}, ok: true},
+		{name: "owner ended, the asker not started", v: holding("b-next"), s: stamped, d: Decision{Kind: StartRelease}, asking: true, ok: true},
+		{name: "owner ended, a holder, release pass", v: holding("b-next"), s: stamped, d: Decision{Kind: StartRelease}},
+		{name: "owner ended, two holders", v: holding("b-next", "c-other"), s: stamped, d: Decision{Kind: StartRelease}, asking: true},
+		{name: "kept", v: holding(), s: stamped, d: Decision{Kind: Keep, Reason: "kept"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, live := MayAdoptWithheld(arm, tc.v, tc.s, tc.d, tc.asking)
+			must.EqOp(t, tc.ok, ok)
+			must.EqOp(t, tc.live, live)
+		})
+	}
+}
