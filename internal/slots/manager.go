@@ -83,7 +83,7 @@ type Manager struct {
 	//     slot work yields to (package starts).
 	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
-	//     Reserve yet, and the Reserves under way (prepare.go).
+	//     Reserve yet, and the Reserves under way (package preps; prepare.go).
 	arm    *armed.Tracker
 	starts starts.Yield
 	holds  *hold.Holds

@@ -9,7 +9,7 @@ package slots
 // (pair.roles): neither offered nor made again. adoptWithheld takes it for
 // the slot's spare on proof, from a read of the allocations; short of
 // proof it stays withheld, and once the dataset beside it is released it
-// is judged as any earlier run's armed dataset (mayAdopt).
+// is judged as any earlier run's armed dataset (decide.MayAdopt).
 
 import (
 	"context"
