@@ -23,27 +23,7 @@ func unrecordedSlot(s Slot) bool {
 	return s.Armed != "" && s.State == record.StateReserved && !s.Stamped.Known()
 }
 
-// mayAdopt reports whether view v shows of the allocations what adopting
-// slot s needs (see the top of the file): s is an earlier run's armed
-// dataset with no owner recorded and not cloned from a source (a clone is
-// never empty), v is complete and began after this run started, and no
-// allocation holds the device, or, for a Reserve (asking), only the asker,
-// whose task has not started: the dataset then goes to the asker at once
-// (tryReserve), so that it is never free while someone may be using it.
-// A dataset of this run is never adopted: it is reserved only once handed
-// over, and an allocation that the servers do not show started yet may be
-// using it.
-func (m *Manager) mayAdopt(v *View, s Slot, holders []Holding, asking bool) bool {
-	if s.Armed == "" || s.State != record.StateReserved || s.Owner.Known() || s.Origin != "" || m.arm.Ours(s.Armed) {
-		return false
-	}
-	if !v.Complete || !v.Began.After(m.arm.Started()) {
-		return false
-	}
-	return len(holders) == 0 || asking && len(holders) == 1 && !holders[0].Started
-}
-
-// adoptArmed takes the armed dataset of slot s, which mayAdopt allowed,
+// adoptArmed takes the armed dataset of slot s, which decide.MayAdopt allowed,
 // for this run's own, under the slot's lock, when the slot is still as s
 // shows it and the dataset's root, mounted, is empty. On return the slot is
 // free (adopted) or as it was, with why it was not adopted.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/keys"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -96,7 +97,7 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) err
 		case c.Source != "":
 			return m.zfs.Clone(ctx, c.Source, a.Dataset, a.Props)
 		case c.Encrypted:
-			return m.createEncrypted(ctx, cfg, a)
+			return keys.Create(ctx, m.zfs, m.log, cfg.KeyDir, a)
 		}
 		return m.zfs.Create(ctx, a.Dataset, a.Props)
 	case reconcile.CreateClass, reconcile.CreateArchive:
@@ -110,7 +111,7 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) err
 		if err := m.zfs.Destroy(ctx, a.Dataset); err != nil {
 			return err
 		}
-		return m.removeKey(cfg, a)
+		return keys.Remove(m.log, cfg.KeyDir, a)
 	case reconcile.SetQuota:
 		return m.zfs.Set(ctx, a.Dataset, "refquota", a.Value)
 	case reconcile.SetProp:
@@ -143,7 +144,7 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) err
 		if err := m.zfs.DestroyRecursive(ctx, a.Dataset, cfg.ArchiveDataset()); err != nil {
 			return err
 		}
-		return m.removeKey(cfg, a)
+		return keys.Remove(m.log, cfg.KeyDir, a)
 	}
 	return fmt.Errorf("unknown action %d", a.Kind)
 }

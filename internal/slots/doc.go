@@ -14,14 +14,23 @@
 //   - reconcile: Config and Class, a slot's two names and their roles
 //     (Pair), MakePlan and a release's steps; pure.
 //   - view: Slot, the slot list and each slot's health from one read
-//     (Build), and the operator's read-only look (Observe).
+//     (Build), what the manager knows beyond ZFS laid over it (Known,
+//     KeepSchedulable), and the operator's read-only look (Observe).
+//   - decide: hand over, release or keep an in-use slot, from one read of
+//     the allocations (Decide), and whether an earlier run's armed
+//     dataset or a withheld spare may be adopted; the manager carries it
+//     out.
+//   - keys: encrypted datasets' keys (Create, Remove).
+//   - repair: exact re-reads of datasets whose batched read did not
+//     parse, legacy owner properties cleaned.
 //   - mounts: a slot's host side (nosuid, nodev, the root's owner and
 //     mode).
 //   - allocs: what the manager asks of the node's allocations (Nomad,
 //     View), answered from the allocation watcher (FromWatcher).
-//   - armed, starts, hold: the manager's parts with locks of their own
-//     (this run's armed datasets, the starts under way that background
-//     work yields to, the slots held for their next tenant).
+//   - armed, starts, hold, preps: the manager's parts with locks of their
+//     own (this run's armed datasets, the starts under way that background
+//     work yields to, the slots held for their next tenant, the slots
+//     prepared at placement and the Reserves under way).
 //
 // Where to look in this package:
 //
@@ -32,10 +41,9 @@
 //   - Reserve: reserve.go (the call), fresh.go (a fresh slot: one zfs
 //     command, or none when armed), adopt.go (an earlier run's armed
 //     datasets), prepare.go and prepare_claim.go (the work done at
-//     placement, claimed by the Reserve), proof.go (a prepared slot's
-//     asker proven behind the answer, the slot closed until then),
-//     decide.go (hand over, release or keep: the judgment Reserve and the
-//     release pass share), restore.go (an archive back for its identity),
+//     placement, recorded in package preps, claimed by the Reserve),
+//     proof.go (a prepared slot's asker proven behind the answer, the slot
+//     closed until then), restore.go (an archive back for its identity),
 //     owners.go (owners recorded behind the Reserve), owner_mount.go (a
 //     reserved slot mounted before it goes back to its owner).
 //   - Release: release.go (the pass over ended allocations, and the slots
@@ -44,9 +52,8 @@
 //     starts), release_known.go (its steps from what the manager knows),
 //     slot_work.go (the work on one slot under its lock).
 //   - Reconcile: sync.go (Sync: read, plan, apply, until settled), apply.go
-//     (the plan carried out), pool.go (pool and parent health), repair.go
-//     (datasets whose properties did not parse).
+//     (the plan carried out), pool.go (pool and parent health).
 //   - Spares: spare.go (a slot's spare and its handover), withheld.go (a
-//     spare a restart withholds), keys.go (encrypted datasets' keys),
-//     health.go (what health says beyond ZFS).
+//     spare a restart withholds, adopted on decide's proof), health.go
+//     (what the manager knows beyond ZFS, which health says).
 package slots

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -34,17 +35,12 @@ func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o record.Own
 		_, noted := m.notes[cur.ID]
 		m.mu.Unlock()
 		if ctx.Err() == nil || !noted {
-			m.setNote(cur.ID, note{unhealthy: true, text: blockedText(err)})
+			m.setNote(cur.ID, note{Unhealthy: true, Text: view.BlockedText(err)})
 		}
 		return "", fmt.Errorf("starting the release of %s: %w", cur.ID, err)
 	}
 	m.forgetTenancy(cur.ID)
 	return fateState(c), nil
-}
-
-// blockedText is what a slot's health says of a fate that ZFS refused.
-func blockedText(err error) string {
-	return fmt.Sprintf("release blocked: %v; its data is kept", err)
 }
 
 // fateState is the state of a slot of class c whose release has begun.

@@ -182,7 +182,7 @@ func (m *Manager) identified(s Slot, released uint64, o record.Owner, why string
 	}
 	slots := append([]Slot(nil), m.slots...)
 	if why != "" {
-		m.noteLocked(s.ID, note{unhealthy: true, text: "owner unknown: " + why + "; its data is kept until no allocation holds it"})
+		m.noteLocked(s.ID, note{Unhealthy: true, Text: "owner unknown: " + why + "; its data is kept until no allocation holds it"})
 	} else {
 		m.noteLocked(s.ID, note{})
 		slots[i].Owner = o

@@ -13,6 +13,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -82,11 +83,11 @@ type Manager struct {
 	//     slot work yields to (package starts).
 	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
-	//     Reserve yet, and the Reserves under way (prepare.go).
+	//     Reserve yet, and the Reserves under way (package preps; prepare.go).
 	arm    *armed.Tracker
 	starts starts.Yield
 	holds  *hold.Holds
-	preps  *preparations
+	preps  *preps.Record
 
 	mu       sync.Mutex
 	cfg      Config
@@ -169,7 +170,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		holds: hold.New(), preps: newPreparations(), proofGrace: identifyGrace,
+		holds: hold.New(), preps: preps.NewRecord(), proofGrace: identifyGrace,
 	}
 	m.starts.Set(starts.Default)
 	return m
@@ -303,10 +304,11 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 // setSlotsLocked installs a new slot list, with what the manager knows
 // beyond ZFS laid over it, and wakes everyone waiting on Changed. mu is held.
 func (m *Manager) setSlotsLocked(slots []Slot) {
+	k := m.knownLocked()
 	for i := range slots {
-		m.deriveLocked(&slots[i])
+		k.Derive(&slots[i])
 	}
-	keepSchedulable(slots)
+	view.KeepSchedulable(slots)
 	m.slots = slots
 	m.byID = make(map[string]int, len(slots))
 	for i, s := range slots {

@@ -15,7 +15,7 @@ package slots
 // the spare of a slot whose tenant has ended (handed over as handOverSpare
 // does: in memory for an armed spare, the old dataset's fate behind it). Nothing is handed over: the
 // dataset is as empty as it was, and the manager remembers that it never
-// left (prep).
+// left (package preps).
 //
 // When the task's Reserve arrives, the handover needs no zfs command, and
 // no read of the node's whole list: one small read of the prepared
@@ -53,69 +53,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
-)
-
-// Ways a slot is prepared, as "slot reserved" logs them (how=).
-const (
-	prepFresh = "fresh" // its free dataset
-	prepSpare = "spare" // the spare of a slot whose tenant ended
 )
 
 // prepTimeout bounds one preparation: the wait for the slot's lock and
 // the zfs commands (each with the runner's own timeout).
 const prepTimeout = time.Minute
-
-// prep is one slot prepared, or being prepared, for the allocation Nomad
-// placed on it. Only done, dataset and err change after it is made:
-// dataset and err are set before done is closed.
-type prep struct {
-	asker record.Owner // the allocation and task placed on the slot
-	how   string       // prepFresh or prepSpare
-	began time.Time    // when the view it was decided from began
-	done  chan struct{}
-
-	dataset string // the dataset reserved for asker, never handed over
-	// armed: dataset is armed by this run, and asker is not recorded on it
-	// (m.unproven): its Reserve answers before its proof (proof.go).
-	armed bool
-	err   error
-}
-
-// preparations are the slots prepared, or being prepared, for the
-// allocation Nomad placed on them: one part of the manager, with its own
-// lock. mu guards byID and reserving; it is the last lock taken (no other
-// is taken while it is held), and never held while anything else
-// is locked or a command runs.
-type preparations struct {
-	mu sync.Mutex
-	// byID are the preparations not claimed by a Reserve yet, by slot ID.
-	byID map[string]*prep
-	// reserving counts, by ID, the Reserves under way, during which no
-	// preparation starts (claimPreps).
-	reserving map[string]int
-}
-
-func newPreparations() *preparations {
-	return &preparations{byID: map[string]*prep{}, reserving: map[string]int{}}
-}
-
-// finished reports whether p's zfs work is over, and how it went.
-func (p *prep) finished() (bool, error) {
-	select {
-	case <-p.done:
-		return true, p.err
-	default:
-		return false, nil
-	}
-}
 
 // Prepare is Run's preparation step, for tests and benchmarks: from the
 // latest read of the node's allocations, it prepares the slots that read
@@ -125,7 +76,7 @@ func (m *Manager) Prepare(ctx context.Context) error {
 	started, err := m.prepare(ctx)
 	for _, p := range started {
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -139,7 +90,7 @@ func (m *Manager) Prepare(ctx context.Context) error {
 // returns the preparations it started, without waiting for them. It reads
 // nothing from the API itself but, for the spare of a slot whose owner is
 // not in the list, whether that owner is gone (decide).
-func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
+func (m *Manager) prepare(ctx context.Context) ([]*preps.Prep, error) {
 	m.mu.Lock()
 	nomad := m.nomad
 	m.mu.Unlock()
@@ -155,7 +106,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 		// The sole visible holder is no proof of the sole holder.
 		return nil, nil
 	}
-	var started []*prep
+	var started []*preps.Prep
 	for _, s := range m.Slots() {
 		if s.Unreadable || s.Surplus || !s.OK || restores(m.classOf([]string{s.ID})) {
 			continue
@@ -166,7 +117,7 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 			if len(holders) != 1 || !preparable(v, holders[0]) {
 				continue
 			}
-			if p := m.startPrep(ctx, s, holders[0].Owner, prepFresh, v.Began); p != nil {
+			if p := m.startPrep(ctx, s, holders[0].Owner, preps.Fresh, v.Began); p != nil {
 				started = append(started, p)
 			}
 		case s.State == record.StateReserved && s.Owner.Known() && s.Spare != "" && s.Old == nil:
@@ -186,11 +137,11 @@ func (m *Manager) prepare(ctx context.Context) ([]*prep, error) {
 			}
 			// The decision the asker's own Reserve would make: the owner
 			// has ended, and the one other live holder is the asker.
-			d := m.decide(ctx, nomad, v, s, true)
-			if d.kind != startRelease || d.asker.AllocID != others[0].Owner.AllocID {
+			d := decide.Decide(ctx, m.log, m.arm, nomad, v, s, true)
+			if d.Kind != decide.StartRelease || d.Asker.AllocID != others[0].Owner.AllocID {
 				continue
 			}
-			if p := m.startPrep(ctx, s, d.asker, prepSpare, v.Began); p != nil {
+			if p := m.startPrep(ctx, s, d.Asker, preps.Spare, v.Began); p != nil {
 				started = append(started, p)
 			}
 		}
@@ -210,24 +161,16 @@ func preparable(v *View, h Holding) bool {
 }
 
 // prepOf returns the preparation of slot id, or nil.
-func (m *Manager) prepOf(id string) *prep {
-	m.preps.mu.Lock()
-	defer m.preps.mu.Unlock()
-	return m.preps.byID[id]
-}
+func (m *Manager) prepOf(id string) *preps.Prep { return m.preps.Of(id) }
 
 // startPrep registers a preparation of slot s (as last seen) for asker and
 // starts it, unless the slot has one already or a Reserve for it is under
 // way; it returns the preparation, or nil when it started none.
-func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how string, began time.Time) *prep {
-	m.preps.mu.Lock()
-	if m.preps.byID[s.ID] != nil || m.preps.reserving[s.ID] > 0 {
-		m.preps.mu.Unlock()
+func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how string, began time.Time) *preps.Prep {
+	p := preps.New(asker, how, began)
+	if !m.preps.Start(s.ID, p) {
 		return nil
 	}
-	p := &prep{asker: asker, how: how, began: began, done: make(chan struct{})}
-	m.preps.byID[s.ID] = p
-	m.preps.mu.Unlock()
 	go func() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepTimeout)
 		defer cancel()
@@ -236,16 +179,20 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 		// again once it is prepared.
 		m.starts.Begin()
 		start := time.Now()
-		var err error
-		if how == prepFresh {
-			p.dataset, p.armed, err = m.prepareFresh(pctx, s, asker)
+		var (
+			dataset string
+			armed   bool
+			err     error
+		)
+		if how == preps.Fresh {
+			dataset, armed, err = m.prepareFresh(pctx, s, asker)
 		} else {
 			var got Slot
 			if got, err = m.handOverSpareTo(pctx, s, asker, true); err == nil {
-				p.dataset, p.armed = got.Dataset, got.Armed != ""
+				dataset, armed = got.Dataset, got.Armed != ""
 			}
 		}
-		if err == nil && !p.armed {
+		if err == nil && !armed {
 			defer func() {
 				// Right behind the mark of a dataset that is not armed
 				// (after done: off the Reserve's path), so that a plugin
@@ -258,21 +205,16 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 				}
 			}()
 		}
-		p.err = err
 		if err != nil {
-			m.preps.mu.Lock()
-			if m.preps.byID[s.ID] == p {
-				delete(m.preps.byID, s.ID)
-			}
-			m.preps.mu.Unlock()
+			m.preps.Drop(s.ID, p)
 			if !errors.Is(err, errChanged) {
 				m.log.Warn("preparing a slot for its allocation failed; its Reserve does the work", "device", s.ID, "asker", asker.String(), "how", how, "error", err)
 			}
 		} else {
 			m.starts.Begin()
-			m.log.Debug("slot prepared", "device", s.ID, "dataset", p.dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
+			m.log.Debug("slot prepared", "device", s.ID, "dataset", dataset, "asker", asker.String(), "how", how, "took", time.Since(start))
 		}
-		close(p.done)
+		p.Finish(dataset, armed, err)
 	}()
 	return p
 }

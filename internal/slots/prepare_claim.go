@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
@@ -40,14 +41,7 @@ import (
 func (m *Manager) voidPreps(v *View) {
 	// The finished preparations the view began after, then the slots they
 	// prepared as the manager sees them now: each under its own lock.
-	m.preps.mu.Lock()
-	cand := map[string]*prep{}
-	for id, p := range m.preps.byID {
-		if done, err := p.finished(); done && err == nil && v.Began.After(p.began) {
-			cand[id] = p
-		}
-	}
-	m.preps.mu.Unlock()
+	cand := m.preps.FinishedBefore(v.Began)
 	if len(cand) == 0 {
 		return
 	}
@@ -55,27 +49,24 @@ func (m *Manager) voidPreps(v *View) {
 	for _, id := range slices.Sorted(maps.Keys(cand)) {
 		p := cand[id]
 		s, ok := m.slot(id)
-		if !ok || s.Dataset != p.dataset || s.State != record.StateReserved {
+		if !ok || s.Dataset != p.Dataset || s.State != record.StateReserved {
 			void = append(void, id)
 			continue
 		}
-		if _, listed := v.Allocs[p.asker.AllocID]; !listed && !v.Complete {
+		if _, listed := v.Allocs[p.Asker.AllocID]; !listed && !v.Complete {
 			continue
 		}
 		hs := v.Holders(id)
-		if len(hs) != 1 || hs[0].Owner.AllocID != p.asker.AllocID || hs[0].Owner.Task != p.asker.Task || !preparable(v, hs[0]) {
+		if len(hs) != 1 || hs[0].Owner.AllocID != p.Asker.AllocID || hs[0].Owner.Task != p.Asker.Task || !preparable(v, hs[0]) {
 			void = append(void, id)
 		}
 	}
-	m.preps.mu.Lock()
 	var voided []string
 	for _, id := range void {
-		if m.preps.byID[id] == cand[id] { // not claimed or replaced meanwhile
-			delete(m.preps.byID, id)
+		if m.preps.Drop(id, cand[id]) { // not claimed or replaced meanwhile
 			voided = append(voided, id)
 		}
 	}
-	m.preps.mu.Unlock()
 	for _, id := range voided {
 		m.log.Debug("preparation void: its allocation is no longer the device's only live holder", "device", id)
 	}
@@ -85,28 +76,8 @@ func (m *Manager) voidPreps(v *View) {
 // them until release is called) and takes the preparations of ids, in the
 // order of ids; ok is false when some id has none. release must be called
 // once the Reserve is over.
-func (m *Manager) claimPreps(ids []string) (ps []*prep, ok bool, release func()) {
-	m.preps.mu.Lock()
-	defer m.preps.mu.Unlock()
-	ok = true
-	for _, id := range ids {
-		m.preps.reserving[id]++
-		p := m.preps.byID[id]
-		delete(m.preps.byID, id)
-		if p == nil {
-			ok = false
-		}
-		ps = append(ps, p)
-	}
-	return ps, ok, func() {
-		m.preps.mu.Lock()
-		defer m.preps.mu.Unlock()
-		for _, id := range ids {
-			if m.preps.reserving[id]--; m.preps.reserving[id] <= 0 {
-				delete(m.preps.reserving, id)
-			}
-		}
-	}
+func (m *Manager) claimPreps(ids []string) (ps []*preps.Prep, ok bool, release func()) {
+	return m.preps.Claim(ids)
 }
 
 // reservePrepared hands the slots of ids, each prepared for the one
@@ -120,18 +91,18 @@ func (m *Manager) claimPreps(ids []string) (ps []*prep, ok bool, release func())
 // does not show it (including a read that fails or takes longer than
 // identifyGrace). The caller then takes the usual path. It waits for the
 // preparations still under way, at most until ctx is done.
-func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*prep, arrived time.Time) (res []Slot, ok bool, why string) {
+func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*preps.Prep, arrived time.Time) (res []Slot, ok bool, why string) {
 	for _, p := range ps {
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-ctx.Done():
 			return nil, false, fmt.Sprintf("its preparation did not end in time (%v)", ctx.Err())
 		}
-		if p.err != nil {
-			return nil, false, fmt.Sprintf("its preparation failed (%v)", p.err)
+		if p.Err != nil {
+			return nil, false, fmt.Sprintf("its preparation failed (%v)", p.Err)
 		}
 	}
-	asker := ps[0].asker
+	asker := ps[0].Asker
 	if restores(m.classOf(ids)) {
 		// Its Reserve decides which dataset the asker gets (restore was
 		// turned on since the preparation).
@@ -142,11 +113,11 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 	m.mu.Unlock()
 	for i, id := range ids {
 		p := ps[i]
-		if p.asker != asker {
-			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, p.asker)
+		if p.Asker != asker {
+			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, p.Asker)
 		}
 		cur, found := m.slot(id)
-		if !found || cur.State != record.StateReserved || cur.Dataset != p.dataset ||
+		if !found || cur.State != record.StateReserved || cur.Dataset != p.Dataset ||
 			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
 			return nil, false, "the slot changed since it was prepared"
 		}
@@ -165,7 +136,7 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 	}
 	armed := true
 	for _, p := range ps {
-		armed = armed && p.armed
+		armed = armed && p.Armed
 	}
 	if armed {
 		// Fresh and never handed over: answered now, proven behind.
@@ -180,7 +151,7 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 	}
 	for i, s := range res {
 		m.setNote(s.ID, note{})
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].how, "prepared", true, "took", time.Since(arrived))
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].How, "prepared", true, "took", time.Since(arrived))
 	}
 	for _, s := range res {
 		m.goTend(ctx, s.ID) // the spare, for the next tenant

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 )
 
 // answerBeforeProof hands over the prepared slots res (of ids, as
@@ -50,7 +51,7 @@ import (
 // it takes no slot's lock, so that it waits for no zfs command (the fate
 // of a prepared spare's old dataset, written behind). ok is false, with
 // why, when a slot changed.
-func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []string, ps []*prep, res []Slot, asker record.Owner, arrived time.Time) (out []Slot, ok bool, why string) {
+func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []string, ps []*preps.Prep, res []Slot, asker record.Owner, arrived time.Time) (out []Slot, ok bool, why string) {
 	gate := make(chan struct{})
 	released := map[string]uint64{}
 	m.mu.Lock()
@@ -74,14 +75,10 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 	}
 	m.mu.Unlock()
 	// No preparation starts for the slots until the proof answered.
-	m.preps.mu.Lock()
-	for _, id := range ids {
-		m.preps.reserving[id]++
-	}
-	m.preps.mu.Unlock()
+	m.preps.Begin(ids)
 	for i, s := range res {
 		m.setNote(s.ID, note{})
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].how, "prepared", true, "proof", "behind", "took", time.Since(arrived))
+		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].How, "prepared", true, "proof", "behind", "took", time.Since(arrived))
 	}
 	go m.prove(context.WithoutCancel(ctx), nomad, ids, res, asker, released, gate)
 	return res, true, ""
@@ -108,13 +105,7 @@ func (m *Manager) prove(ctx context.Context, nomad Nomad, ids []string, res []Sl
 	}
 	m.mu.Unlock()
 	close(gate)
-	m.preps.mu.Lock()
-	for _, id := range ids {
-		if m.preps.reserving[id]--; m.preps.reserving[id] <= 0 {
-			delete(m.preps.reserving, id)
-		}
-	}
-	m.preps.mu.Unlock()
+	m.preps.End(ids)
 	if err != nil {
 		m.log.Warn("reserved slot's owner unknown: the proof of its asker failed", "devices", ids, "prepared for", asker.String(), "error", err, "took", time.Since(began))
 	} else {
@@ -153,7 +144,7 @@ func (m *Manager) proven(res []Slot, asker record.Owner, released map[string]uin
 		} else {
 			m.owners[s.ID] = record.Owner{} // the handover, owner unknown (recordOwner)
 			slots[i].Owner = record.Owner{}
-			m.noteLocked(s.ID, note{unhealthy: true, text: oneLine(fmt.Sprintf("owner unknown: it was handed over as prepared for %s before the proof of its asker, and the proof failed (%v); its data is kept until no allocation holds it", asker, err))})
+			m.noteLocked(s.ID, note{Unhealthy: true, Text: oneLine(fmt.Sprintf("owner unknown: it was handed over as prepared for %s before the proof of its asker, and the proof failed (%v); its data is kept until no allocation holds it", asker, err))})
 		}
 		m.vers[s.ID]++
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -122,7 +123,7 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			if !s.Owner.Known() {
 				text = fmt.Sprintf("owner unknown: the allocation it was handed to was never identified, and the node's allocations cannot be read (%v); its data is kept", err)
 			}
-			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: text})
+			m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: text})
 		}
 		m.log.Warn("cannot read the node's allocations; keeping every in-use dataset", "error", err)
 		return runs, errors.Join(errs...)
@@ -139,12 +140,12 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 			// older than the latest Reserve.
 			continue
 		}
-		d := m.decide(ctx, nomad, v, s, false)
+		d := decide.Decide(ctx, m.log, m.arm, nomad, v, s, false)
 		if s, err = m.adoptWithheld(ctx, v, s, d, false); err != nil {
 			errs = append(errs, err)
 		}
-		switch d.kind {
-		case adopt:
+		switch d.Kind {
+		case decide.Adopt:
 			adopted, why, err := m.adoptArmed(ctx, s)
 			switch {
 			case err != nil:
@@ -156,18 +157,18 @@ func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Tim
 				m.log.Info("releasing an earlier run's armed dataset that is not known to be fresh; no allocation holds it", "device", s.ID, "reason", why)
 				runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 			default:
-				m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
+				m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
 			}
-		case inUse:
+		case decide.InUse:
 			m.noteTenancy(s, rel[s.ID], note{})
-		case startRelease:
+		case decide.StartRelease:
 			if hold && m.holdFor(s) {
 				continue
 			}
-			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.reason)
+			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.Reason)
 			runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
 		default:
-			m.noteTenancy(s, rel[s.ID], note{unhealthy: true, text: d.reason})
+			m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: d.Reason})
 		}
 	}
 	return runs, errors.Join(errs...)

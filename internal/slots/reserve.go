@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -82,7 +84,7 @@ func (m *Manager) noteAsked(arrived time.Time) {
 
 // reserve is Reserve; it sets *waited when it had to wait. ps are the
 // preparations of ids, all of them when prepared is set (claimPreps).
-func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool, ps []*prep, prepared bool) ([]Slot, error) {
+func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool, ps []*preps.Prep, prepared bool) ([]Slot, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("no device IDs to reserve")
 	}
@@ -112,7 +114,7 @@ func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, 
 			continue
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-ctx.Done():
 			return nil, fmt.Errorf("device %s: waiting for its preparation: %w", strings.Join(ids, ", "), ctx.Err())
 		}
@@ -249,8 +251,8 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			*view = v
 			m.setIncomplete(v.Incomplete)
 		}
-		switch d := m.decide(ctx, nomad, *view, s, true); d.kind {
-		case adopt:
+		switch d := decide.Decide(ctx, m.log, m.arm, nomad, *view, s, true); d.Kind {
+		case decide.Adopt:
 			adopted, why, err := m.adoptArmed(ctx, s)
 			switch {
 			case err != nil:
@@ -260,58 +262,58 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 			default:
 				fresh = append(fresh, id)
 			}
-		case handOver:
+		case decide.HandOver:
 			back, err := m.mountForOwner(zfs.Foreground(ctx), s)
 			if err != nil {
 				return nil, "", fmt.Errorf("device %s (dataset %s) cannot go back to its owner %s: %w", s.ID, s.Dataset, s.Owner, err)
 			}
 			m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "how", "owner", "took", time.Since(arrived))
 			res = append(res, back)
-		case startRelease:
+		case decide.StartRelease:
 			if c := m.classOf([]string{id}); restores(c) {
-				if d.asker.Known() && record.SameIdentity(d.asker, s.Owner) {
+				if d.Asker.Known() && record.SameIdentity(d.Asker, s.Owner) {
 					// The replacement of an ended allocation: it keeps
 					// the dataset, data and all.
-					got, err := m.handOverInPlace(ctx, s, d.asker)
+					got, err := m.handOverInPlace(ctx, s, d.Asker)
 					if err == nil {
 						res = append(res, got)
 						continue
 					}
-					wait, renew = fmt.Sprintf("device %s: handing the data of %s to its replacement %s: %v", s.ID, s.Owner, d.asker, err), !errors.Is(err, errChanged)
+					wait, renew = fmt.Sprintf("device %s: handing the data of %s to its replacement %s: %v", s.ID, s.Owner, d.Asker, err), !errors.Is(err, errChanged)
 					continue
 				}
 				// Another identity: the dataset is archived, and the
 				// asker gets the fresh slot, with its own archive if any.
-				d.asker = record.Owner{}
+				d.Asker = record.Owner{}
 			}
-			if d.asker.Known() {
+			if d.Asker.Known() {
 				var err error
 				if s, err = m.adoptWithheld(ctx, *view, s, d, true); err != nil {
 					wait, renew = fmt.Sprintf("device %s: %v", s.ID, err), true
 					continue
 				}
 			}
-			if d.asker.Known() && s.Spare != "" && s.OK {
+			if d.Asker.Known() && s.Spare != "" && s.OK {
 				// The asker gets the spare; the owner's dataset is
 				// archived behind it.
-				got, err := m.handOverSpare(ctx, s, d.asker)
+				got, err := m.handOverSpare(ctx, s, d.Asker)
 				if err == nil {
-					m.log.Info("slot reserved", "device", s.ID, "dataset", got.Dataset, "owner", d.asker.String(), "how", "spare", "took", time.Since(arrived))
+					m.log.Info("slot reserved", "device", s.ID, "dataset", got.Dataset, "owner", d.Asker.String(), "how", "spare", "took", time.Since(arrived))
 					res = append(res, got)
 					continue
 				}
-				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
+				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.Reason)
 				if !errors.Is(err, errChanged) {
 					wait, renew = fmt.Sprintf("%s; handing over its spare: %v", wait, err), true
 				}
 				continue
 			}
-			release = append(release, decidedRelease{s, d.asker})
-			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.reason)
-		case inUse:
-			wait, renew = fmt.Sprintf("device %s is in use by %s (%s), and the asker is not among the device's holders", s.ID, s.Owner, d.reason), true
+			release = append(release, decidedRelease{s, d.Asker})
+			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.Reason)
+		case decide.InUse:
+			wait, renew = fmt.Sprintf("device %s is in use by %s (%s), and the asker is not among the device's holders", s.ID, s.Owner, d.Reason), true
 		default:
-			wait, renew = fmt.Sprintf("device %s: %s", s.ID, d.reason), true
+			wait, renew = fmt.Sprintf("device %s: %s", s.ID, d.Reason), true
 		}
 	}
 	// Start the releases here rather than wait for the release loop (or

@@ -12,6 +12,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/repair"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -140,8 +141,11 @@ func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Co
 		if err != nil {
 			return nil, err
 		}
-		if hasUnreadable(datasets) {
-			datasets = m.repair(ctx, datasets)
+		if repair.Unreadable(datasets) {
+			// The exact reads are raw: what an armed state means is said
+			// here, with every dataset of the read beside them (a spare's
+			// sibling). The others are said already, and left as they are.
+			datasets = m.arm.Normalize(repair.Datasets(ctx, m.zfs, m.log, datasets), time.Time{}, "", 0, false)
 		}
 		if round == maxRounds || !act(reconcile.MakePlan(cfg, datasets, time.Now())) {
 			return datasets, nil

@@ -9,13 +9,14 @@ package slots
 // (pair.roles): neither offered nor made again. adoptWithheld takes it for
 // the slot's spare on proof, from a read of the allocations; short of
 // proof it stays withheld, and once the dataset beside it is released it
-// is judged as any earlier run's armed dataset (mayAdopt).
+// is judged as any earlier run's armed dataset (decide.MayAdopt).
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
@@ -24,7 +25,7 @@ import (
 // proves that nobody has it nor left anything in it. The proof needs a
 // complete view begun after this run started, the withheld dataset's
 // root, mounted from it, empty, and either
-//   - the owner recorded on the slot's dataset live and alone (d.live): a
+//   - the owner recorded on the slot's dataset live and alone (d.Live): a
 //     spare is handed over only once the owner has ended, and "ended"
 //     never goes back (the root is checked all the same: the owner may be
 //     a replacement that got the dataset in place since, restore.go); or
@@ -34,13 +35,9 @@ import (
 // It works under the slot's lock, and only while the slot still shows
 // what s shows. It returns the slot as it is once the dataset is adopted,
 // else s, the dataset still withheld.
-func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decision, asking bool) (Slot, error) {
-	if s.Withheld == nil || !v.Complete || !v.Began.After(m.arm.Started()) {
-		return s, nil
-	}
-	holders := v.Holders(s.ID)
-	live := d.kind == inUse && d.live && s.Stamped.Known() && s.Stamped == s.Owner
-	if !live && (d.kind != startRelease || len(holders) > 1 || len(holders) == 1 && (!asking || holders[0].Started)) {
+func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decide.Decision, asking bool) (Slot, error) {
+	ok, live := decide.MayAdoptWithheld(m.arm, v, s, d, asking)
+	if !ok {
 		return s, nil
 	}
 	lctx, cancel := ctx, context.CancelFunc(func() {})

@@ -33,7 +33,7 @@ type Class struct {
 	// datasets are cloned from; "" for empty datasets. A free dataset
 	// whose origin is another is made again (see MakePlan).
 	Source string
-	// Encrypted: each fresh dataset gets its own key (see keys.go).
+	// Encrypted: each fresh dataset gets its own key (see package keys).
 	Encrypted bool
 }
 

@@ -74,7 +74,7 @@ type Slot struct {
 	// Armed is the token of Dataset when ZFS shows it armed (package armed).
 	Armed string
 	// OK and Why are the slot's health as ZFS shows it; Healthy and
-	// HealthDesc add what the manager knows beyond ZFS (its deriveLocked).
+	// HealthDesc add what the manager knows beyond ZFS (Known.Derive, health.go).
 	OK  bool
 	Why string
 	// Unreadable: the dataset's properties did not parse; it is left alone.
