@@ -19,10 +19,9 @@ import (
 
 // Fetch receives the newest backup of owner o's identity in class from
 // backup_dir into the archive container, named as its release named it,
-// and returns the archive's name, when it holds newer data than local (the
-// identity's newest local archive, as retention ranks them; zero for
-// none): see newerThanLocal. It returns "" when backup_dir holds none
-// newer (or none is configured). A chain that does not verify is an error
+// and returns the archive's name, when it was released after local (the
+// identity's newest local archive; zero for none). It returns "" when
+// backup_dir holds none newer (or none is configured). A chain that does not verify is an error
 // and nothing is received; what a failed receive left is destroyed. ctx
 // bounds the whole (Reserve's reserve_timeout).
 func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local retention.Archive) (string, error) {
@@ -34,7 +33,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	// A live backup newest: wait a little for its allocation's final
 	// stream (its release on its node sends it within seconds), outside
 	// fetchMu, which restores of other identities take.
-	if ms, _, err := List(cfg.Dir, &id); err == nil && len(ms) > 0 && ms[0].Live && newerThanLocal(ms, ms[0], local) {
+	if ms, _, err := List(cfg.Dir, &id); err == nil && len(ms) > 0 && ms[0].Live && newerThanLocal(ms[0], local) {
 		k.settle(ctx, cfg.Dir, id)
 	}
 	k.fetchMu.Lock()
@@ -54,10 +53,10 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 		return "", err
 	}
 	newest := chain[len(chain)-1]
-	k.warnLate(ms, newest, local)
-	if !newerThanLocal(ms, newest, local) {
+	if !newerThanLocal(newest, local) {
 		return "", nil // the local archive is as new
 	}
+	k.warnDiverged(ms, newest, local)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, SendTimeout)
@@ -140,49 +139,40 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	return target, nil
 }
 
-// newerThanLocal reports whether newest, the newest of ms (one identity's
-// manifests, as List orders them), holds newer data than local, the
-// identity's newest local archive (zero Name: none). The data's lineage
-// decides first: of two allocations, the one whose data a later one's
-// descends from (record.Superseded, over ms and local together) is the
-// older, however late it was released; two that neither supersedes, or
-// the same allocation's, are ordered by time.
-func newerThanLocal(ms []Manifest, newest Manifest, local retention.Archive) bool {
-	if local.Name == "" {
-		return true
-	}
-	sup := superseded(ms, local)
-	if ls, bs := local.AllocID != "" && sup[local.AllocID], sup[newest.AllocID]; ls != bs {
-		return ls
-	}
-	return newest.ReleasedAt.After(local.ReleasedAt)
+// newerThanLocal reports whether newest, the newest of one identity's
+// manifests, was released after local, the identity's newest local
+// archive (zero Name: none).
+func newerThanLocal(newest Manifest, local retention.Archive) bool {
+	return local.Name == "" || newest.ReleasedAt.After(local.ReleasedAt)
 }
 
-// superseded is record.Superseded over ms and local together.
-func superseded(ms []Manifest, local retention.Archive) map[string]bool {
+// warnDiverged logs when the data about to be restored, newest, is of an
+// allocation that another allocation's data came from (record.Superseded
+// over ms, the identity's manifests, and local): the identity's data
+// forked. A lost node that came back released its allocation after a
+// replacement had restored from it elsewhere, or Nomad kept the original
+// allocation after a replacement (a reconnect, a failed canary). Which
+// fork holds the data the job wants cannot be told from the data alone;
+// the newest by time is restored, as always, and the log names the other
+// fork's allocation so that the operator can restore it by hand.
+func (k *Keeper) warnDiverged(ms []Manifest, newest Manifest, local retention.Archive) {
 	left := []record.Left{{AllocID: local.AllocID, From: local.From}}
 	for _, m := range ms {
 		left = append(left, record.Left{AllocID: m.AllocID, From: m.From})
 	}
-	return record.Superseded(left)
-}
-
-// warnLate logs the streams in ms of allocations that a successor's data
-// descends from, written after the newest (the data restored) was taken:
-// a lost node that came back and released its allocation after the
-// successor restored from an earlier backup. What that allocation wrote
-// after the successor's restore began is in backup_dir, but no restore
-// takes it; retention deletes it with its chain.
-func (k *Keeper) warnLate(ms []Manifest, newest Manifest, local retention.Archive) {
-	sup := superseded(ms, local)
+	if !record.Superseded(left)[newest.AllocID] {
+		return
+	}
 	for _, m := range ms {
-		if sup[m.AllocID] && m.AllocID != newest.AllocID && m.ReleasedAt.After(newest.ReleasedAt) {
-			k.log.Warn("a backup of an allocation a successor restored from was taken after the data restored now: what it wrote since is not restored",
-				"identity", m.Identity.String(), "alloc_id", m.AllocID, "node", m.Node, "manifest", m.Path(), "taken", m.ReleasedAt,
-				"restored_from", newest.Path(), "restored_taken", newest.ReleasedAt)
+		if m.From.Has(newest.AllocID) && m.AllocID != newest.AllocID {
+			k.log.Warn("the identity's data forked: the newest backup is of an allocation another allocation restored from and ran on; the newest is restored, the other fork is left in backup_dir",
+				"identity", m.Identity.String(), "restored_alloc_id", newest.AllocID, "restored", newest.Path(), "restored_taken", newest.ReleasedAt,
+				"fork_alloc_id", m.AllocID, "fork_manifest", m.Path(), "fork_taken", m.ReleasedAt)
 			return
 		}
 	}
+	k.log.Warn("the identity's data forked: the newest backup is of an allocation that the local archive's data came from; the newest is restored, the local archive is kept",
+		"identity", newest.Identity.String(), "restored_alloc_id", newest.AllocID, "restored", newest.Path(), "local_archive", local.Name)
 }
 
 // receivingName returns a new name in the archive container for a receive

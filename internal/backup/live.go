@@ -103,7 +103,7 @@ func ParseInUse(class, classDataset string, ds []zfs.Dataset) []InUse {
 		keyID, _ := d.Local(record.PropKeyID)
 		var from record.Lineage
 		if v, ok := d.Local(record.PropDataFrom); ok {
-			from, _ = record.ParseLineage(v) // none known: ordered by time
+			from, _ = record.ParseLineage(v) // none known
 		}
 		var guid uint64
 		if v, ok := d.Value("guid"); ok {

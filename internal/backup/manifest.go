@@ -69,8 +69,8 @@ type Manifest struct {
 	// file is KeyFile beside the manifest. "" for a plain one.
 	KeyID string `json:"key_id,omitempty"`
 	// From is the lineage of its data (record.PropDataFrom on the dataset
-	// sent): the allocations it was restored from, newest first. An
-	// allocation a later one's lineage names is superseded (List).
+	// sent): the allocations it was restored from, newest first. It
+	// orders nothing; Fetch logs a divergence it shows (warnDiverged).
 	From record.Lineage `json:"data_from,omitempty"`
 
 	// path is where the manifest was read from (List); not stored.
@@ -151,21 +151,9 @@ func List(dir string, only *retention.Identity) ([]Manifest, []Problem, error) {
 	return out, problems, nil
 }
 
-// sortNewestFirst orders manifests newest first in the data's lineage: the
-// streams of an allocation whose data a later allocation's descends from
-// (record.Superseded: a successor restored from it) come after every
-// other, however late they were written (a lost node that came back and
-// released it after its successor ran); then by when each was written.
+// sortNewestFirst orders manifests newest first: by when each was written.
 func sortNewestFirst(out []Manifest) {
-	left := make([]record.Left, len(out))
-	for i, m := range out {
-		left[i] = record.Left{AllocID: m.AllocID, From: m.From}
-	}
-	sup := record.Superseded(left)
 	sort.SliceStable(out, func(i, j int) bool {
-		if si, sj := sup[out[i].AllocID], sup[out[j].AllocID]; si != sj {
-			return sj
-		}
 		if !out[i].Created.Equal(out[j].Created) {
 			return out[i].Created.After(out[j].Created)
 		}

@@ -43,9 +43,8 @@ type archiveSource struct {
 
 // Claim returns the archives of o's identity, held against pruning, and
 // the lineage their data has once restored: the local ones, unless
-// backup_dir holds newer data of the identity (it was on another node
-// since; backup.Keeper.Fetch decides, by the data's lineage, then by
-// time), which is then received and claimed. A backup_dir that cannot be
+// backup_dir holds a newer backup of the identity (it was on another node
+// since), which is then received and claimed. A backup_dir that cannot be
 // read is an error, local archives or not: which is newest cannot be
 // known.
 func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner) ([]string, record.Lineage, func(), error) {

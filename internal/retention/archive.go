@@ -193,7 +193,7 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 	}
 	a.KeyID, _ = d.Local(record.PropKeyID)
 	if v, ok := d.Local(record.PropDataFrom); ok {
-		a.From, _ = record.ParseLineage(v) // none known: ordered by time
+		a.From, _ = record.ParseLineage(v) // none known
 	}
 	o, err := record.RecordedOwner(d)
 	if err != nil || !o.Known() {
@@ -213,20 +213,8 @@ func quotaOf(d zfs.Dataset) (uint64, error) {
 	return d.Bytes("quota")
 }
 
-// Newest is in the data's lineage first: an archive of an allocation whose
-// data another archive's descends from (record.Superseded: a successor
-// restored from it) comes after every other, however late its release
-// (a lost node that came back and released it after its successor ran).
 func sortNewestFirst(a []Archive) {
-	left := make([]record.Left, len(a))
-	for i, x := range a {
-		left[i] = record.Left{AllocID: x.AllocID, From: x.From}
-	}
-	sup := record.Superseded(left)
 	sort.SliceStable(a, func(i, j int) bool {
-		if si, sj := a[i].AllocID != "" && sup[a[i].AllocID], a[j].AllocID != "" && sup[a[j].AllocID]; si != sj {
-			return sj
-		}
 		if !a[i].ReleasedAt.Equal(a[j].ReleasedAt) {
 			return a[i].ReleasedAt.After(a[j].ReleasedAt)
 		}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/shoenig/test/must"
-
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
 func TestPlan(t *testing.T) {
@@ -30,11 +28,6 @@ func TestPlan(t *testing.T) {
 			Class: id.Class, Slot: id.Slot, Identity: id, ReleasedAt: at, UsedBytes: uint64(mib) << 20}
 	}
 	keep2 := Rules{Classes: map[string]Policy{"state": {Keep: 2}}, Default: Policy{Keep: DefaultKeep}}
-	// restoredFrom is a's archive with its data restored from b's.
-	restoredFrom := func(a, b Archive) Archive {
-		a.From = record.Lineage(nil).Descend(b.AllocID)
-		return a
-	}
 
 	cases := []struct {
 		name     string
@@ -68,16 +61,6 @@ func TestPlan(t *testing.T) {
 			archives: []Archive{arch(gone, 1, 1), arch(gone, 2, 1), arch(gone, 3, 1), arch(gone, 4, 1)},
 			rules:    keep2,
 			want:     []string{arch(gone, 4, 1).Name},
-			rules2:   []string{"keep"},
-		},
-		{
-			// A lost node came back and released A an hour after B, which
-			// had restored A's data elsewhere, ran and was released: A's
-			// archive is the newer by time, B's the newer data.
-			name:     "a late release of an allocation a successor restored from is pruned first",
-			archives: []Archive{arch(web, 1, 1), restoredFrom(arch(web, 2, 1), arch(web, 1, 1))},
-			rules:    Rules{Classes: map[string]Policy{"state": {Keep: 1}}},
-			want:     []string{arch(web, 1, 1).Name},
 			rules2:   []string{"keep"},
 		},
 		{

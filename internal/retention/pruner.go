@@ -254,8 +254,8 @@ func (p *Pruner) endDestroy() {
 
 // Claim returns the archives that hold the data of owner o's identity in
 // class (namespace, job, group, task, allocation index): those of the
-// identity's newest allocation (in its data's lineage, then by release:
-// see sortNewestFirst), in the order of the slots they came from, or none;
+// identity's newest released allocation, in the order of the slots they
+// came from, or none;
 // and from, the lineage the data has once restored (record.PropDataFrom:
 // that allocation, then its own lineage). Each is held against pruning
 // until release is called; release must be called, also when names is

@@ -20,9 +20,8 @@ import (
 type Archives interface {
 	// Claim returns the archives of owner o's identity in class (its
 	// namespace, job, group, task and allocation index) left by the
-	// identity's newest allocation (in its data's lineage, then by
-	// release), in the order of the slots they came from; none when there
-	// are none. from is the lineage their data has once restored
+	// identity's newest released allocation, in the order of the slots
+	// they came from; none when there are none. from is the lineage their data has once restored
 	// (record.PropDataFrom), recorded on the slot's dataset with its new
 	// owner. They are not pruned until release is called, which the
 	// caller must do.
@@ -212,8 +211,8 @@ func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker rec
 		record.PropBackup: record.BackupNone,
 	}
 	if len(from) > 0 {
-		// Where its data came from: a late release of an allocation in
-		// it is never taken for newer data (record.Superseded).
+		// Where its data came from: a divergence of the identity's
+		// data can then be told (record.Superseded).
 		marks[record.PropDataFrom] = from.Encode()
 	}
 	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
