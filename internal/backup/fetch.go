@@ -20,10 +20,10 @@ import (
 // Fetch receives the newest backup of owner o's identity in class from
 // backup_dir into the archive container, named as its release named it,
 // and returns the archive's name, when it was released after local (the
-// identity's newest local archive; zero for none). It returns "" when
-// backup_dir holds none newer (or none is configured). A chain that does not verify is an error
-// and nothing is received; what a failed receive left is destroyed. ctx
-// bounds the whole (Reserve's reserve_timeout).
+// identity's newest local archive; zero for none); "" when backup_dir
+// holds none newer (or none is configured). A chain that does not verify
+// is an error and nothing is received; what a failed receive left is
+// destroyed. ctx bounds the whole (Reserve's reserve_timeout).
 func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local retention.Archive) (string, error) {
 	cfg, _ := k.config()
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
@@ -33,7 +33,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	// A live backup newest: wait a little for its allocation's final
 	// stream (its release on its node sends it within seconds), outside
 	// fetchMu, which restores of other identities take.
-	if ms, _, err := List(cfg.Dir, &id); err == nil && len(ms) > 0 && ms[0].Live && newerThanLocal(ms[0], local) {
+	if newest, err := k.newest(cfg.Dir, id); err == nil && newest.Live && newerThanLocal(newest, local) {
 		k.settle(ctx, cfg.Dir, id)
 	}
 	k.fetchMu.Lock()

@@ -101,16 +101,12 @@ func ParseInUse(class, classDataset string, ds []zfs.Dataset) []InUse {
 			continue
 		}
 		keyID, _ := d.Local(record.PropKeyID)
-		var from record.Lineage
-		if v, ok := d.Local(record.PropDataFrom); ok {
-			from, _ = record.ParseLineage(v) // none known
-		}
 		var guid uint64
 		if v, ok := d.Value("guid"); ok {
 			guid, _ = strconv.ParseUint(v, 10, 64)
 		}
 		out = append(out, InUse{Archive: retention.Archive{Name: d.Name, Class: class, Slot: index, Owner: o, AllocID: o.AllocID,
-			Identity: retention.IdentityOf(class, o), KeyID: keyID, From: from}, GUID: guid})
+			Identity: retention.IdentityOf(class, o), KeyID: keyID, From: record.RecordedLineage(d)}, GUID: guid})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

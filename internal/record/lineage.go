@@ -3,6 +3,8 @@ package record
 import (
 	"fmt"
 	"strings"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // PropDataFrom records on a slot's dataset the allocations its data came
@@ -79,6 +81,17 @@ func ParseLineage(v string) (Lineage, error) {
 		}
 	}
 	return Lineage(parts), nil
+}
+
+// RecordedLineage is the lineage d records (PropDataFrom, set locally or
+// received); none when it records none, or one that does not parse.
+func RecordedLineage(d zfs.Dataset) Lineage {
+	v, ok := d.Local(PropDataFrom)
+	if !ok {
+		return nil
+	}
+	l, _ := ParseLineage(v)
+	return l
 }
 
 // isAllocID reports whether s looks like a Nomad allocation ID: a UUID,

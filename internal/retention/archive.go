@@ -192,9 +192,7 @@ func archiveOf(d zfs.Dataset, leaf string) (Archive, string) {
 		a.Backup = v
 	}
 	a.KeyID, _ = d.Local(record.PropKeyID)
-	if v, ok := d.Local(record.PropDataFrom); ok {
-		a.From, _ = record.ParseLineage(v) // none known
-	}
+	a.From = record.RecordedLineage(d)
 	o, err := record.RecordedOwner(d)
 	if err != nil || !o.Known() {
 		a.Identity = Identity{Class: class, Index: -1, Unknown: true, Slot: slot}
