@@ -405,13 +405,26 @@ func TestBackup_ADatasetBeingReceivedIsNoArchive(t *testing.T) {
 	must.SliceEmpty(t, again, must.Sprint("received from backup_dir: not sent back"))
 }
 
+// live configures n's keeper for class "state" with live backups every
+// interval, into dir.
+func (n *node) live(dir string, interval time.Duration) {
+	n.keeper.SetConfig(backup.Config{Dir: dir, Container: n.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
+		Live: map[string]time.Duration{"state": interval}, ClassDatasets: map[string]string{"state": n.cfg.ClassDataset("state")}})
+}
+
 // inUse makes slot 0 of class "state" under n's parent, in use by o, as a
 // Reserve leaves it, and returns its name.
 func (n *node) inUse(t *testing.T, o record.Owner) string {
 	t.Helper()
+	return n.inUseAt(t, 0, o)
+}
+
+// inUseAt is inUse of slot index.
+func (n *node) inUseAt(t *testing.T, index int, o record.Owner) string {
+	t.Helper()
 	class := n.cfg.ClassDataset("state")
 	n.pool.ZFS(t, "create", "-p", class)
-	name := class + "/0"
+	name := class + "/" + strconv.Itoa(index)
 	n.pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", record.PropManaged+"="+record.ManagedSlot,
 		"-o", record.PropState+"="+string(record.StateReserved), "-o", record.PropOwner+"="+o.Encode(), name)
 	return name
@@ -577,8 +590,7 @@ func TestBackup_ALiveBackupNeverSendsADatasetThatChangedHands(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
 	ctx, dir, a, _ := twoNodes(t)
-	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
-		Live: map[string]time.Duration{"state": time.Millisecond}, ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	a.live(dir, time.Millisecond)
 	ds := a.inUse(t, tenant(1))
 	a.write(t, ds, 1)
 

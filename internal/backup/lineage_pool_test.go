@@ -26,8 +26,7 @@ func TestBackup_TheDatasLineageTravelsWithIt(t *testing.T) {
 	backup.LiveSettle = 200 * time.Millisecond
 	t.Cleanup(func() { backup.LiveSettle = saved })
 	for _, n := range []*node{a, b, c} {
-		n.keeper.SetConfig(backup.Config{Dir: dir, Container: n.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
-			Live: map[string]time.Duration{"state": time.Millisecond}, ClassDatasets: map[string]string{"state": n.cfg.ClassDataset("state")}})
+		n.live(dir, time.Millisecond)
 	}
 	allocA, allocB := tenant(1), tenant(2)
 

@@ -9,7 +9,6 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
@@ -23,14 +22,11 @@ func TestBackup_ALivePassYieldsToARelease(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
 	ctx, dir, a, _ := twoNodes(t)
-	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
-		Live: map[string]time.Duration{"state": time.Hour}, ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	a.live(dir, time.Hour)
 	ds0 := a.inUse(t, tenant(1))
-	ds1 := a.cfg.ClassDataset("state") + "/1"
 	other := tenant(3)
 	other.AllocName = "db.g[1]" // another identity
-	a.pool.ZFS(t, "create", "-o", "canmount=noauto", "-o", record.PropManaged+"="+record.ManagedSlot,
-		"-o", record.PropState+"="+string(record.StateReserved), "-o", record.PropOwner+"="+other.Encode(), ds1)
+	ds1 := a.inUseAt(t, 1, other)
 	for _, ds := range []string{ds0, ds1} {
 		a.write(t, ds, 1)
 	}

@@ -16,8 +16,7 @@ import (
 // is still an increment of it rather than a full stream.
 func TestBackup_ASlotKeepsTheSnapshotBackupDirHolds(t *testing.T) {
 	ctx, dir, a, _ := twoNodes(t)
-	a.keeper.SetConfig(backup.Config{Dir: dir, Container: a.cfg.ArchiveDataset(), Classes: map[string]bool{"state": true},
-		Live: map[string]time.Duration{"state": time.Millisecond}, ClassDatasets: map[string]string{"state": a.cfg.ClassDataset("state")}})
+	a.live(dir, time.Millisecond)
 	ds := a.inUse(t, tenant(1))
 	a.write(t, ds, 1)
 	sent, _, err := a.keeper.LivePass(ctx)
