@@ -1,6 +1,7 @@
 package backup_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,12 +10,10 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
-// TestBackup_ALivePassReadsOncePerClass: a live pass of a class with two
-// datasets in use reads the class's datasets and their snapshots once
-// each; per dataset it runs only what a live backup cannot share: its
-// snapshot, the check after it that the name still serves the dataset the
-// pass read in use (its GUID), the snapshot's GUID, and the send.
-func TestBackup_ALivePassReadsOncePerClass(t *testing.T) {
+// twoInUse makes a node with a zfs wrapper first on PATH, live backups
+// every hour, and two datasets in use by two identities, each written.
+func twoInUse(t *testing.T) (context.Context, *zfstest.Wrapper, *node) {
+	t.Helper()
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
 	ctx, dir, a, _ := twoNodes(t)
@@ -26,6 +25,16 @@ func TestBackup_ALivePassReadsOncePerClass(t *testing.T) {
 	for _, ds := range []string{ds0, ds1} {
 		a.write(t, ds, 1)
 	}
+	return ctx, w, a
+}
+
+// TestBackup_ALivePassReadsOncePerClass: a live pass of a class with two
+// datasets in use reads the class's datasets and their snapshots once
+// each; per dataset it runs only what a live backup cannot share: its
+// snapshot, the check after it that the name still serves the dataset the
+// pass read in use (its GUID), the snapshot's GUID, and the send.
+func TestBackup_ALivePassReadsOncePerClass(t *testing.T) {
+	ctx, w, a := twoInUse(t)
 
 	before := map[string]int{}
 	for _, sub := range []string{"get", "snapshot", "send", "destroy", "list"} {

@@ -9,7 +9,6 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 )
 
 // TestBackup_ALivePassYieldsToARelease: a live pass with two datasets due
@@ -19,17 +18,7 @@ import (
 // (LiveSettle), and a batch of live sends must not make it miss it. The
 // live pass says the rest is due at once, and the next one sends it.
 func TestBackup_ALivePassYieldsToARelease(t *testing.T) {
-	w := zfstest.NewWrapper(t)
-	w.SetPATH(t)
-	ctx, dir, a, _ := twoNodes(t)
-	a.live(dir, time.Hour)
-	ds0 := a.inUse(t, tenant(1))
-	other := tenant(3)
-	other.AllocName = "db.g[1]" // another identity
-	ds1 := a.inUseAt(t, 1, other)
-	for _, ds := range []string{ds0, ds1} {
-		a.write(t, ds, 1)
-	}
+	ctx, w, a := twoInUse(t)
 	arch := a.archive(t, tenant(2), 1)
 
 	type passResult struct {
