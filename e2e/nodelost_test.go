@@ -122,8 +122,12 @@ done
 // live backup (a count at least the one read before it was taken), and
 // ZFS_STATE_RESTORED_AT says when that was taken, within max_restore_lag
 // of its start; class "strict"'s does not start on data older than its
-// max_restore_lag of 1 s, and its events say so. Then L comes back on its
-// data, stops the tasks it had left running, and releases their datasets.
+// max_restore_lag of 1 s, and its events say so. Then the jobs stop, and L
+// comes back on its data, stops the tasks it had left running, and
+// releases their datasets, after the replacement's release: the data of
+// class state forked. Its job run again is refused, naming both forks,
+// until the operator sets the lost allocation's aside (backups
+// set-aside); then it starts on the replacement's data.
 func TestNodeLost(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents, loses one, and runs jobs")
 	step := stepper(t)
@@ -270,11 +274,65 @@ func TestNodeLost(t *testing.T) {
 	must.StrContains(t, events, filepath.Base(lastLive["strict"].path))
 	step("class strict: replacement %s failed: %s", failed.ID[:8], events)
 
-	// 6. L comes back and stops what it left; the jobs stop.
-	l.end(server)
+	// 6. The jobs stop: the replacement's release is sent. Then L comes
+	// back, stops what it left and releases it: the lost allocation's
+	// final stream is class state's newest by time, of data its
+	// replacement restored an earlier state of and ran on. The data forked.
 	for _, class := range lostClasses {
 		server.StopJob(t, jobs[class].ID, releaseTimeout)
 	}
+	server.Wait(t, "the replacement's release in backup_dir", releaseTimeout, func() (bool, string) {
+		ms, live, err := allocManifests(backups, repl.ID)
+		return err == nil && len(ms) > live, fmt.Sprintf("%d manifests, %d live (%v)", len(ms), live, err)
+	})
+	l.end(server)
+	server.Wait(t, "the lost allocation's late release in backup_dir", releaseTimeout, func() (bool, string) {
+		ms, live, err := allocManifests(backups, firsts["state"].ID)
+		return err == nil && len(ms) > live, fmt.Sprintf("%d manifests, %d live (%v)", len(ms), live, err)
+	})
+	_, err = server.API.Nodes().ToggleEligibility(l.agent.NodeID, false, nil)
+	must.NoError(t, err)
+	cfgFile := filepath.Join(t.TempDir(), "client.hcl")
+	must.NoError(t, os.WriteFile(cfgFile, []byte(lostPluginConfig(parentS, backups, false)), 0o600))
+	verify := runCLI(t, pluginBin, nil, "backups", "verify", "-config", cfgFile)
+	must.EqOp(t, 1, verify.code, must.Sprint(verify.stdout, verify.stderr))
+	must.StrContains(t, verify.stdout, "FORKED with "+repl.ID)
+	step("class state: L released %s after its replacement %s: the data forked (backups verify: FORKED)", firsts["state"].ID[:8], repl.ID[:8])
+
+	// 7. The job again, on S: refused, naming both forks.
+	seen := jobAllocs(t, server, jobs["state"].ID)
+	jobs["state"] = server.RegisterJob(t, counterJob("state").HCL())
+	refused := waitAllocOn(t, server, jobs["state"], server.NodeID, seen, api.AllocClientStatusFailed)
+	events = nomadtest.DescribeTaskStates(refused)
+	for _, s := range []string{"forked", firsts["state"].ID, repl.ID} {
+		must.StrContains(t, events, s)
+	}
+	step("class state: %s refused: %s", refused.ID[:8], events)
+	server.StopJob(t, jobs["state"].ID, releaseTimeout)
+
+	// 8. The operator sets the lost allocation's fork aside: the job
+	// starts on its replacement's data.
+	aside := runCLI(t, pluginBin, nil, "backups", "set-aside", "-config", cfgFile, "-alloc", firsts["state"].ID)
+	must.EqOp(t, 0, aside.code, must.Sprint(aside.stdout, aside.stderr))
+	seen = jobAllocs(t, server, jobs["state"].ID)
+	jobs["state"] = server.RegisterJob(t, counterJob("state").HCL())
+	third := waitAllocOn(t, server, jobs["state"], server.NodeID, seen, api.AllocClientStatusRunning)
+	out = readCounterOut(t, server, third)
+	must.EqOp(t, repl.ID, out.writerBefore, must.Sprint("the data is the replacement's"))
+	step("class state: after backups set-aside, %s starts on %s's data: start=%d", third.ID[:8], repl.ID[:8], out.start)
+	server.StopJob(t, jobs["state"].ID, releaseTimeout)
+}
+
+// jobAllocs returns the IDs of every allocation of jobID so far.
+func jobAllocs(t *testing.T, server *nomadtest.Agent, jobID string) map[string]bool {
+	t.Helper()
+	stubs, _, err := server.API.Jobs().Allocations(jobID, true, nil)
+	must.NoError(t, err)
+	out := map[string]bool{}
+	for _, s := range stubs {
+		out[s.ID] = true
+	}
+	return out
 }
 
 // waitReplacement waits until the allocation of job on node nodeID (a
@@ -282,6 +340,12 @@ func TestNodeLost(t *testing.T) {
 // want, and returns it. It fails the test, logging the allocation, when
 // that reaches another terminal status.
 func waitReplacement(t *testing.T, server *nomadtest.Agent, job nomadtest.Job, nodeID, want string) *api.Allocation {
+	t.Helper()
+	return waitAllocOn(t, server, job, nodeID, nil, want)
+}
+
+// waitAllocOn is waitReplacement of an allocation not in skip.
+func waitAllocOn(t *testing.T, server *nomadtest.Agent, job nomadtest.Job, nodeID string, skip map[string]bool, want string) *api.Allocation {
 	t.Helper()
 	var repl *api.Allocation
 	server.Wait(t, fmt.Sprintf("the replacement of job %s on node %s to be %s", job.ID, nodeID[:8], want), lostTimeout+jobTimeout, func() (bool, string) {
@@ -292,7 +356,7 @@ func waitReplacement(t *testing.T, server *nomadtest.Agent, job nomadtest.Job, n
 		var seen []string
 		for _, s := range stubs {
 			seen = append(seen, fmt.Sprintf("%s on %s %s", s.ID[:8], s.NodeID[:8], s.ClientStatus))
-			if s.NodeID != nodeID {
+			if s.NodeID != nodeID || skip[s.ID] {
 				continue
 			}
 			if repl, _, err = server.API.Allocations().Info(s.ID, nil); err != nil {

@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,7 +25,12 @@ import (
 // identity's newest local archive; zero for none); "" when backup_dir
 // holds none newer (or none is configured). A chain that does not verify
 // is an error and nothing is received; what a failed receive left is
-// destroyed. ctx bounds the whole (Reserve's reserve_timeout).
+// destroyed. When the identity's data forked at the newer of the two (see
+// record.Diverged), nothing is received and the error is a
+// *DivergedError, the local archive newest or not: which fork the job
+// wants cannot be known. The backups of allocations the operator set
+// aside (SetAside) are never restored, nor a local archive of one. ctx
+// bounds the whole (Reserve's reserve_timeout).
 func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local retention.Archive) (string, error) {
 	cfg, _ := k.config()
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
@@ -38,25 +45,43 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	}
 	k.fetchMu.Lock()
 	defer k.fetchMu.Unlock()
-	ms, problems, err := List(cfg.Dir, &id)
+	all, problems, err := List(cfg.Dir, &id)
 	if err != nil {
 		return "", err
 	}
+	for _, p := range problems {
+		if filepath.Base(p.Path) == SetAsideFile {
+			return "", fmt.Errorf("which backups of %s are set aside cannot be read: %s: %s", id, p.Path, p.Reason)
+		}
+	}
+	// The data of allocations set aside is never restored; their streams
+	// may still be the bases of others'.
+	ms := notSetAside(all)
 	if len(ms) == 0 {
 		if len(problems) > 0 {
 			return "", fmt.Errorf("backup_dir holds no readable backup of %s: %s: %s", id, problems[0].Path, problems[0].Reason)
 		}
 		return "", nil
 	}
-	chain, err := Chain(ms)
+	chain, err := chainOf(all, ms[0])
 	if err != nil {
 		return "", err
 	}
 	newest := chain[len(chain)-1]
+	if len(ms) < len(all) && local.AllocID != "" && slices.ContainsFunc(all, func(m Manifest) bool { return m.SetAside && m.AllocID == local.AllocID }) {
+		if !newerThanLocal(newest, local) {
+			return "", fmt.Errorf("%w: %s (allocation %s) is newer than the newest backup of %s not set aside (%s); "+
+				"rename it out of %s (zfs rename %s <pool>/<elsewhere>), and the restore takes the other fork",
+				ErrSetAsideLocal, local.Name, local.AllocID, id, newest.Path(), cfg.Container, local.Name)
+		}
+		local = retention.Archive{} // older than what is received, and out of the choice
+	}
+	if err := forkAt(id, ms, newest, local); err != nil {
+		return "", err
+	}
 	if !newerThanLocal(newest, local) {
 		return "", nil // the local archive is as new
 	}
-	k.warnDiverged(ms, newest, local)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, SendTimeout)
@@ -144,35 +169,6 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 // archive (zero Name: none).
 func newerThanLocal(newest Manifest, local retention.Archive) bool {
 	return local.Name == "" || newest.ReleasedAt.After(local.ReleasedAt)
-}
-
-// warnDiverged logs when the data about to be restored, newest, is of an
-// allocation that another allocation's data came from (record.Superseded
-// over ms, the identity's manifests, and local): the identity's data
-// forked. A lost node that came back released its allocation after a
-// replacement had restored from it elsewhere, or Nomad kept the original
-// allocation after a replacement (a reconnect, a failed canary). Which
-// fork holds the data the job wants cannot be told from the data alone;
-// the newest by time is restored, as always, and the log names the other
-// fork's allocation so that the operator can restore it by hand.
-func (k *Keeper) warnDiverged(ms []Manifest, newest Manifest, local retention.Archive) {
-	left := []record.Left{{AllocID: local.AllocID, From: local.From}}
-	for _, m := range ms {
-		left = append(left, record.Left{AllocID: m.AllocID, From: m.From})
-	}
-	if !record.Superseded(left)[newest.AllocID] {
-		return
-	}
-	for _, m := range ms {
-		if m.From.Has(newest.AllocID) && m.AllocID != newest.AllocID {
-			k.log.Warn("the identity's data forked: the newest backup is of an allocation another allocation restored from and ran on; the newest is restored, the other fork is left in backup_dir",
-				"identity", m.Identity.String(), "restored_alloc_id", newest.AllocID, "restored", newest.Path(), "restored_taken", newest.ReleasedAt,
-				"fork_alloc_id", m.AllocID, "fork_manifest", m.Path(), "fork_taken", m.ReleasedAt)
-			return
-		}
-	}
-	k.log.Warn("the identity's data forked: the newest backup is of an allocation that the local archive's data came from; the newest is restored, the local archive is kept",
-		"identity", newest.Identity.String(), "restored_alloc_id", newest.AllocID, "restored", newest.Path(), "local_archive", local.Name)
 }
 
 // receivingName returns a new name in the archive container for a receive

@@ -280,10 +280,11 @@ func orNone(s string) string {
 	return s
 }
 
-// newest returns the newest manifest of identity id in backup_dir (zero
-// when there is none).
+// newest returns the newest manifest of identity id in backup_dir whose
+// allocation is not set aside (zero when there is none).
 func (k *Keeper) newest(dir string, id retention.Identity) (Manifest, error) {
-	ms, _, err := List(dir, &id)
+	all, _, err := List(dir, &id)
+	ms := notSetAside(all)
 	if err != nil || len(ms) == 0 {
 		return Manifest{}, err
 	}

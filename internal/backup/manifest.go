@@ -70,8 +70,12 @@ type Manifest struct {
 	KeyID string `json:"key_id,omitempty"`
 	// From is the lineage of its data (record.PropDataFrom on the dataset
 	// sent): the allocations it was restored from, newest first. It
-	// orders nothing; Fetch logs a divergence it shows (warnDiverged).
+	// orders nothing by itself; it shows where the data forked (forkAt).
 	From record.Lineage `json:"data_from,omitempty"`
+	// SetAside says that the operator set its allocation's backups aside
+	// (SetAsideFile, beside it): a restore never takes its data. Not
+	// stored in the manifest; List reads it.
+	SetAside bool `json:"-"`
 
 	// path is where the manifest was read from (List); not stored.
 	path string
@@ -98,8 +102,9 @@ type Problem struct {
 }
 
 // List reads every manifest under <dir>/nomad-device-zfs (when only is
-// not nil: in the directory of that identity alone), newest first. A
-// manifest that does not parse, or is not the plugin's, is a Problem; the
+// not nil: in the directory of that identity alone), newest first, each
+// marked SetAside as its directory's SetAsideFile says. A manifest (or a
+// SetAsideFile) that does not parse, or is not the plugin's, is a Problem; the
 // streams themselves are not read (Verify does that). Any error reading a
 // directory is an error, save an identity directory that does not exist
 // (no backup of it); so is a missing <dir>/nomad-device-zfs, which the
@@ -134,6 +139,10 @@ func List(dir string, only *retention.Identity) ([]Manifest, []Problem, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("backup_dir: %w", err)
 		}
+		set, err := readSetAside(d)
+		if err != nil {
+			problems = append(problems, Problem{Path: filepath.Join(d, SetAsideFile), Reason: err.Error()})
+		}
 		for _, e := range entries {
 			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 				continue
@@ -144,6 +153,7 @@ func List(dir string, only *retention.Identity) ([]Manifest, []Problem, error) {
 				problems = append(problems, Problem{Path: f, Reason: err.Error()})
 				continue
 			}
+			m.SetAside = set[m.AllocID]
 			out = append(out, m)
 		}
 	}

@@ -76,6 +76,11 @@ type PrunedChain struct {
 // only older ones (live backups: rule "superseded"); or when every stream
 // of it was released longer ago than p.MaxAge (rule "max_age"). A stream whose chain is broken (its base missing) is never
 // deleted: it is reported by `backups verify`, and left to the operator.
+// Nothing is deleted while the identity's data forked at its newest
+// stream (record.Diverged): each fork may be the one the job wants. The
+// allocations the operator set aside count as no kept allocation, and the
+// fork they were part of as resolved; a chain that holds a stream of one
+// goes by max_age alone.
 func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Duration, present func(Manifest) bool) []PrunedChain {
 	if len(ms) == 0 {
 		return nil
@@ -83,6 +88,9 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	newest, err := Chain(ms)
 	if err != nil {
 		return nil // no complete newest chain: nothing goes
+	}
+	if forked(notSetAside(ms)) {
+		return nil // which fork is wanted is not known: both stay
 	}
 	for _, m := range newest {
 		if !present(m) {
@@ -106,7 +114,9 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 		if len(kept) >= p.Keep {
 			break
 		}
-		kept[m.AllocID] = true
+		if !m.SetAside {
+			kept[m.AllocID] = true // a set-aside allocation is no kept one
+		}
 	}
 	// The chains that hold a kept allocation's newest stream of each of
 	// its slots: its data as it last was. A chain that holds only older streams of kept
@@ -167,8 +177,11 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 		sort.SliceStable(c, func(i, j int) bool { return c[i].Created.Before(c[j].Created) })
 		inKeep, needed, allOld := false, holds[r], p.MaxAge > 0
 		for _, m := range c {
-			inKeep = inKeep || kept[m.AllocID]
-			needed = needed || unsure[m.AllocID]
+			// A set-aside stream is kept for the operator (max_age
+			// aside): keep's count and the newer chains do not
+			// replace what they chose not to restore.
+			inKeep = inKeep || kept[m.AllocID] || m.SetAside
+			needed = needed || unsure[m.AllocID] || m.SetAside
 			allOld = allOld && now.Sub(m.ReleasedAt) > p.MaxAge
 		}
 		switch {

@@ -55,6 +55,8 @@ func TestPlanPrune(t *testing.T) {
 			path: fmt.Sprintf("/b/id/%d.json", guid), Stream: fmt.Sprintf("%d.zstream", guid)}
 	}
 	slot := func(m Manifest, i int) Manifest { m.Slot = i; return m }
+	from := func(m Manifest, alloc ...string) Manifest { m.From = alloc; return m }
+	aside := func(m Manifest) Manifest { m.SetAside = true; return m }
 	guids := func(cs []PrunedChain) [][]uint64 {
 		var out [][]uint64
 		for _, c := range cs {
@@ -103,6 +105,25 @@ func TestPlanPrune(t *testing.T) {
 			[]Manifest{slot(b(5, 4, "x", 1), 0), slot(b(4, 0, "x", 2), 0), slot(b(3, 2, "x", 3), 1), slot(b(2, 1, "x", 4), 1), slot(b(1, 0, "x", 5), 1)}, retention.Policy{Keep: 3}, nil},
 		{"a kept allocation whose newest chain is broken keeps its older chains",
 			[]Manifest{b(6, 0, "y", 1), b(5, 77, "x", 2), b(3, 2, "x", 3), b(2, 1, "x", 4), b(1, 0, "x", 5)}, retention.Policy{Keep: 3}, nil},
+		// A fork at the newest stream (record.Diverged): nothing goes,
+		// whichever fork a chain holds. Without it the same streams
+		// lose the older chain to keep = 1.
+		{"a late release of an allocation a successor restored from: nothing goes",
+			[]Manifest{b(6, 4, "a", 1), from(b(5, 0, "b", 2), "a"), b(4, 0, "a", 8)}, retention.Policy{Keep: 1}, nil},
+		{"two allocations restored from the same data: nothing goes",
+			[]Manifest{from(b(6, 0, "c", 1), "a"), from(b(5, 0, "b", 2), "a"), b(4, 0, "a", 8)}, retention.Policy{Keep: 1}, nil},
+		{"the late release's fork set aside: the fork is resolved, its chain kept for the operator",
+			[]Manifest{b(6, 0, "a", 1), aside(from(b(5, 0, "b", 2), "a")), b(3, 2, "a", 8), b(2, 0, "a", 9)}, retention.Policy{Keep: 1},
+			[][]uint64{{2, 3, 2}}},
+		{"a set-aside chain goes by max_age",
+			[]Manifest{b(6, 4, "a", 1), aside(from(b(5, 0, "b", 30), "a")), b(4, 0, "a", 40)}, retention.Policy{Keep: 1, MaxAge: 24 * time.Hour},
+			[][]uint64{{5, 1}}},
+		{"the newest set aside: the fork is resolved; a set-aside allocation is no kept one",
+			[]Manifest{aside(b(7, 4, "a", 1)), from(b(6, 5, "b", 2), "a"), from(b(5, 0, "b", 3), "a"), b(4, 0, "a", 8)}, retention.Policy{Keep: 1},
+			nil},
+		{"the ordinary move: the successor newest, its predecessor's chain goes",
+			[]Manifest{from(b(6, 0, "b", 1), "a"), b(5, 4, "a", 2), b(4, 0, "a", 8)}, retention.Policy{Keep: 1},
+			[][]uint64{{4, 5, 0}}},
 		{"several older chains, newest first",
 			[]Manifest{b(6, 0, "f", 1), b(5, 4, "e", 2), b(4, 0, "d", 3), b(3, 2, "c", 4), b(2, 1, "b", 5), b(1, 0, "a", 6)}, retention.Policy{Keep: 1},
 			[][]uint64{{4, 5, 0}, {1, 2, 3, 0}}},

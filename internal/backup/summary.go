@@ -7,6 +7,7 @@ package backup
 // the metrics.
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -36,6 +37,12 @@ type IdentitySummary struct {
 	// chains' too.
 	Streams int
 	Bytes   int64
+	// ForkedWith is, when the identity's data forked at its newest backup
+	// (record.Diverged; a restore then refuses), the other fork's
+	// allocation; "" otherwise. SetAside counts the streams of allocations
+	// the operator set aside: the newest is the newest of the others.
+	ForkedWith string
+	SetAside   int
 }
 
 // Complete reports whether the newest backup's chain is whole: a full
@@ -71,13 +78,21 @@ func Summarize(ms []Manifest) []IdentitySummary {
 // newest first.
 func summarizeOne(id retention.Identity, list []Manifest) IdentitySummary {
 	s := IdentitySummary{Identity: id, Streams: len(list)}
-	if len(list) > 0 {
-		s.NewestReleasedAt, s.NewestLive, s.NewestCreated, s.NewestBytes = list[0].ReleasedAt, list[0].Live, list[0].Created, list[0].Size
+	mine := notSetAside(list)
+	s.SetAside = len(list) - len(mine)
+	if len(mine) > 0 {
+		s.NewestReleasedAt, s.NewestLive, s.NewestCreated, s.NewestBytes = mine[0].ReleasedAt, mine[0].Live, mine[0].Created, mine[0].Size
+		s.Chain, s.ChainErr = chainOf(list, mine[0])
+		if err := forkAt(id, mine, mine[0], retention.Archive{}); err != nil {
+			var d *DivergedError
+			if errors.As(err, &d) {
+				s.ForkedWith = d.Other.AllocID
+			}
+		}
 	}
 	for _, m := range list {
 		s.Bytes += m.Size
 	}
-	s.Chain, s.ChainErr = Chain(list)
 	for _, m := range s.Chain {
 		s.ChainBytes += m.Size
 	}

@@ -196,3 +196,90 @@ func TestBackupsVerify_RealPool(t *testing.T) {
 	code = Main([]string{"backups", "verify", "-parent", parent}, &out, &errb)
 	must.EqOp(t, exitUsage, code)
 }
+
+// TestBackupsSetAside_RealPool: an identity whose data forked at its
+// newest backup (an older allocation's data came from the newest's: the
+// newest is a late release) is FORKED in backups verify, which exits 1; backups
+// set-aside of one fork's allocation resolves it (verify exits 0, the
+// newest shown is the other fork's), -undo takes it back, and an
+// allocation backup_dir holds nothing of is an error naming it.
+func TestBackupsSetAside_RealPool(t *testing.T) {
+	pool, parent, names := archivesOnPool(t)
+	lateAlloc, successorAlloc := "7f3e2a11-1b2c-4d5e-8f90-a1b2c3d4e5f6", "7f3e2a12-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+	pool.ZFS(t, "set", record.PropDataFrom+"="+lateAlloc, names[1])
+	dir := t.TempDir()
+	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
+	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent, _, err := k.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, len(names), sent)
+	cfgFile := backupConfig(t, parent, dir)
+	verify := func(wantCode int) chainRow {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := Main([]string{"backups", "verify", "-json", "-config", cfgFile}, &out, &errb)
+		must.EqOp(t, wantCode, code, must.Sprint(errb.String()))
+		var r backupsReport
+		must.NoError(t, json.Unmarshal(out.Bytes(), &r))
+		must.SliceLen(t, 1, r.Chains)
+		return r.Chains[0]
+	}
+	setAside := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := Main(append([]string{"backups", "set-aside", "-config", cfgFile}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	c := verify(exitFailed)
+	must.EqOp(t, successorAlloc, c.ForkedWith)
+	var out, errb bytes.Buffer
+	Main([]string{"backups", "verify", "-config", cfgFile}, &out, &errb)
+	must.StrContains(t, out.String(), "FORKED with "+successorAlloc)
+
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		code    int
+		has     string
+		forked  string
+		aside   int
+		newestH int // hours ago of the newest backup shown
+	}{
+		{"the successor's fork set aside", []string{"-alloc", successorAlloc}, exitOK, "are set aside", "", 1, 1},
+		{"taken back", []string{"-alloc", successorAlloc, "-undo"}, exitOK, "are no longer set aside", successorAlloc, 0, 1},
+		{"the late release set aside: the successor's is the newest", []string{"-alloc", lateAlloc}, exitOK, "are set aside", "", 1, 2},
+		{"an allocation with no backup", []string{"-alloc", "00000000-1b2c-4d5e-8f90-a1b2c3d4e5f6"}, exitFailed, "holds no backup of allocation 00000000-1b2c-4d5e-8f90-a1b2c3d4e5f6", "", 1, 2},
+		{"not an allocation ID", []string{"-alloc", "web"}, exitFailed, `"web" is not an allocation ID`, "", 1, 2},
+		{"no -alloc", nil, exitUsage, "-alloc=<id> is required", "", 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := setAside(tc.args...)
+			must.EqOp(t, tc.code, code, must.Sprint(out, errs))
+			must.StrContains(t, out+errs, tc.has)
+			want := exitOK
+			if tc.forked != "" {
+				want = exitFailed
+			}
+			c := verify(want)
+			must.EqOp(t, tc.forked, c.ForkedWith)
+			must.EqOp(t, tc.aside, c.SetAside)
+			must.EqOp(t, sent[len(sent)-tc.newestH].AllocID, newestAllocOf(t, dir, c))
+		})
+	}
+}
+
+// newestAllocOf is the allocation of the manifest of c's newest backup.
+func newestAllocOf(t *testing.T, dir string, c chainRow) string {
+	t.Helper()
+	ms, _, err := backup.List(dir, &c.Identity)
+	must.NoError(t, err)
+	for _, m := range ms {
+		if m.ReleasedAt.Equal(c.ReleasedAt) {
+			return m.AllocID
+		}
+	}
+	t.Fatalf("no manifest taken at %v", c.ReleasedAt)
+	return ""
+}

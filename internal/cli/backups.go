@@ -16,7 +16,9 @@ const backupsVerifyHelp = `Usage: nomad-device-zfs backups verify [options]
   (size and SHA-256), and checks that each identity's newest backup has
   its whole chain (a full stream and the incrementals after it). Files
   under backup_dir that are not the plugin's sound backups are listed.
-  Exits 1 when any stream or chain is bad. Needs -config: backup_dir is in
+  Exits 1 when any stream or chain is bad, or an identity's data forked
+  (CHECK "FORKED with <allocation>": a restore refuses; see backups
+  set-aside). Needs -config: backup_dir is in
   the agent's configuration. It changes nothing.
 ` + commonHelp
 
@@ -58,12 +60,17 @@ type chainRow struct {
 	Bytes         int64              `json:"bytes"`
 	OK            bool               `json:"ok"`
 	Error         string             `json:"error,omitempty"`
+	// ForkedWith is the other fork's allocation when the identity's data
+	// forked at its newest backup: a restore refuses until one fork is
+	// set aside (backups set-aside). SetAside counts the streams set aside.
+	ForkedWith string `json:"forked_with,omitempty"`
+	SetAside   int    `json:"set_aside_streams,omitempty"`
 }
 
 // chainRowOf is the row of an identity's summary.
 func chainRowOf(s backup.IdentitySummary) chainRow {
 	row := chainRow{Identity: s.Identity, ReleasedAt: s.NewestAt(), Live: s.NewestLive, NewestCreated: s.NewestCreated, NewestBytes: s.NewestBytes,
-		Streams: len(s.Chain), Bytes: s.ChainBytes, OK: s.Complete()}
+		Streams: len(s.Chain), Bytes: s.ChainBytes, OK: s.Complete(), ForkedWith: s.ForkedWith, SetAside: s.SetAside}
 	if !s.Complete() {
 		row.Error = s.ChainErr.Error()
 	}
@@ -90,7 +97,7 @@ func verifyBackups(dir string) (backupsReport, error) {
 	}
 	for _, s := range backup.Summarize(ms) {
 		row := chainRowOf(s)
-		if !row.OK {
+		if !row.OK || row.ForkedWith != "" {
 			r.Bad++
 		}
 		for _, m := range s.Chain {
@@ -115,8 +122,11 @@ func chainTable(chains []chainRow, now time.Time) [][]string {
 		if c.Live {
 			of = "while running"
 		}
-		if !c.OK {
+		switch {
+		case !c.OK:
 			check = "BROKEN"
+		case c.ForkedWith != "":
+			check = "FORKED with " + c.ForkedWith
 		}
 		if c.Streams == 0 {
 			chain, size = "-", "-"

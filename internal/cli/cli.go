@@ -42,7 +42,10 @@ is the operator's tool:
                says what it would delete and why
     backups verify
                Check every stream in backup_dir against its manifest; exits 1
-               on a bad one
+               on a bad one or a forked identity
+    backups set-aside
+               Choose between the forks of an identity's data: a restore
+               never takes the backups of the allocation given
     version    Print the version and commit
 
 Run "nomad-device-zfs <command> -help" for a command's options.
@@ -128,8 +131,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would be deleted; delete nothing")
 		})
 	case "backups":
+		if len(args) >= 2 && args[1] == "set-aside" {
+			return runSetAside(args[2:], stdout, stderr)
+		}
 		if len(args) < 2 || args[1] != "verify" {
-			fmt.Fprintf(stderr, "backups: want the subcommand verify\n\n%s", backupsVerifyHelp)
+			fmt.Fprintf(stderr, "backups: want the subcommand verify or set-aside\n\n%s", backupsVerifyHelp)
 			return exitUsage
 		}
 		return runCommand("backups verify", backupsVerifyHelp, args[2:], stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {

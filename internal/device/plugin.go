@@ -128,7 +128,7 @@ func (m metricsSource) Backups() (metrics.Backups, bool) {
 	b := metrics.Backups{Bytes: sum.Bytes(), ListedAt: sum.ListedAt}
 	for _, s := range sum.Identities {
 		b.Identities = append(b.Identities, metrics.BackupIdentity{Class: s.Identity.Class, Identity: s.Identity.String(),
-			NewestAt: s.NewestAt(), ChainStreams: len(s.Chain), ChainBytes: s.ChainBytes})
+			NewestAt: s.NewestAt(), ChainStreams: len(s.Chain), ChainBytes: s.ChainBytes, Forked: s.ForkedWith != ""})
 	}
 	return b, true
 }

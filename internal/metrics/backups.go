@@ -30,6 +30,9 @@ type BackupIdentity struct {
 	// backup: 0 when it is broken.
 	ChainStreams int
 	ChainBytes   int64
+	// Forked says that its data forked at the newest backup: a restore
+	// refuses until the operator sets one fork aside.
+	Forked bool
 }
 
 // Backups is backup_dir, for this node's classes that back up, as the
@@ -57,7 +60,7 @@ type backupCollector struct {
 	src                     BackupSource
 	age, chainBytes, chainN *prometheus.Desc
 	identities, bytes       *prometheus.Desc
-	listedAge               *prometheus.Desc
+	forked, listedAge       *prometheus.Desc
 }
 
 func newBackupCollector(src BackupSource) *backupCollector {
@@ -79,6 +82,9 @@ func newBackupCollector(src BackupSource) *backupCollector {
 		bytes: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "backup_dir_bytes"),
 			"Bytes of every stream in backup_dir of this node's classes (older chains included), as last listed.",
 			nil, nil),
+		forked: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "backup_forked_identities"),
+			"Identities of this node's classes whose data forked at their newest backup in backup_dir, as last listed: a restore of them refuses until one fork is set aside (nomad-device-zfs backups set-aside).",
+			nil, nil),
 		listedAge: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "backup_listing_age_seconds"),
 			"Seconds since the plugin last listed the whole of backup_dir (hourly; identities it backs up are listed again at each backup).",
 			nil, nil),
@@ -87,7 +93,7 @@ func newBackupCollector(src BackupSource) *backupCollector {
 
 // Describe implements prometheus.Collector.
 func (c *backupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.age, c.chainBytes, c.chainN, c.identities, c.bytes, c.listedAge} {
+	for _, d := range []*prometheus.Desc{c.age, c.chainBytes, c.chainN, c.identities, c.bytes, c.forked, c.listedAge} {
 		ch <- d
 	}
 }
@@ -101,6 +107,13 @@ func (c *backupCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	ch <- prometheus.MustNewConstMetric(c.identities, prometheus.GaugeValue, float64(len(b.Identities)))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(b.Bytes))
+	forked := 0
+	for _, id := range b.Identities {
+		if id.Forked {
+			forked++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.forked, prometheus.GaugeValue, float64(forked))
 	ch <- prometheus.MustNewConstMetric(c.listedAge, prometheus.GaugeValue, ageSeconds(now, b.ListedAt))
 	for _, id := range newestBackups(b.Identities, MaxBackupIdentities) {
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, ageSeconds(now, id.NewestAt), id.Class, id.Identity)

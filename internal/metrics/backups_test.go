@@ -19,7 +19,7 @@ func TestMetrics_BackupGauges(t *testing.T) {
 	m := metrics.New(src)
 	f := gather(t, m)
 	for _, name := range []string{"backup_newest_age_seconds", "backup_chain_bytes", "backup_chain_streams",
-		"backup_identities", "backup_dir_bytes", "backup_listing_age_seconds"} {
+		"backup_identities", "backup_dir_bytes", "backup_forked_identities", "backup_listing_age_seconds"} {
 		_, ok := f.Value("nomad_device_zfs_"+name, nil)
 		must.False(t, ok, must.Sprintf("%s before backup_dir was listed", name))
 	}
@@ -27,7 +27,7 @@ func TestMetrics_BackupGauges(t *testing.T) {
 	now := time.Now()
 	db := metrics.BackupIdentity{Class: "state", Identity: "default/db/g[0]/t (state)", NewestAt: now.Add(-90 * time.Minute),
 		ChainStreams: 3, ChainBytes: 5 << 20}
-	broken := metrics.BackupIdentity{Class: "state", Identity: `web/"build\tnightly"/ci[2]/make (state)`, NewestAt: now.Add(-2 * time.Hour)}
+	broken := metrics.BackupIdentity{Class: "state", Identity: `web/"build\tnightly"/ci[2]/make (state)`, NewestAt: now.Add(-2 * time.Hour), Forked: true}
 	src.mu.Lock()
 	src.backups = metrics.Backups{Identities: []metrics.BackupIdentity{db, broken}, Bytes: 9 << 20, ListedAt: now.Add(-10 * time.Minute)}
 	src.backupsKnown = true
@@ -57,6 +57,7 @@ func TestMetrics_BackupGauges(t *testing.T) {
 	}
 	must.EqOp(t, 2.0, value(t, f, "nomad_device_zfs_backup_identities", nil))
 	must.EqOp(t, float64(9<<20), value(t, f, "nomad_device_zfs_backup_dir_bytes", nil))
+	must.EqOp(t, 1.0, value(t, f, "nomad_device_zfs_backup_forked_identities", nil))
 	between("nomad_device_zfs_backup_listing_age_seconds", nil, now.Add(-10*time.Minute))
 	// The labels are exactly class and identity.
 	for _, s := range f["nomad_device_zfs_backup_chain_bytes"].GetMetric() {

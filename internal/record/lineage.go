@@ -11,11 +11,11 @@ import (
 // from, newest first: set when a restore hands an identity's data to a
 // new allocation (from a local archive, from backup_dir, or in place), and
 // kept with the dataset into the archive and into backup_dir's manifests.
-// It is what tells a successor's data from its predecessor's when the
-// predecessor's release comes late (a lost node that comes back and
-// releases an allocation whose replacement already ran elsewhere): the
-// predecessor's archive is then newer by time, but it is not the identity's
-// newest data. See Superseded.
+// It is what shows that the identity's data forked, when a predecessor's
+// release comes late (a lost node that comes back and releases an
+// allocation whose replacement already ran elsewhere): the predecessor's
+// archive is then newer by time than data that descends from it. See
+// Diverged.
 const PropDataFrom = "nomad-device-zfs:data-from"
 
 // MaxLineage bounds a lineage: the newest allocations only. Eight
@@ -120,19 +120,50 @@ type Left struct {
 	From    Lineage
 }
 
-// Superseded returns the allocations among what is left whose data a
-// later allocation's descends from: some other allocation's lineage names
-// them. Their data is never the identity's newest, however late it was
-// released: a successor restored from it and ran on. An allocation named
-// only in its own lineage is not superseded.
-func Superseded(left []Left) map[string]bool {
-	out := map[string]bool{}
+// Diverged reports whether the identity's data forked at newest, the
+// allocation whose data is the newest by time among left (all that the
+// stores hold of one identity), and returns the other fork's allocation:
+//
+//   - another allocation's lineage names newest (successor true): a
+//     successor restored from newest's data and ran on, yet newest's data
+//     is newer still. A lost node that came back released it late, or
+//     Nomad kept newest after a replacement (a reconnect, a failed canary);
+//   - another allocation shares newest's immediate parent and neither
+//     descends from the other (successor false): both were restored from
+//     the same data and both ran, one while the other's node was lost.
+//
+// Which fork holds the data the job wants cannot be told from the data:
+// the caller refuses to choose. Where newest descends from every other
+// allocation's data (the ordinary case, however many moves), there is no
+// fork: newest is what the allocation Nomad kept last left. An unknown
+// newest ("") forks nothing. Left's order decides which other is returned
+// when there are several.
+func Diverged(left []Left, newest string) (other string, successor bool, ok bool) {
+	if newest == "" {
+		return "", false, false
+	}
+	var from Lineage
 	for _, l := range left {
-		for _, a := range l.From {
-			if a != l.AllocID {
-				out[a] = true
-			}
+		if l.AllocID == newest && len(l.From) > 0 {
+			from = l.From
+			break
 		}
 	}
-	return out
+	for _, l := range left {
+		if l.AllocID == "" || l.AllocID == newest {
+			continue
+		}
+		if l.From.Has(newest) {
+			return l.AllocID, true, true
+		}
+	}
+	for _, l := range left {
+		if l.AllocID == "" || l.AllocID == newest || len(l.From) == 0 || len(from) == 0 {
+			continue
+		}
+		if l.From[0] == from[0] && !from.Has(l.AllocID) {
+			return l.AllocID, false, true
+		}
+	}
+	return "", false, false
 }

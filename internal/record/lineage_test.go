@@ -72,20 +72,37 @@ func TestLineage_Parse(t *testing.T) {
 	}
 }
 
-func TestSuperseded(t *testing.T) {
+func TestDiverged(t *testing.T) {
+	allocD := "dddddddd-0000-0000-0000-000000000004"
+	type want struct {
+		other     string
+		successor bool
+		ok        bool
+	}
 	cases := []struct {
-		name string
-		left []record.Left
-		want map[string]bool
+		name   string
+		left   []record.Left
+		newest string
+		want   want
 	}{
-		{"none restored", []record.Left{{AllocID: allocA}, {AllocID: allocB}}, map[string]bool{}},
-		{"B restored from A", []record.Left{{AllocID: allocA}, {AllocID: allocB, From: record.Lineage{allocA}}}, map[string]bool{allocA: true}},
-		{"C from B from A, B's gone", []record.Left{{AllocID: allocA}, {AllocID: allocC, From: record.Lineage{allocB, allocA}}}, map[string]bool{allocA: true, allocB: true}},
-		{"own lineage does not count", []record.Left{{AllocID: allocA, From: record.Lineage{allocA}}}, map[string]bool{}},
+		{"nothing restored", []record.Left{{AllocID: allocA}, {AllocID: allocB}}, allocB, want{}},
+		{"B restored from A and is newest: the ordinary move", []record.Left{{AllocID: allocA}, {AllocID: allocB, From: record.Lineage{allocA}}}, allocB, want{}},
+		{"C from B from A, C newest", []record.Left{{AllocID: allocA}, {AllocID: allocB, From: record.Lineage{allocA}}, {AllocID: allocC, From: record.Lineage{allocB, allocA}}}, allocC, want{}},
+		{"A newest, B restored from it: a late release", []record.Left{{AllocID: allocA}, {AllocID: allocB, From: record.Lineage{allocA}}}, allocA, want{allocB, true, true}},
+		{"A newest, C descends from it through B, B's gone", []record.Left{{AllocID: allocA}, {AllocID: allocC, From: record.Lineage{allocB, allocA}}}, allocA, want{allocC, true, true}},
+		{"B newest, C from B and A: B late", []record.Left{{AllocID: allocB, From: record.Lineage{allocA}}, {AllocID: allocC, From: record.Lineage{allocB, allocA}}}, allocB, want{allocC, true, true}},
+		{"B and C both from A, B newest: siblings", []record.Left{{AllocID: allocA}, {AllocID: allocB, From: record.Lineage{allocA}}, {AllocID: allocC, From: record.Lineage{allocA}}}, allocB, want{allocC, false, true}},
+		{"siblings with A gone", []record.Left{{AllocID: allocC, From: record.Lineage{allocA}}, {AllocID: allocB, From: record.Lineage{allocA}}}, allocC, want{allocB, false, true}},
+		{"D from C from A, B from A older: D descends from C, B's sibling is C", []record.Left{{AllocID: allocB, From: record.Lineage{allocA}}, {AllocID: allocC, From: record.Lineage{allocA}}, {AllocID: allocD, From: record.Lineage{allocC, allocA}}}, allocD, want{}},
+		{"own lineage does not count", []record.Left{{AllocID: allocA, From: record.Lineage{allocA}}}, allocA, want{}},
+		{"an unknown allocation is never a fork", []record.Left{{AllocID: ""}, {AllocID: allocB, From: record.Lineage{allocA}}}, allocB, want{}},
+		{"an unknown newest forks nothing", []record.Left{{AllocID: allocB, From: record.Lineage{allocA}}}, "", want{}},
+		{"the same allocation twice (two slots, a local archive and its stream)", []record.Left{{AllocID: allocB, From: record.Lineage{allocA}}, {AllocID: allocB, From: record.Lineage{allocA}}, {AllocID: allocA}}, allocB, want{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			must.Eq(t, tc.want, record.Superseded(tc.left))
+			other, successor, ok := record.Diverged(tc.left, tc.newest)
+			must.Eq(t, tc.want, want{other, successor, ok})
 		})
 	}
 }
