@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -84,10 +85,13 @@ type Manager struct {
 	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
 	//     Reserve yet, and the Reserves under way (package preps; prepare.go).
-	arm    *armed.Tracker
-	starts starts.Yield
-	holds  *hold.Holds
-	preps  *preps.Record
+	//   - restorer restores archives at Reserve, and holds where they are
+	//     found (package restore).
+	arm      *armed.Tracker
+	starts   starts.Yield
+	holds    *hold.Holds
+	preps    *preps.Record
+	restorer *restore.Restorer
 
 	mu       sync.Mutex
 	cfg      Config
@@ -157,8 +161,6 @@ type Manager struct {
 	holder map[string]string
 	// obs is told of Reserve calls and releases (SetObserver); nil for none.
 	obs Observer
-	// archives finds what a restore brings back (SetArchives); nil for none.
-	archives Archives
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -172,6 +174,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 
 		holds: hold.New(), preps: preps.NewRecord(), proofGrace: identifyGrace,
 	}
+	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.starts.Set(starts.Default)
 	return m
 }

@@ -274,7 +274,7 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 				if d.Asker.Known() && record.SameIdentity(d.Asker, s.Owner) {
 					// The replacement of an ended allocation: it keeps
 					// the dataset, data and all.
-					got, err := m.handOverInPlace(ctx, s, d.Asker)
+					got, err := m.restorer.InPlace(ctx, s, d.Asker)
 					if err == nil {
 						res = append(res, got)
 						continue
@@ -338,13 +338,13 @@ func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Tim
 	}
 	var notes map[string]string
 	if c := m.classOf(fresh); c.Restore == RestoreBestEffort || c.Restore == RestoreRequired {
-		o := m.restoreFresh(ctx, nomad, c, fresh, arrived, view)
-		if o.wait != "" {
-			renew = o.renew
-			return nil, o.wait, nil
+		o := m.restorer.Fresh(ctx, nomad, c, fresh, arrived, view)
+		if o.Wait != "" {
+			renew = o.Renew
+			return nil, o.Wait, nil
 		}
-		res = append(res, o.restored...)
-		fresh, notes = o.fresh, o.notes
+		res = append(res, o.Restored...)
+		fresh, notes = o.Fresh, o.Notes
 	}
 	reserved, err := m.reserveFresh(ctx, nomad, fresh, spares, arrived, *view)
 	if retry := (retryReserve{}); errors.As(err, &retry) {

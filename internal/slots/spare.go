@@ -10,19 +10,17 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-// errChanged: the slot changed since the caller decided; decide again.
-var errChanged = errors.New("the slot changed since it was read")
+// errChanged: the slot changed since the caller decided; decide again
+// (view.ErrChanged, which package restore returns too).
+var errChanged = view.ErrChanged
 
-// sameTenancy reports whether slot view cur still shows the tenancy that a
-// decision was made from (s): the same dataset, reserved, by the same
-// owner. What else may have changed since (the owner recorded, a spare
-// made, a remount) does not bear on the decision.
-func sameTenancy(cur, s Slot) bool {
-	return cur.Dataset == s.Dataset && cur.State == record.StateReserved && s.State == record.StateReserved && cur.Owner.AllocID == s.Owner.AllocID
-}
+// sameTenancy is view.SameTenancy: the slot still shows the tenancy a
+// decision was made from.
+func sameTenancy(cur, s Slot) bool { return view.SameTenancy(cur, s) }
 
 // promoteSpare makes the spare of x serve, in state, and its dataset x's
 // old one (being released). x is the slot's view right after its release
