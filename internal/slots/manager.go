@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
@@ -56,7 +57,7 @@ type ZFS interface {
 //     release of the slot's old dataset, up to its rename: nothing else
 //     touches that dataset (see tend.outside). No Nomad call is ever made while
 //     one is held, and each zfs command has the runner's timeout. While the
-//     proof behind a prepared slot's Reserve is under way (m.proving,
+//     proof behind a prepared slot's Reserve is under way (m.proofs,
 //     proof.go), lockSlot waits for it before it takes the slot's lock,
 //     and Sync leaves the slot alone.
 //   - mu guards the shared view (the fields after it). It is never held
@@ -85,12 +86,19 @@ type Manager struct {
 	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
 	//     Reserve yet, and the Reserves under way (package preps; prepare.go).
+	//   - proofs are the gates of the proofs made behind a prepared slot's
+	//     Reserve (package proofs; proof.go): until its proof answered no
+	//     other work touches the slot (lockSlot waits, tryLockSlot
+	//     refuses, release passes leave it, a Reserve of it waits); and
+	//     how long a proof may read (identifyGrace; tests set another:
+	//     export_test.go).
 	//   - restorer restores archives at Reserve, and holds where they are
 	//     found (package restore).
 	arm      *armed.Tracker
 	starts   starts.Yield
 	holds    *hold.Holds
 	preps    *preps.Record
+	proofs   *proofs.Gates
 	restorer *restore.Restorer
 
 	mu       sync.Mutex
@@ -117,14 +125,6 @@ type Manager struct {
 	// the slot's view but never recorded on ZFS: an owner is recorded only
 	// once the proof made behind the Reserve shows it (proof.go).
 	unproven map[string]record.Owner
-	// proving are, by ID, the gates of the proofs made behind a prepared
-	// slot's Reserve (proof.go): closed once the proof answered. Until
-	// then no other work touches the slot (lockSlot waits, tryLockSlot
-	// refuses, release passes leave it, a Reserve of it waits).
-	proving map[string]chan struct{}
-	// proofGrace bounds the read of a proof behind a Reserve
-	// (identifyGrace; tests set another: export_test.go).
-	proofGrace time.Duration
 	// releases counts, by ID, the releases begun (forgetTenancy): what a read
 	// made for a Reserve says counts only if none began since the
 	// handover (identified), for the slot may serve a new dataset of the
@@ -169,10 +169,10 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	m := &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		holds: hold.New(), preps: preps.NewRecord(), proofGrace: identifyGrace,
+		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.starts.Set(starts.Default)
