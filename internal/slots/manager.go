@@ -15,6 +15,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
@@ -100,6 +101,9 @@ type Manager struct {
 	preps    *preps.Record
 	proofs   *proofs.Gates
 	restorer *restore.Restorer
+	// reserver runs Reserve's rounds (package reserve), through the
+	// manager (reserveSlots); it has no state of its own.
+	reserver *reserve.Reserver
 
 	mu       sync.Mutex
 	cfg      Config
@@ -175,6 +179,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
+	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)
 	m.starts.Set(starts.Default)
 	return m
 }

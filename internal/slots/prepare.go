@@ -223,7 +223,7 @@ func (m *Manager) startPrep(ctx context.Context, s Slot, asker record.Owner, how
 // lock, after checking that it is still free and mounted as it must be:
 // in memory for a dataset armed by this run, else with one zfs command.
 // The asker's owner of a dataset not armed is recorded behind it
-// (recordOwner), as markReserved and reserveFresh do for a Reserve; that
+// (recordOwner), as markReserved and package reserve do for a Reserve; that
 // of an armed one only once the proof behind its Reserve shows it
 // (proof.go). It returns the dataset and whether it is armed, or
 // errChanged when the slot is no longer free.

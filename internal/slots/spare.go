@@ -60,7 +60,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // whose owner has ended (decide said so, from a read that began after the
 // Reserve arrived, and the asker is the one other holder of the device;
 // or a release pass did, and the asker, unknown here, is identified by
-// the caller as for a fresh slot: see reserveFresh):
+// the caller as for a fresh slot: see package reserve):
 // a spare armed by this run (package armed) is handed over in memory and the
 // fate of the owner's dataset written behind it, first in that dataset's
 // release run (writeFateBehind); a `free` spare of an earlier build is
