@@ -13,6 +13,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
@@ -86,7 +87,7 @@ type Manager struct {
 	//     slot work yields to (package starts).
 	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
-	//     Reserve yet, and the Reserves under way (package preps; prepare.go).
+	//     Reserve yet, and the Reserves under way (package preps; package prepare).
 	//   - proofs are the gates of the proofs made behind a prepared slot's
 	//     Reserve (package proofs; proof.go): until its proof answered no
 	//     other work touches the slot (lockSlot waits, tryLockSlot
@@ -101,6 +102,9 @@ type Manager struct {
 	preps    *preps.Record
 	proofs   *proofs.Gates
 	restorer *restore.Restorer
+	// preparer prepares slots at placement, and hands them to their
+	// Reserve (package prepare); its record is preps.
+	preparer *prepare.Preparer
 	// reserver runs Reserve's rounds (package reserve), through the
 	// manager (reserveSlots); it has no state of its own.
 	reserver *reserve.Reserver
@@ -179,6 +183,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
+	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
 	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)
 	m.starts.Set(starts.Default)
 	return m

@@ -2,13 +2,14 @@ package slots
 
 // The proof of a prepared slot's asker, made behind its Reserve.
 //
-// A slot prepared at placement on a dataset armed by this run (prepare.go)
+// A slot prepared at placement on a dataset armed by this run (package
+// prepare)
 // is fresh: armed, never handed over, empty. Handing it to the wrong
 // asker leaks nothing, so its Reserve answers at once, and the proof that
 // the asker is the prepared allocation (Nomad.Holds: one small read of
 // that allocation, made after the call arrived) runs behind the answer.
 // The proof is about the allocation's state at a moment after the call
-// arrived, so it holds however late it comes back (see prepare.go).
+// arrived, so it holds however late it comes back (see package prepare).
 //
 // What a wrong answer could cost is an owner recorded wrongly: the data a
 // tenant then writes would follow that owner. So, until the proof
@@ -44,7 +45,7 @@ import (
 )
 
 // answerBeforeProof hands over the prepared slots res (of ids, as
-// reservePrepared checked them, each prepared for asker on a dataset armed
+// prepare's Reserve checked them, each prepared for asker on a dataset armed
 // by this run) at once, and proves the asker behind the answer (see the
 // top of this file). In one hold of mu it checks that each slot is still
 // as res shows it and closes it to other work until the proof answers;

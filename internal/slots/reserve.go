@@ -161,7 +161,7 @@ func (r reserveSlots) AwaitProofs(ctx context.Context, ids []string) error {
 }
 
 func (r reserveSlots) ReservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*preps.Prep, arrived time.Time) ([]Slot, bool, string) {
-	return r.m.reservePrepared(ctx, nomad, ids, ps, arrived)
+	return r.m.preparer.Reserve(ctx, nomad, ids, ps, arrived)
 }
 
 func (r reserveSlots) MarkReserved(ctx context.Context, id string) (Slot, error) {

@@ -79,7 +79,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner)
 }
 
 // handOverSpareTo is handOverSpare; prepared: the asker is the allocation
-// placed on the slot, not proven yet (a preparation, prepare.go), so an
+// placed on the slot, not proven yet (a preparation, package prepare), so an
 // armed spare's owner is only laid over the view (m.unproven), and not
 // recorded until the proof behind its Reserve shows it (proof.go).
 func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owner, prepared bool) (Slot, error) {

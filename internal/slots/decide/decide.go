@@ -2,7 +2,7 @@
 // handed over, released or must be kept: the one judgment that the slot
 // manager's Reserve, its release pass and its preparations share, made
 // from a read of the node's allocations. It changes nothing: the manager
-// carries out what it decides (slots/reserve.go, slots/release.go).
+// carries out what it decides (slots/reserve, slots/release.go).
 package decide
 
 import (
