@@ -22,7 +22,7 @@ import (
 // holds). A Reserve asks it for the allocation a slot was prepared for: a
 // complete view showed that allocation the slot's only live holder, and
 // while it stays live and wanted no other allocation can be placed on the
-// device, so the asker can only be it (see slots.reservePrepared).
+// device, so the asker can only be it (see the Reserve of package slots/prepare).
 func (w *Watcher) Holds(ctx context.Context, namespace, allocID, task string, deviceIDs []string) error {
 	if allocID == "" || task == "" {
 		return fmt.Errorf("no allocation or task to look up")

@@ -15,7 +15,7 @@ import (
 
 // TestBackup_TheDatasLineageTravelsWithIt: A runs on node a with live
 // backups; a is lost. Its replacement B restores A's last live backup on
-// node b, which records that its data came from A (as restoreInto does),
+// node b, which records that its data came from A (as restore's into does),
 // writes, and is released. B's live and final streams say where their data
 // came from (data_from), and a third node that restores B's data receives
 // that record with the stream: what a restore of it records names B, then
@@ -39,7 +39,7 @@ func TestBackup_TheDatasLineageTravelsWithIt(t *testing.T) {
 	must.SliceLen(t, 1, sent)
 	must.SliceEmpty(t, sent[0].From, must.Sprint("data never restored has no lineage"))
 
-	// B restores it on node b, as restoreInto leaves a slot: reserved for
+	// B restores it on node b, as restore's into leaves a slot: reserved for
 	// B, its data's lineage recorded. B writes, is backed up live, and is
 	// released.
 	got, err := b.keeper.Fetch(ctx, "state", allocB, retention.Archive{})

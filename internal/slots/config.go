@@ -13,7 +13,7 @@ type Config = reconcile.Config
 type Class = reconcile.Class
 
 // Restore values: what Reserve does when the asker's identity has an
-// archive (see restore.go).
+// archive (see package restore).
 const (
 	RestoreOff        = reconcile.RestoreOff
 	RestoreBestEffort = reconcile.RestoreBestEffort

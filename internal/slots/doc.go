@@ -27,10 +27,21 @@
 //     mode).
 //   - allocs: what the manager asks of the node's allocations (Nomad,
 //     View), answered from the allocation watcher (FromWatcher).
-//   - armed, starts, hold, preps: the manager's parts with locks of their
-//     own (this run's armed datasets, the starts under way that background
-//     work yields to, the slots held for their next tenant, the slots
-//     prepared at placement and the Reserves under way).
+//   - reserve: Reserve's rounds (fresh slots, reserved ones judged by
+//     decide, restores, releases waited for), through the manager
+//     (reserveSlots, in reserve.go).
+//   - prepare: the slots prepared at placement for the allocation Nomad
+//     placed on them, and their handover to its Reserve, through the
+//     manager (prepareSlots, in prepare.go).
+//   - restore: an identity's archive back into fresh slots at Reserve, or
+//     an ended allocation's dataset to its replacement, through the
+//     manager (restoreSlots, in restore.go); it holds where archives are
+//     found.
+//   - armed, starts, hold, preps, proofs: the manager's parts with locks of
+//     their own (this run's armed datasets, the starts under way that
+//     background work yields to, the slots held for their next tenant, the
+//     slots prepared at placement and the Reserves under way, the gates of
+//     the proofs behind a prepared slot's Reserve).
 //
 // Where to look in this package:
 //
@@ -38,14 +49,16 @@
 //     slot.go, config.go and nomad.go (the types its users name, by alias),
 //     locks.go (per-slot locks and versions), armed_zfs.go (every read of
 //     ZFS as this run reads it), hooks.go (metrics), loop.go (Run).
-//   - Reserve: reserve.go (the call), fresh.go (a fresh slot: one zfs
-//     command, or none when armed), adopt.go (an earlier run's armed
-//     datasets), prepare.go and prepare_claim.go (the work done at
-//     placement, recorded in package preps, claimed by the Reserve),
+//   - Reserve: reserve.go (the call, and the manager's side of package
+//     reserve), fresh.go (a fresh slot marked: one zfs command, or none
+//     when armed; who asked, recorded), adopt.go (an earlier run's armed
+//     datasets), prepare.go (the manager's side of package prepare: a
+//     free slot marked at placement, the preparations a Reserve claims),
 //     proof.go (a prepared slot's asker proven behind the answer, the slot
-//     closed until then), restore.go (an archive back for its identity),
-//     owners.go (owners recorded behind the Reserve), owner_mount.go (a
-//     reserved slot mounted before it goes back to its owner).
+//     closed until then by its gate in package proofs), restore.go (the
+//     manager's side of package restore), owners.go (owners recorded
+//     behind the Reserve), owner_mount.go (a reserved slot mounted before
+//     it goes back to its owner).
 //   - Release: release.go (the pass over ended allocations, and the slots
 //     held for their next tenant), fate.go (what a release records first),
 //     release_run.go (one slot's release in the background, yielding to

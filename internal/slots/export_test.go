@@ -24,9 +24,7 @@ func (m *Manager) HeldForNext(id string) bool {
 // (identifyGrace otherwise), for tests that hold that read open while they
 // show what waits for it.
 func (m *Manager) SetProofGrace(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.proofGrace = d
+	m.proofs.SetGrace(d)
 }
 
 // WaitProofs returns once no proof behind a prepared slot's Reserve is

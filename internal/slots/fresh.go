@@ -1,10 +1,10 @@
 package slots
 
-// Reserve on fresh slots: the one zfs command of each, and who asked.
+// Reserve on fresh slots: the manager's side of the rounds' fresh handover
+// (reserve's fresh): the one zfs command of each, and who asked.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,143 +12,15 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // identifyGrace is how long Reserve on a fresh slot waits, after its one
-// zfs command, for the allocation read that tells who asked. A fresh dataset
-// is empty, so it is handed over either way; without the read its owner
-// stays unknown and the slot is kept until no allocation holds it.
-const identifyGrace = 2 * time.Second
-
-// reserveFresh marks fresh slots reserved (one zfs command each), hands
-// over the spares of held slots (handOverSpare: in memory for an armed
-// spare, the old dataset's fate behind it), and, while that runs, reads
-// who holds them. It returns once the
-// slots are reserved and the read is done, or identifyGrace after the zfs
-// work when it is not: an identification only counts from a read that
-// began after the call arrived and ended before the dataset was handed
-// over, when no tenant can have written to it yet. A spare that cannot be
-// handed over (the slot changed since it was seen, or ZFS refused) is a
-// retryReserve error; the slots handed over before a failure are
-// identified all the same.
-func (m *Manager) reserveFresh(ctx context.Context, nomad Nomad, ids []string, spares []Slot, arrived time.Time, have *View) ([]Slot, error) {
-	if len(ids) == 0 && len(spares) == 0 {
-		return nil, nil
-	}
-	type read struct {
-		v   *View
-		err error
-	}
-	got := make(chan read, 1)
-	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	switch {
-	case have != nil:
-		got <- read{v: have}
-	case nomad == nil:
-		got <- read{err: errors.New("no Nomad API configured")}
-	default:
-		go func() {
-			v, err := nomad.View(ictx, arrived)
-			got <- read{v, err}
-		}()
-	}
-
-	var out []Slot
-	how := map[string]string{}
-	// released: how many releases of each slot may have begun by the end
-	// of its handover (a spare's handover begins the old dataset's);
-	// another one since, and the read no longer speaks of what serves.
-	released := map[string]uint64{}
-	// failed: a handover that failed. The slots handed over before it are
-	// still identified below, so that the next round, which finds them
-	// reserved, gives them back to their owner (the asker) rather than
-	// keep them for want of one.
-	var failed error
-	for _, held := range spares {
-		released[held.ID] = m.releasesOf(held.ID) + 1
-		s, err := m.handOverSpare(ctx, held, record.Owner{})
-		if err != nil {
-			failed = retryReserve{fmt.Errorf("device %s: handing over its spare: %w", held.ID, err)}
-			break
-		}
-		out = append(out, s)
-		how[s.ID] = "spare"
-	}
-	for _, id := range ids {
-		if failed != nil {
-			break
-		}
-		released[id] = m.releasesOf(id)
-		s, err := m.markReserved(ctx, id)
-		if err != nil {
-			failed = err
-			break
-		}
-		out = append(out, s)
-		how[id] = "fresh"
-	}
-	if len(out) == 0 {
-		return nil, failed
-	}
-
-	var r read
-	grace := time.NewTimer(identifyGrace)
-	defer grace.Stop()
-	select {
-	case r = <-got:
-	case <-grace.C:
-		r.err = fmt.Errorf("no allocation read within %s", identifyGrace)
-	case <-ctx.Done():
-		r.err = ctx.Err()
-	}
-	for i, s := range out {
-		var why string
-		switch {
-		case r.err != nil:
-			why = fmt.Sprintf("the node's allocations could not be read when it was reserved (%v)", r.err)
-		case !r.v.Complete:
-			m.setIncomplete(r.v.Incomplete)
-			why = "the token may not see every namespace (see the warning), so the sole visible holder is no proof of who asked"
-		default:
-			m.setIncomplete(r.v.Incomplete)
-			h := r.v.Holders(s.ID)
-			switch {
-			case len(h) == 1:
-				out[i].Owner = h[0].Owner
-			case len(h) == 0:
-				why = "no allocation holds it in the read made for this Reserve"
-			default:
-				why = fmt.Sprintf("%d live allocations hold it", len(h))
-			}
-		}
-		if !m.identified(s, released[s.ID], out[i].Owner, why) {
-			// Released since it was handed over (its asker ended before
-			// the read came back), and perhaps another tenant's since:
-			// what the read says belongs to a dataset that no longer
-			// serves, and is not recorded on the one that does.
-			m.log.Warn("reserved slot changed before the read that identifies its asker came back", "device", s.ID, "dataset", s.Dataset)
-			if failed == nil {
-				failed = fmt.Errorf("device %s: its dataset %s was released before the read that identifies the asker came back", s.ID, s.Dataset)
-			}
-			continue
-		}
-		if why != "" {
-			m.log.Warn("reserved slot's owner unknown", "device", s.ID, "reason", why)
-		}
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", out[i].Owner.String(), "how", how[s.ID], "took", time.Since(arrived))
-	}
-	m.Kick() // record owners in the background, off Reserve's path
-	for _, s := range out {
-		m.goTend(ctx, s.ID) // the spare, for the next tenant
-	}
-	if failed != nil {
-		return nil, failed
-	}
-	return out, nil
-}
+// zfs command, for the allocation read that tells who asked
+// (reserve.IdentifyGrace); a prepared slot's proof reads as long.
+const identifyGrace = reserve.IdentifyGrace
 
 // releasesOf returns how many releases of slot id have begun (forgetTenancy).
 func (m *Manager) releasesOf(id string) uint64 {
@@ -158,8 +30,8 @@ func (m *Manager) releasesOf(id string) uint64 {
 }
 
 // identified records what the read made for a Reserve says of slot s,
-// as reserveFresh handed it over: its owner o (to record on ZFS, and in
-// the slot's view), or, when why says it is unknown, a note that keeps the
+// as the rounds of Reserve (package reserve) handed it over: its owner o
+// (to record on ZFS, and in the slot's view), or, when why says it is unknown, a note that keeps the
 // data; for an armed dataset, that it was handed over (recordOwner). It
 // does so only while the slot still serves that dataset, reserved, with no
 // owner recorded and no release begun since the handover (released is
@@ -208,7 +80,7 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 	if s.State != record.StateFree || !s.OK || s.Mountpoint == "" {
 		// Decided again from the slot as it is now (reserved by a
 		// preparation that got its lock first, say).
-		return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, view.OrDash(s.Why), errChanged)}
+		return Slot{}, reserve.Retry{Err: fmt.Errorf("device %s (dataset %s) changed while it was being reserved (%s): %w", id, s.Dataset, view.OrDash(s.Why), errChanged)}
 	}
 	m.mu.Lock()
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
@@ -223,7 +95,7 @@ func (m *Manager) markReserved(ctx context.Context, id string) (Slot, error) {
 		// the dataset was made again since this view (a Sync, under the
 		// slot's lock, before it installed what it made).
 		if !m.arm.Claim(s.Dataset, s.Armed) {
-			return Slot{}, retryReserve{fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
+			return Slot{}, reserve.Retry{Err: fmt.Errorf("device %s (dataset %s) changed while it was being reserved: %w", id, s.Dataset, errChanged)}
 		}
 	} else if err := m.zfs.Set(zfs.Foreground(ctx), s.Dataset, record.PropState, string(record.To(record.Reserve))); err != nil {
 		// Foreground: the task's start waits for this command.

@@ -71,7 +71,7 @@ func (m *Manager) lockSlotOnce(ctx context.Context, id, what string) (unlock fun
 		}
 	}
 	m.mu.Lock()
-	if gate := m.proving[id]; gate != nil {
+	if gate := m.proofs.Of(id); gate != nil {
 		m.mu.Unlock()
 		<-l
 		m.treeMu.RUnlock()
@@ -107,7 +107,7 @@ func (m *Manager) tryLockSlot(id, mine string) (unlock func(), ok bool) {
 	}
 	m.mu.Lock()
 	_, running := m.runs[id]
-	running = running && id != mine || m.proving[id] != nil // a proof: see lockSlot
+	running = running && id != mine || m.proofs.Under(id) // a proof: see lockSlot
 	if !running {
 		m.holder[id] = "sync"
 	}

@@ -18,7 +18,7 @@ import (
 // is still running.
 //
 // Three loops share each wake-up: the preparation of slots for
-// allocations just placed (prepare.go), the owners identified at Reserve
+// allocations just placed (package prepare), the owners identified at Reserve
 // (recordOwners: ZFS only), and the release passes, each a loop.Run. Run
 // itself only wakes them, at each kick and each period; the release passes
 // keep the period on a timer of their own, which kicks never put off. None
@@ -43,7 +43,7 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 	go loop.Run(ctx, loop.Config{Name: "slot preparation", Log: m.log, Kick: prep}, func(ctx context.Context, _ loop.Wake) loop.Next {
 		// Allocations just placed: their Reserve may come at any moment,
 		// and waits for what this starts.
-		if _, err := m.prepare(ctx); err != nil && ctx.Err() == nil {
+		if _, err := m.preparer.Prepare(ctx); err != nil && ctx.Err() == nil {
 			m.log.Debug("no slot prepared", "error", err)
 		}
 		return loop.Next{}

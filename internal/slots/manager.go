@@ -13,7 +13,11 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -55,7 +59,7 @@ type ZFS interface {
 //     release of the slot's old dataset, up to its rename: nothing else
 //     touches that dataset (see tend.outside). No Nomad call is ever made while
 //     one is held, and each zfs command has the runner's timeout. While the
-//     proof behind a prepared slot's Reserve is under way (m.proving,
+//     proof behind a prepared slot's Reserve is under way (m.proofs,
 //     proof.go), lockSlot waits for it before it takes the slot's lock,
 //     and Sync leaves the slot alone.
 //   - mu guards the shared view (the fields after it). It is never held
@@ -83,11 +87,27 @@ type Manager struct {
 	//     slot work yields to (package starts).
 	//   - holds are the slots held for their next tenant (package hold).
 	//   - preps are the slots prepared at placement and not claimed by a
-	//     Reserve yet, and the Reserves under way (package preps; prepare.go).
-	arm    *armed.Tracker
-	starts starts.Yield
-	holds  *hold.Holds
-	preps  *preps.Record
+	//     Reserve yet, and the Reserves under way (package preps; package prepare).
+	//   - proofs are the gates of the proofs made behind a prepared slot's
+	//     Reserve (package proofs; proof.go): until its proof answered no
+	//     other work touches the slot (lockSlot waits, tryLockSlot
+	//     refuses, release passes leave it, a Reserve of it waits); and
+	//     how long a proof may read (identifyGrace; tests set another:
+	//     export_test.go).
+	//   - restorer restores archives at Reserve, and holds where they are
+	//     found (package restore).
+	arm      *armed.Tracker
+	starts   starts.Yield
+	holds    *hold.Holds
+	preps    *preps.Record
+	proofs   *proofs.Gates
+	restorer *restore.Restorer
+	// preparer prepares slots at placement, and hands them to their
+	// Reserve (package prepare); its record is preps.
+	preparer *prepare.Preparer
+	// reserver runs Reserve's rounds (package reserve), through the
+	// manager (reserveSlots); it has no state of its own.
+	reserver *reserve.Reserver
 
 	mu       sync.Mutex
 	cfg      Config
@@ -113,14 +133,6 @@ type Manager struct {
 	// the slot's view but never recorded on ZFS: an owner is recorded only
 	// once the proof made behind the Reserve shows it (proof.go).
 	unproven map[string]record.Owner
-	// proving are, by ID, the gates of the proofs made behind a prepared
-	// slot's Reserve (proof.go): closed once the proof answered. Until
-	// then no other work touches the slot (lockSlot waits, tryLockSlot
-	// refuses, release passes leave it, a Reserve of it waits).
-	proving map[string]chan struct{}
-	// proofGrace bounds the read of a proof behind a Reserve
-	// (identifyGrace; tests set another: export_test.go).
-	proofGrace time.Duration
 	// releases counts, by ID, the releases begun (forgetTenancy): what a read
 	// made for a Reserve says counts only if none began since the
 	// handover (identified), for the slot may serve a new dataset of the
@@ -157,8 +169,6 @@ type Manager struct {
 	holder map[string]string
 	// obs is told of Reserve calls and releases (SetObserver); nil for none.
 	obs Observer
-	// archives finds what a restore brings back (SetArchives); nil for none.
-	archives Archives
 }
 
 // NewManager returns a manager that reaches ZFS through z.
@@ -167,11 +177,14 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	m := &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, proving: map[string]chan struct{}{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
 
-		holds: hold.New(), preps: preps.NewRecord(), proofGrace: identifyGrace,
+		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
+	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
+	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
+	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)
 	m.starts.Set(starts.Default)
 	return m
 }

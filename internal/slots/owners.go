@@ -96,10 +96,10 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 }
 
 // dropOwner forgets the pending owner of slot id once o is recorded (or
-// moot), unless another was queued meanwhile: reserveFresh queues the
-// handover of an armed spare (a zero owner) before its read tells who
-// asked, and the owner that read identifies, queued while the handover
-// was written, stays pending for the next pass.
+// moot), unless another was queued meanwhile: a fresh handover (package
+// reserve) queues the handover of an armed spare (a zero owner) before
+// its read tells who asked, and the owner that read identifies, queued
+// while the handover was written, stays pending for the next pass.
 func (m *Manager) dropOwner(id string, o record.Owner) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

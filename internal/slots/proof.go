@@ -2,13 +2,14 @@ package slots
 
 // The proof of a prepared slot's asker, made behind its Reserve.
 //
-// A slot prepared at placement on a dataset armed by this run (prepare.go)
+// A slot prepared at placement on a dataset armed by this run (package
+// prepare)
 // is fresh: armed, never handed over, empty. Handing it to the wrong
 // asker leaks nothing, so its Reserve answers at once, and the proof that
 // the asker is the prepared allocation (Nomad.Holds: one small read of
 // that allocation, made after the call arrived) runs behind the answer.
 // The proof is about the allocation's state at a moment after the call
-// arrived, so it holds however late it comes back (see prepare.go).
+// arrived, so it holds however late it comes back (see package prepare).
 //
 // What a wrong answer could cost is an owner recorded wrongly: the data a
 // tenant then writes would follow that owner. So, until the proof
@@ -18,7 +19,7 @@ package slots
 //     meanwhile leaves an armed dataset with no owner, which the next run
 //     keeps until a complete read and an empty root prove that nobody has
 //     it (package armed);
-//   - the slot is closed to every other work (its gate, m.proving):
+//   - the slot is closed to every other work (its gate, m.proofs):
 //     lockSlot waits for the proof, Sync leaves the slot as it is, a
 //     release pass does not decide it (the proof kicks the next), no
 //     preparation starts for it, and another Reserve of it waits
@@ -44,7 +45,7 @@ import (
 )
 
 // answerBeforeProof hands over the prepared slots res (of ids, as
-// reservePrepared checked them, each prepared for asker on a dataset armed
+// prepare's Reserve checked them, each prepared for asker on a dataset armed
 // by this run) at once, and proves the asker behind the answer (see the
 // top of this file). In one hold of mu it checks that each slot is still
 // as res shows it and closes it to other work until the proof answers;
@@ -52,7 +53,6 @@ import (
 // of a prepared spare's old dataset, written behind). ok is false, with
 // why, when a slot changed.
 func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []string, ps []*preps.Prep, res []Slot, asker record.Owner, arrived time.Time) (out []Slot, ok bool, why string) {
-	gate := make(chan struct{})
 	released := map[string]uint64{}
 	m.mu.Lock()
 	for _, s := range res {
@@ -69,10 +69,12 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 			return nil, false, "the slot changed since it was prepared"
 		}
 	}
+	closed := make([]string, 0, len(res))
 	for _, s := range res {
-		m.proving[s.ID] = gate
+		closed = append(closed, s.ID)
 		released[s.ID] = m.releases[s.ID]
 	}
+	gate := m.proofs.Close(closed)
 	m.mu.Unlock()
 	// No preparation starts for the slots until the proof answered.
 	m.preps.Begin(ids)
@@ -86,25 +88,19 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 
 // prove makes the proof behind the answer of answerBeforeProof: one read
 // of asker, made now (after the call arrived), bounded by identifyGrace
-// (m.proofGrace).
+// (m.proofs.Grace).
 // It records what the proof says (proven), then opens the slots' gate.
 func (m *Manager) prove(ctx context.Context, nomad Nomad, ids []string, res []Slot, asker record.Owner, released map[string]uint64, gate chan struct{}) {
 	began := time.Now()
-	m.mu.Lock()
-	grace := m.proofGrace
-	m.mu.Unlock()
-	hctx, cancel := context.WithTimeout(ctx, grace)
+	hctx, cancel := context.WithTimeout(ctx, m.proofs.Grace())
 	err := nomad.Holds(hctx, asker, ids)
 	cancel()
 	m.proven(res, asker, released, err)
-	m.mu.Lock()
+	opened := make([]string, 0, len(res))
 	for _, s := range res {
-		if m.proving[s.ID] == gate {
-			delete(m.proving, s.ID)
-		}
+		opened = append(opened, s.ID)
 	}
-	m.mu.Unlock()
-	close(gate)
+	m.proofs.Open(opened, gate)
 	m.preps.End(ids)
 	if err != nil {
 		m.log.Warn("reserved slot's owner unknown: the proof of its asker failed", "devices", ids, "prepared for", asker.String(), "error", err, "took", time.Since(began))
@@ -157,38 +153,10 @@ func (m *Manager) proven(res []Slot, asker record.Owner, released map[string]uin
 }
 
 // awaitProofs waits for the proofs under way on the slots of ids (every
-// slot when ids is nil), until ctx is done.
+// slot when ids is nil), until ctx is done (proofs.Gates.Await).
 func (m *Manager) awaitProofs(ctx context.Context, ids []string) error {
-	for {
-		m.mu.Lock()
-		var gate chan struct{}
-		if ids == nil {
-			for _, g := range m.proving {
-				gate = g
-				break
-			}
-		}
-		for _, id := range ids {
-			if g := m.proving[id]; g != nil {
-				gate = g
-				break
-			}
-		}
-		m.mu.Unlock()
-		if gate == nil {
-			return nil
-		}
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the proof of the asker of a prepared slot: %w", ctx.Err())
-		}
-	}
+	return m.proofs.Await(ctx, ids)
 }
 
 // provingNow reports whether a proof is under way on slot id.
-func (m *Manager) provingNow(id string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proving[id] != nil
-}
+func (m *Manager) provingNow(id string) bool { return m.proofs.Under(id) }

@@ -3,18 +3,16 @@ package slots
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 )
 
 // Reserve is called (through the device plugin) when Nomad starts a task
@@ -53,7 +51,7 @@ func (m *Manager) Reserve(ctx context.Context, ids []string) ([]Slot, error) {
 		m.noteAsked(arrived)
 	}
 	waited := false
-	res, err := m.reserve(ctx, ids, arrived, &waited, ps, prepared)
+	res, err := m.reserver.Reserve(ctx, ids, arrived, &waited, ps, prepared)
 	if err == nil {
 		m.starts.Begin()
 	}
@@ -79,73 +77,6 @@ func (m *Manager) noteAsked(arrived time.Time) {
 	defer m.mu.Unlock()
 	if arrived.After(m.asked) {
 		m.asked = arrived
-	}
-}
-
-// reserve is Reserve; it sets *waited when it had to wait. ps are the
-// preparations of ids, all of them when prepared is set (claimPreps).
-func (m *Manager) reserve(ctx context.Context, ids []string, arrived time.Time, waited *bool, ps []*preps.Prep, prepared bool) ([]Slot, error) {
-	if len(ids) == 0 {
-		return nil, errors.New("no device IDs to reserve")
-	}
-	if err := m.checkIDs(ids); err != nil {
-		return nil, err
-	}
-	// A slot handed over before the proof of its asker (proof.go) is
-	// decided once that proof has answered.
-	if err := m.awaitProofs(ctx, ids); err != nil {
-		return nil, fmt.Errorf("device %s: %w", strings.Join(ids, ", "), err)
-	}
-	if prepared {
-		m.mu.Lock()
-		nomad := m.nomad
-		m.mu.Unlock()
-		res, ok, why := m.reservePrepared(ctx, nomad, ids, ps, arrived)
-		if ok {
-			return res, nil
-		}
-		m.log.Debug("prepared slots not handed over at once; the usual proof decides", "devices", ids, "reason", why)
-		m.noteAsked(arrived)
-	}
-	// The usual rounds decide from the slots as their preparations left
-	// them: a preparation still under way (of some of ids) ends first.
-	for _, p := range ps {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.Done():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("device %s: waiting for its preparation: %w", strings.Join(ids, ", "), ctx.Err())
-		}
-	}
-	var view *View // the latest read that began after arrived
-	var why string // the latest round's reason to wait
-	for {
-		changed := m.Changed()
-		res, wait, err := m.tryReserve(ctx, ids, arrived, &view)
-		if err != nil || wait == "" {
-			return res, err
-		}
-		if ctx.Err() != nil && why != "" {
-			// reserve_timeout cut this round short: the reason to tell
-			// is the one the round before found (a full pool, say), not
-			// the deadline.
-			wait = why
-		}
-		why = wait
-		*waited = true
-		m.log.Debug("reserve waiting", "devices", ids, "reason", wait)
-		m.Kick()
-		retry := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			retry.Stop()
-			return nil, fmt.Errorf("%s; gave up after %s (reserve_timeout)", wait, time.Since(arrived).Round(time.Second))
-		case <-changed:
-		case <-retry.C:
-		}
-		retry.Stop()
 	}
 }
 
@@ -184,191 +115,6 @@ func (m *Manager) checkIDs(ids []string) error {
 	return nil
 }
 
-// decidedRelease is a release that Reserve starts: the slot, and the
-// allocation asking for it.
-type decidedRelease struct {
-	slot  Slot
-	asker record.Owner
-}
-
-// tryReserve reserves the slots if that is safe now. Otherwise it starts
-// what it can (the release of a slot whose owner has ended) and returns why
-// the caller must wait. *view caches the allocation read of this round.
-func (m *Manager) tryReserve(ctx context.Context, ids []string, arrived time.Time, view **View) (res []Slot, wait string, err error) {
-	m.mu.Lock()
-	nomad := m.nomad
-	m.mu.Unlock()
-	var fresh []string
-	var spares []Slot // held slots: their spare goes to the asker as a fresh slot does
-	var release []decidedRelease
-	// renew: the wait is for something outside this plugin, so the next
-	// round needs a new read. A wait for releases only keeps the read: it
-	// began after the call arrived, which is all its proofs need.
-	renew := false
-	defer func() {
-		if renew {
-			*view = nil
-		}
-	}()
-	for _, id := range ids {
-		s, ok := m.slot(id)
-		if !ok {
-			return nil, "", fmt.Errorf("device %s is no longer offered by this node", id)
-		}
-		if s.State == record.StateFree {
-			if !s.OK || s.Mountpoint == "" {
-				return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.Why)
-			}
-			fresh = append(fresh, id)
-			continue
-		}
-		if s.State == record.StateReleasing || s.State == record.StateDestroying {
-			wait = fmt.Sprintf("device %s is being released from %s", s.ID, s.Owner)
-			continue
-		}
-		if s.State != record.StateReserved || s.Unreadable {
-			return nil, "", fmt.Errorf("device %s (dataset %s) cannot be reserved: %s", s.ID, s.Dataset, s.Why)
-		}
-		if m.heldForNext(s) {
-			// A release pass found its owner ended ("ended" never goes
-			// back) and left the slot, its spare ready, to its next
-			// tenant (spareHold): the spare is handed over as a fresh
-			// slot is.
-			spares = append(spares, s)
-			continue
-		}
-		// A slot a tenant may have written: proof first.
-		if nomad == nil {
-			wait, renew = fmt.Sprintf("device %s holds the data of %s and this plugin cannot read allocations to verify the asker", s.ID, s.Owner), true
-			continue
-		}
-		if *view == nil {
-			v, err := nomad.View(ctx, arrived)
-			if err != nil {
-				wait = fmt.Sprintf("device %s holds the data of %s, and the node's allocations cannot be read to verify the asker (%v)", s.ID, s.Owner, err)
-				continue
-			}
-			*view = v
-			m.setIncomplete(v.Incomplete)
-		}
-		switch d := decide.Decide(ctx, m.log, m.arm, nomad, *view, s, true); d.Kind {
-		case decide.Adopt:
-			adopted, why, err := m.adoptArmed(ctx, s)
-			switch {
-			case err != nil:
-				wait, renew = fmt.Sprintf("device %s: %v", s.ID, err), true
-			case !adopted:
-				wait, renew = fmt.Sprintf("device %s (dataset %s) was armed by an earlier run of the plugin and is not known to be fresh (%s); its data is kept until no allocation holds it", s.ID, s.Dataset, why), true
-			default:
-				fresh = append(fresh, id)
-			}
-		case decide.HandOver:
-			back, err := m.mountForOwner(zfs.Foreground(ctx), s)
-			if err != nil {
-				return nil, "", fmt.Errorf("device %s (dataset %s) cannot go back to its owner %s: %w", s.ID, s.Dataset, s.Owner, err)
-			}
-			m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", s.Owner.String(), "how", "owner", "took", time.Since(arrived))
-			res = append(res, back)
-		case decide.StartRelease:
-			if c := m.classOf([]string{id}); restores(c) {
-				if d.Asker.Known() && record.SameIdentity(d.Asker, s.Owner) {
-					// The replacement of an ended allocation: it keeps
-					// the dataset, data and all.
-					got, err := m.handOverInPlace(ctx, s, d.Asker)
-					if err == nil {
-						res = append(res, got)
-						continue
-					}
-					wait, renew = fmt.Sprintf("device %s: handing the data of %s to its replacement %s: %v", s.ID, s.Owner, d.Asker, err), !errors.Is(err, errChanged)
-					continue
-				}
-				// Another identity: the dataset is archived, and the
-				// asker gets the fresh slot, with its own archive if any.
-				d.Asker = record.Owner{}
-			}
-			if d.Asker.Known() {
-				var err error
-				if s, err = m.adoptWithheld(ctx, *view, s, d, true); err != nil {
-					wait, renew = fmt.Sprintf("device %s: %v", s.ID, err), true
-					continue
-				}
-			}
-			if d.Asker.Known() && s.Spare != "" && s.OK {
-				// The asker gets the spare; the owner's dataset is
-				// archived behind it.
-				got, err := m.handOverSpare(ctx, s, d.Asker)
-				if err == nil {
-					m.log.Info("slot reserved", "device", s.ID, "dataset", got.Dataset, "owner", d.Asker.String(), "how", "spare", "took", time.Since(arrived))
-					res = append(res, got)
-					continue
-				}
-				wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.Reason)
-				if !errors.Is(err, errChanged) {
-					wait, renew = fmt.Sprintf("%s; handing over its spare: %v", wait, err), true
-				}
-				continue
-			}
-			release = append(release, decidedRelease{s, d.Asker})
-			wait = fmt.Sprintf("device %s is being released from %s (%s)", s.ID, s.Owner, d.Reason)
-		case decide.InUse:
-			wait, renew = fmt.Sprintf("device %s is in use by %s (%s), and the asker is not among the device's holders", s.ID, s.Owner, d.Reason), true
-		default:
-			wait, renew = fmt.Sprintf("device %s: %s", s.ID, d.Reason), true
-		}
-	}
-	// Start the releases here rather than wait for the release loop (or
-	// join the loop's run), and wait for them: the asker waits for them.
-	var runs []*releaseRun
-	for _, r := range release {
-		run := m.goRelease(ctx, r.slot, true, r.asker)
-		run.hurry() // the asker waits for it: no yielding to other starts
-		runs = append(runs, run)
-	}
-	for _, r := range runs {
-		select {
-		case <-r.done:
-			if r.err != nil {
-				wait, renew = fmt.Sprintf("%s; release: %v", wait, r.err), true
-			}
-		case <-ctx.Done():
-		}
-	}
-	if wait != "" {
-		return nil, wait, nil
-	}
-	var notes map[string]string
-	if c := m.classOf(fresh); c.Restore == RestoreBestEffort || c.Restore == RestoreRequired {
-		o := m.restoreFresh(ctx, nomad, c, fresh, arrived, view)
-		if o.wait != "" {
-			renew = o.renew
-			return nil, o.wait, nil
-		}
-		res = append(res, o.restored...)
-		fresh, notes = o.fresh, o.notes
-	}
-	reserved, err := m.reserveFresh(ctx, nomad, fresh, spares, arrived, *view)
-	if retry := (retryReserve{}); errors.As(err, &retry) {
-		renew = !errors.Is(err, errChanged)
-		return nil, retry.Error(), nil
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	for id, why := range notes {
-		m.setEmptyStart(id, why)
-	}
-	// In the order of ids: the slots' (see Reserve).
-	byID := map[string]Slot{}
-	for _, s := range append(res, reserved...) {
-		byID[s.ID] = s
-	}
-	out := make([]Slot, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, byID[id])
-	}
-	return out, "", nil
-}
-
 // classOf returns the class of the first of ids (all of one class: see
 // checkIDs), or a zero Class when there is none.
 func (m *Manager) classOf(ids []string) Class {
@@ -384,10 +130,70 @@ func (m *Manager) classOf(ids []string) Class {
 	return reconcile.ClassByName(m.cfg, m.slots[i].Class)
 }
 
-// retryReserve is an error of one round of Reserve that the next round may
-// not meet (the slot changed, ZFS refused for now): Reserve waits and
-// tries again, until its context is done.
-type retryReserve struct{ err error }
+// reserveSlots is the manager's side of Reserve's rounds (reserve.Slots,
+// reserve.Work).
+type reserveSlots struct{ m *Manager }
 
-func (r retryReserve) Error() string { return r.err.Error() }
-func (r retryReserve) Unwrap() error { return r.err }
+func (r reserveSlots) Slot(id string) (Slot, bool)           { return r.m.slot(id) }
+func (r reserveSlots) CheckIDs(ids []string) error           { return r.m.checkIDs(ids) }
+func (r reserveSlots) ClassOf(ids []string) Class            { return r.m.classOf(ids) }
+func (r reserveSlots) Changed() <-chan struct{}              { return r.m.Changed() }
+func (r reserveSlots) Kick()                                 { r.m.Kick() }
+func (r reserveSlots) SetIncomplete(why string)              { r.m.setIncomplete(why) }
+func (r reserveSlots) NoteAsked(arrived time.Time)           { r.m.noteAsked(arrived) }
+func (r reserveSlots) HeldForNext(s Slot) bool               { return r.m.heldForNext(s) }
+func (r reserveSlots) ReleasesOf(id string) uint64           { return r.m.releasesOf(id) }
+func (r reserveSlots) SetEmptyStart(id, why string)          { r.m.setEmptyStart(id, why) }
+func (r reserveSlots) GoTend(ctx context.Context, id string) { r.m.goTend(ctx, id) }
+
+func (r reserveSlots) Nomad() Nomad {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	return r.m.nomad
+}
+
+func (r reserveSlots) Identified(s Slot, released uint64, o record.Owner, why string) bool {
+	return r.m.identified(s, released, o, why)
+}
+
+func (r reserveSlots) AwaitProofs(ctx context.Context, ids []string) error {
+	return r.m.awaitProofs(ctx, ids)
+}
+
+func (r reserveSlots) ReservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*preps.Prep, arrived time.Time) ([]Slot, bool, string) {
+	return r.m.preparer.Reserve(ctx, nomad, ids, ps, arrived)
+}
+
+func (r reserveSlots) MarkReserved(ctx context.Context, id string) (Slot, error) {
+	return r.m.markReserved(ctx, id)
+}
+
+func (r reserveSlots) MountForOwner(ctx context.Context, s Slot) (Slot, error) {
+	return r.m.mountForOwner(ctx, s)
+}
+
+func (r reserveSlots) AdoptArmed(ctx context.Context, s Slot) (bool, string, error) {
+	return r.m.adoptArmed(ctx, s)
+}
+
+func (r reserveSlots) AdoptWithheld(ctx context.Context, v *View, s Slot, d decide.Decision) (Slot, error) {
+	return r.m.adoptWithheld(ctx, v, s, d, true)
+}
+
+func (r reserveSlots) HandOverSpare(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
+	return r.m.handOverSpare(ctx, s, asker)
+}
+
+// Release starts the release of s for asker, who waits for it: no yielding
+// to other starts.
+func (r reserveSlots) Release(ctx context.Context, s Slot, asker record.Owner) reserve.Run {
+	run := r.m.goRelease(ctx, s, true, asker)
+	run.hurry()
+	return reserveRun{run}
+}
+
+// reserveRun is a release run a Reserve waits for (reserve.Run).
+type reserveRun struct{ r *releaseRun }
+
+func (x reserveRun) Done() <-chan struct{} { return x.r.done }
+func (x reserveRun) Err() error            { return x.r.err }

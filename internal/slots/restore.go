@@ -2,355 +2,49 @@ package slots
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 )
 
 // Archives finds the archived data of an identity for a restore, and holds
-// it against retention while the restore runs. *retention.Pruner
-// implements it.
-type Archives interface {
-	// Claim returns the archives of owner o's identity in class (its
-	// namespace, job, group, task and allocation index) left by the
-	// identity's newest released allocation, in the order of the slots
-	// they came from; none when there are none. from is the lineage their data has once restored
-	// (record.PropDataFrom), recorded on the slot's dataset with its new
-	// owner. They are not pruned until release is called, which the
-	// caller must do.
-	Claim(ctx context.Context, class string, o record.Owner) (names []string, from record.Lineage, release func(), err error)
-}
+// it against retention while the restore runs (restore.Archives).
+// *retention.Pruner implements it.
+type Archives = restore.Archives
 
 // SetArchives sets where Reserve finds archives to restore (nil for none).
 // Set it before the manager is first used.
-func (m *Manager) SetArchives(a Archives) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.archives = a
+func (m *Manager) SetArchives(a Archives) { m.restorer.SetArchives(a) }
+
+// restores reports whether class c restores archives at Reserve
+// (restore.On).
+func restores(c Class) bool { return restore.On(c) }
+
+// restoreSlots is the manager's side of a restore (restore.Slots).
+type restoreSlots struct{ m *Manager }
+
+func (r restoreSlots) Lock(ctx context.Context, id, what string) (func(), error) {
+	return r.m.lockSlot(ctx, id, what)
+}
+func (r restoreSlots) Slot(id string) (Slot, bool)      { return r.m.slot(id) }
+func (r restoreSlots) All() []Slot                      { return r.m.Slots() }
+func (r restoreSlots) Update(id string, fn func(*Slot)) { r.m.updateSlot(id, fn) }
+func (r restoreSlots) SetIncomplete(why string)         { r.m.setIncomplete(why) }
+func (r restoreSlots) Kick()                            { r.m.Kick() }
+func (r restoreSlots) MountLocked(ctx context.Context, s Slot) (Slot, error) {
+	return r.m.mountLocked(ctx, s)
 }
 
-// restoreOutcome is what restoreFresh did with the fresh slots of one Reserve.
-type restoreOutcome struct {
-	// restored are the slots handed over with their archive.
-	restored []Slot
-	// fresh are the IDs left to reserve empty.
-	fresh []string
-	// notes are, by ID, why a best-effort restore started empty.
-	notes map[string]string
-	// wait is why the Reserve must wait: a required restore that cannot be
-	// done, or an archive waiting for its slot (and renew: for a new read).
-	wait  string
-	renew bool
+func (r restoreSlots) Config() reconcile.Config {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	return r.m.cfg
 }
 
-// restoreFresh gives the asker of a Reserve on fresh slots of a class with
-// restore on the data its identity left in the archive: the archives of its
-// identity's newest allocation take the slots' places (restoreInto, a
-// rename), in slot order. The asker is identified from a complete read of
-// the node's allocations that began after the call arrived (*view, read
-// here when nil), as the sole live holder of every slot. Whatever cannot be
-// done is, with restore = "required", a wait; with "best-effort", a note,
-// and the slot is reserved empty.
-func (m *Manager) restoreFresh(ctx context.Context, nomad Nomad, c Class, ids []string, arrived time.Time, view **View) restoreOutcome {
-	out := restoreOutcome{notes: map[string]string{}}
-	fail := func(why string, renew bool) restoreOutcome {
-		if c.Restore == RestoreRequired {
-			return restoreOutcome{wait: fmt.Sprintf("device %s: class %q has restore = %q and %s", strings.Join(ids, ", "), c.Name, RestoreRequired, why), renew: renew}
-		}
-		for _, id := range ids {
-			out.notes[id] = "started empty: " + why
-		}
-		out.fresh = ids
-		m.log.Warn("restore skipped; the slots start empty (restore = best-effort)", "devices", ids, "reason", why)
-		return out
-	}
-	m.mu.Lock()
-	archives := m.archives
-	m.mu.Unlock()
-	if archives == nil {
-		out.fresh = ids
-		return out
-	}
-	if nomad == nil {
-		return fail("the asker cannot be identified: this plugin cannot read allocations", true)
-	}
-	if *view == nil {
-		v, err := nomad.View(ctx, arrived)
-		if err != nil {
-			return fail(fmt.Sprintf("the asker cannot be identified: the node's allocations cannot be read (%v)", err), true)
-		}
-		*view = v
-		m.setIncomplete(v.Incomplete)
-	}
-	if !(*view).Complete {
-		return fail("the asker cannot be identified: the token may not see every namespace (see the warning)", true)
-	}
-	var asker record.Owner
-	for _, id := range ids {
-		h := (*view).Holders(id)
-		if len(h) != 1 || (asker.Known() && h[0].Owner != asker) {
-			return fail(fmt.Sprintf("the asker cannot be identified: %d live allocations hold %s", len(h), id), true)
-		}
-		asker = h[0].Owner
-	}
-	switch {
-	case asker.Truncated():
-		// Its recorded identity could be another's.
-		return fail(fmt.Sprintf("the names of %s are too long (%d bytes or more) to tell its data from another's", asker, record.MaxOwnerField), false)
-	case asker.AllocIndex() < 0:
-		// Its identity cannot be known, so neither can its data.
-		return fail(fmt.Sprintf("the index of %s in its group cannot be read from its name %q", asker, asker.AllocName), false)
-	}
-	// Its predecessor's data may not be in the archive yet: still in
-	// another slot, in use or on its way out. Wait for it to arrive
-	// there rather than start without it.
-	if other, leaving := m.predecessorSlot(c.Name, ids, asker, *view); other != "" {
-		why := fmt.Sprintf("the data of its predecessor is still in device %s, not yet archived", other)
-		if leaving && time.Since(arrived) < restoreSlotWait {
-			// On its way, or its allocation has ended and the next pass
-			// sends it (kicked now): with either setting, a wait of a
-			// few hundred milliseconds, not a task started empty.
-			m.Kick()
-			return restoreOutcome{wait: fmt.Sprintf("device %s: %s; it is on its way there", strings.Join(ids, ", "), why)}
-		}
-		return fail(why, true)
-	}
-	names, from, release, err := archives.Claim(ctx, c.Name, asker)
-	defer release()
-	if err != nil {
-		return fail(fmt.Sprintf("the data of %s cannot be restored (%v)", asker, err), true)
-	}
-	if len(names) == 0 {
-		out.fresh = ids
-		return out
-	}
-	for i, id := range ids {
-		if i >= len(names) {
-			out.fresh = append(out.fresh, id)
-			continue
-		}
-		got, err := m.restoreInto(ctx, id, names[i], asker, from)
-		if errors.Is(err, errChanged) && (c.Restore == RestoreRequired || time.Since(arrived) < restoreSlotWait) {
-			// Not a failure of the restore: the slot changed, or its
-			// other name is still on its way to the archive (a release
-			// of another tenant's dataset that put its spare in service
-			// at once). The next round decides from the slot as it is
-			// then; the archive waits for it rather than the asker start
-			// without its data, under best-effort for restoreSlotWait.
-			return restoreOutcome{wait: fmt.Sprintf("%v; its archive %s waits for it", err, names[i])}
-		}
-		if err != nil {
-			why := fmt.Sprintf("restoring %s failed: %v", names[i], err)
-			if c.Restore == RestoreRequired {
-				return restoreOutcome{wait: fmt.Sprintf("device %s: class %q has restore = %q and %s", id, c.Name, RestoreRequired, why), renew: true}
-			}
-			// A slot the asker now holds (the rename went through) is
-			// handed to it by the next round, data and all.
-			if s, ok := m.slot(id); ok && s.State == record.StateReserved {
-				return restoreOutcome{wait: fmt.Sprintf("device %s: %s; the data is in the slot, reserved for %s", id, why, asker), renew: true}
-			}
-			out.notes[id] = "started empty: " + why
-			out.fresh = append(out.fresh, id)
-			m.log.Warn("restore failed; the slot starts empty (restore = best-effort)", "device", id, "archive", names[i], "error", err)
-			continue
-		}
-		out.restored = append(out.restored, got)
-	}
-	return out
-}
-
-// restoreInto makes archive (of asker's identity, held against pruning)
-// serve free slot id, reserved for asker, under the slot's lock: renamed to
-// the slot's other name, then marked reserved and owned by asker, its
-// data's lineage from recorded, allowed to mount, given the class quota,
-// and mounted with the class's flags. The
-// fresh dataset that served becomes the slot's spare. On return the slot
-// is the asker's with the archive's data, or, on an error before the marks
-// were written, unchanged with the archive back in place. It returns
-// errChanged, having done nothing, when the slot is no longer free or its
-// other name is still on its way to the archive: the caller decides again.
-func (m *Manager) restoreInto(ctx context.Context, id, archive string, asker record.Owner, from record.Lineage) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, id, "restore")
-	if err != nil {
-		return Slot{}, err
-	}
-	defer unlock()
-	cur, ok := m.slot(id)
-	if !ok || cur.State != record.StateFree || !cur.OK || cur.Mountpoint == "" {
-		return Slot{}, fmt.Errorf("device %s changed while its archive was being found: %w", id, errChanged)
-	}
-	if cur.Old != nil || cur.Sib == reconcile.NameReleasing {
-		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is still being released: %w", id, errChanged)
-	}
-	if cur.Spare != "" || cur.Sib != reconcile.NameAbsent {
-		return Slot{}, fmt.Errorf("device %s: the slot's other dataset name is taken (%s), and the archive needs it", id, view.OrDash(cur.Spare))
-	}
-	m.mu.Lock()
-	cfg := m.cfg
-	m.mu.Unlock()
-	c := reconcile.ClassByName(cfg, cur.Class)
-	names := cfg.SlotNames(cur.Class, cur.Index)
-	target := names[0]
-	if cur.Dataset == names[0] {
-		target = names[1]
-	}
-	if err := m.zfs.Rename(ctx, archive, target); err != nil {
-		return Slot{}, fmt.Errorf("renaming %s to %s: %w", archive, target, err)
-	}
-	marks := map[string]string{
-		record.PropState: string(record.To(record.Restore)), record.PropOwner: asker.Encode(),
-		"canmount": "on", "refquota": strconv.FormatUint(c.Quota, 10),
-		// What the new tenant writes is backed up anew at its release.
-		record.PropBackup: record.BackupNone,
-	}
-	if len(from) > 0 {
-		// Where its data came from: a divergence of the identity's
-		// data can then be told (record.Superseded).
-		marks[record.PropDataFrom] = from.Encode()
-	}
-	if err := m.zfs.SetMany(ctx, target, marks); err != nil {
-		// Some marks may have been written (one property at a time, or a
-		// kernel that applies what it can): back where it was, an archive
-		// again. Should that fail too, the dataset under the slot's name
-		// says "reserved" or "archived": kept either way, never given to
-		// another (its owner, if written, is the asker).
-		rctx := context.WithoutCancel(ctx)
-		if rerr := m.zfs.Rename(rctx, target, archive); rerr != nil {
-			m.log.Error("a restored dataset could not be marked nor renamed back", "dataset", target, "error", rerr)
-		} else if rerr := m.zfs.SetMany(rctx, archive, map[string]string{record.PropState: string(record.To(record.RestoreUndone)), "canmount": "noauto"}); rerr != nil {
-			m.log.Error("a restored dataset renamed back could not be marked archived again", "dataset", archive, "error", rerr)
-		}
-		return Slot{}, fmt.Errorf("marking %s reserved for %s: %w", target, asker, err)
-	}
-	m.updateSlot(id, func(x *Slot) {
-		x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed, x.Armed = x.Dataset, x.Mountpoint, x.OwnMount, x.Armed, ""
-		// Not known without a read: an archive's mountpoint of its own
-		// (set by hand) would follow it; the next read says.
-		x.Dataset, x.Mountpoint, x.OwnMount = target, "", true
-		x.State, x.Owner, x.Stamped = record.StateReserved, asker, asker
-		x.Sib, x.Exists = reconcile.NameFresh, true
-		x.Usage = zfs.Usage{}
-		x.SetHealth(true, "")
-	})
-	s, _ := m.slot(id)
-	got, err := m.mountLocked(ctx, s)
-	if err != nil {
-		return Slot{}, fmt.Errorf("mounting %s: %w", target, err)
-	}
-	// The archive's name says when its data was left: at its release, or
-	// for a live backup received from another node, when it was taken.
-	if _, _, at, ok := record.ParseArchiveLeaf(archive[strings.LastIndexByte(archive, '/')+1:]); ok {
-		got.RestoredAt = at
-	}
-	m.log.Info("slot reserved", "device", id, "dataset", target, "owner", asker.String(), "how", "restored", "archive", archive,
-		"data_from", got.RestoredAt, "data_age", time.Since(got.RestoredAt).Truncate(time.Second))
-	return got, nil
-}
-
-// restoreSlotWait is how long, from its arrival, a Reserve of a class with
-// restore = "best-effort" waits for a release under way before its task
-// starts empty: its predecessor's dataset on its way to the archive, or
-// another tenant's still taking its slot's other name (a release that goes
-// well takes a few hundred milliseconds; one that keeps failing, busy or
-// out of room, would otherwise hold the asker to reserve_timeout).
-// "required" waits until reserve_timeout.
-const restoreSlotWait = 10 * time.Second
-
-// restores reports whether class c restores archives at Reserve.
-func restores(c Class) bool { return c.Restore == RestoreBestEffort || c.Restore == RestoreRequired }
-
-// handOverInPlace gives the dataset of reserved slot s, whose owner has
-// ended (decide said so, from a read that began after the Reserve
-// arrived), to asker, the one other holder of the device and the same
-// identity (SameIdentity): a replacement of the owner's allocation, in a
-// class with restore on. One zfs command reads the data's lineage, one
-// records the new owner and the lineage with the owner it leaves; the
-// dataset is then mounted for it. It returns errChanged when the slot is no
-// longer what s says.
-func (m *Manager) handOverInPlace(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, s.ID, "hand over in place")
-	if err != nil {
-		return Slot{}, err
-	}
-	defer unlock()
-	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.Old != nil {
-		return Slot{}, errChanged
-	}
-	// Its data's lineage gains the owner it leaves (see restoreInto).
-	p, err := m.zfs.GetExact(ctx, cur.Dataset, record.PropDataFrom)
-	if err != nil {
-		return Slot{}, fmt.Errorf("reading where the data of %s came from: %w", cur.Dataset, err)
-	}
-	var from record.Lineage
-	if p.Source == "local" || p.Source == "received" {
-		from, _ = record.ParseLineage(p.Value) // none known: the owner it leaves only
-	}
-	marks := map[string]string{record.PropOwner: asker.Encode(), record.PropDataFrom: from.Descend(cur.Owner.AllocID).Encode()}
-	if err := m.zfs.SetMany(ctx, cur.Dataset, marks); err != nil {
-		return Slot{}, fmt.Errorf("recording %s as the owner of %s: %w", asker, cur.Dataset, err)
-	}
-	m.mu.Lock()
-	delete(m.owners, s.ID)
-	delete(m.notes, s.ID)
-	delete(m.emptyStarts, s.ID)
-	m.mu.Unlock()
-	m.updateSlot(s.ID, func(x *Slot) { x.Owner, x.Stamped = asker, asker })
-	cur, _ = m.slot(s.ID)
-	got, err := m.mountLocked(ctx, cur)
-	if err != nil {
-		return Slot{}, fmt.Errorf("mounting %s for %s: %w", cur.Dataset, asker, err)
-	}
-	m.log.Info("slot reserved", "device", s.ID, "dataset", cur.Dataset, "owner", asker.String(), "how", "restored in place", "previous", s.Owner.String())
-	return got, nil
-}
-
-// predecessorSlot returns a slot of class whose dataset belongs to an
-// allocation of asker's identity other than asker: the one serving (in
-// slots other than ids, which the asker is reserving), or the old one on
-// its way to the archive (in any slot); "" for none. leaving says that
-// every such dataset is on its way to the archive, or soon will be: being
-// released, or recorded in use by an allocation that v (the read made for
-// this Reserve) shows ended, stopping or gone from the node's list, whose
-// release the next pass starts. That is weak evidence on purpose: it only
-// ever makes the asker wait (restoreSlotWait), never hands anything over.
-func (m *Manager) predecessorSlot(class string, ids []string, asker record.Owner, v *View) (id string, leaving bool) {
-	mine := map[string]bool{}
-	for _, id := range ids {
-		mine[id] = true
-	}
-	leaving = true
-	for _, s := range m.Slots() {
-		if s.Class != class {
-			continue
-		}
-		held := s.State == record.StateReserved || s.State == record.StateReleasing || s.State == record.StateDestroying
-		if !mine[s.ID] && held && s.Owner.AllocID != asker.AllocID && record.SameIdentity(s.Owner, asker) {
-			if id == "" {
-				id = s.ID
-			}
-			leaving = leaving && (s.State != record.StateReserved || endedIn(v, s.Owner))
-		}
-		if s.Old != nil && s.Old.Owner.AllocID != asker.AllocID && record.SameIdentity(s.Old.Owner, asker) && id == "" {
-			id = s.ID
-		}
-	}
-	if id == "" {
-		return "", false
-	}
-	return id, leaving
-}
-
-// endedIn reports whether read v shows o's allocation ended for its task,
-// told to stop, or not in the node's list at all.
-func endedIn(v *View, o record.Owner) bool {
-	a, ok := v.Allocs[o.AllocID]
-	return !ok || a.Stopping || a.Ended(o.Task)
+func (r restoreSlots) Forget(id string) {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	delete(r.m.owners, id)
+	delete(r.m.notes, id)
+	delete(r.m.emptyStarts, id)
 }

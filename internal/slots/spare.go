@@ -10,19 +10,17 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-// errChanged: the slot changed since the caller decided; decide again.
-var errChanged = errors.New("the slot changed since it was read")
+// errChanged: the slot changed since the caller decided; decide again
+// (view.ErrChanged, which package restore returns too).
+var errChanged = view.ErrChanged
 
-// sameTenancy reports whether slot view cur still shows the tenancy that a
-// decision was made from (s): the same dataset, reserved, by the same
-// owner. What else may have changed since (the owner recorded, a spare
-// made, a remount) does not bear on the decision.
-func sameTenancy(cur, s Slot) bool {
-	return cur.Dataset == s.Dataset && cur.State == record.StateReserved && s.State == record.StateReserved && cur.Owner.AllocID == s.Owner.AllocID
-}
+// sameTenancy is view.SameTenancy: the slot still shows the tenancy a
+// decision was made from.
+func sameTenancy(cur, s Slot) bool { return view.SameTenancy(cur, s) }
 
 // promoteSpare makes the spare of x serve, in state, and its dataset x's
 // old one (being released). x is the slot's view right after its release
@@ -62,7 +60,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // whose owner has ended (decide said so, from a read that began after the
 // Reserve arrived, and the asker is the one other holder of the device;
 // or a release pass did, and the asker, unknown here, is identified by
-// the caller as for a fresh slot: see reserveFresh):
+// the caller as for a fresh slot: see package reserve):
 // a spare armed by this run (package armed) is handed over in memory and the
 // fate of the owner's dataset written behind it, first in that dataset's
 // release run (writeFateBehind); a `free` spare of an earlier build is
@@ -81,7 +79,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner)
 }
 
 // handOverSpareTo is handOverSpare; prepared: the asker is the allocation
-// placed on the slot, not proven yet (a preparation, prepare.go), so an
+// placed on the slot, not proven yet (a preparation, package prepare), so an
 // armed spare's owner is only laid over the view (m.unproven), and not
 // recorded until the proof behind its Reserve shows it (proof.go).
 func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owner, prepared bool) (Slot, error) {

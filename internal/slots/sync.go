@@ -116,7 +116,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	errs = append(errs, m.prepareFreeUnlocked(cfg, slots, skipped, mine, vers)...)
 	m.mu.Lock()
 	for i, s := range slots {
-		if skipped[s.ID] || m.busy[s.ID] > 0 || m.proving[s.ID] != nil || m.vers[s.ID] != vers[s.ID] {
+		if skipped[s.ID] || m.busy[s.ID] > 0 || m.proofs.Under(s.ID) || m.vers[s.ID] != vers[s.ID] {
 			if j, ok := m.byID[s.ID]; ok {
 				slots[i] = m.slots[j]
 			}
@@ -170,7 +170,7 @@ func (m *Manager) settled(cfg Config, names []string, vers map[string]uint64) []
 	defer m.mu.Unlock()
 	var out []string
 	for _, n := range names {
-		if id := slotOf(cfg, n); id != "" && (m.busy[id] > 0 || m.proving[id] != nil || m.vers[id] != vers[id]) {
+		if id := slotOf(cfg, n); id != "" && (m.busy[id] > 0 || m.proofs.Under(id) || m.vers[id] != vers[id]) {
 			continue
 		}
 		out = append(out, n)

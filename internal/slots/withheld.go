@@ -28,7 +28,7 @@ import (
 //   - the owner recorded on the slot's dataset live and alone (d.Live): a
 //     spare is handed over only once the owner has ended, and "ended"
 //     never goes back (the root is checked all the same: the owner may be
-//     a replacement that got the dataset in place since, restore.go); or
+//     a replacement that got the dataset in place since, package restore); or
 //   - the owner ended, and nobody holding the device but, for a Reserve,
 //     the asker, whose task has not started.
 //

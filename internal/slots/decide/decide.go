@@ -2,7 +2,7 @@
 // handed over, released or must be kept: the one judgment that the slot
 // manager's Reserve, its release pass and its preparations share, made
 // from a read of the node's allocations. It changes nothing: the manager
-// carries out what it decides (slots/reserve.go, slots/release.go).
+// carries out what it decides (slots/reserve, slots/release.go).
 package decide
 
 import (
@@ -127,7 +127,7 @@ func Decide(ctx context.Context, log hclog.Logger, arm Armed, n allocs.Nomad, v 
 // never empty), v is complete and began after this run started, and no
 // allocation holds the device, or, for a Reserve (asking), only the asker,
 // whose task has not started: the dataset then goes to the asker at once
-// (the manager's tryReserve), so that it is never free while someone may
+// (the rounds of package reserve), so that it is never free while someone may
 // be using it. A dataset of this run is never adopted: it is reserved only once handed
 // over, and an allocation that the servers do not show started yet may be
 // using it.

@@ -14,7 +14,7 @@ import (
 // Reserve, arriving some 100–300 ms after the owner's end, then hands over
 // the spare as it would a fresh slot: in memory for an armed spare, the
 // old dataset's fate written behind it, the asker identified by a read
-// made at the same time (reserveFresh). Had the pass begun the release,
+// made at the same time (package reserve). Had the pass begun the release,
 // the Reserve would wait for the fate to be written. A held slot
 // is offered no less than before, and its data is kept meanwhile.
 // Tests may set another (the manager's SetSpareHold, export_test.go).

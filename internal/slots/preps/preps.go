@@ -2,8 +2,8 @@
 // slots prepared, or being prepared, at placement for the allocation Nomad
 // placed on them, and the Reserves under way, during which no preparation
 // starts. What a preparation does (its zfs work) and when one is made,
-// claimed or voided is the manager's (slots/prepare.go,
-// slots/prepare_claim.go); this package keeps only the record and its lock.
+// claimed or voided is package slots/prepare's (the zfs work done by the
+// manager for it); this package keeps only the record and its lock.
 package preps
 
 import (

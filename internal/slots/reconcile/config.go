@@ -38,7 +38,7 @@ type Class struct {
 }
 
 // Restore values: what Reserve does when the asker's identity has an
-// archive (see restore.go).
+// archive (see package slots/restore).
 const (
 	RestoreOff        = "off"
 	RestoreBestEffort = "best-effort"

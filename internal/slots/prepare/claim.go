@@ -1,7 +1,7 @@
-package slots
+package prepare
 
 // A Reserve of a prepared slot: the preparations claimed by the Reserve
-// of their allocation (claimPreps, reservePrepared), and voided when the
+// of their allocation (the manager's claimPreps, Preparer.Reserve), and voided when the
 // view no longer shows their allocation placed and not started.
 
 import (
@@ -13,19 +13,22 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/allocs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
-// voidPreps forgets the finished preparations that view v, begun after
+// void forgets the finished preparations that view v, begun after
 // them, no longer supports: their allocation is not the device's only
 // live holder, or no longer one a slot is prepared for (preparable: it
 // failed, say, or is told to stop), or the slot no longer serves the
 // dataset prepared. Their slot stays recorded in use by that allocation, and is
 // released as any other once it has ended. A preparation a Reserve has
-// claimed is not in m.preps.
+// claimed is not in p.preps.
 //
 // An incomplete view (a namespace the token cannot read) proves nothing
 // of an allocation it does not list, but what it shows of one it lists is
@@ -33,91 +36,82 @@ import (
 // never hands anything over: the asker's Reserve takes the usual path,
 // which, while the views stay incomplete, hands over nothing (decide keeps
 // the slot). A void is so final for its asker, and is right only because
-// every reason for it is one for which reservePrepared would refuse too:
+// every reason for it is one for which Reserve would refuse too:
 // the slot changed, or its allocation ended, is stopping, is not pending
 // or running, or no longer holds the device (Nomad.Holds). Kept past its
 // allocation's end, a preparation costs the next Reserve of the device a
-// read of that allocation (up to identifyGrace) before the usual path.
-func (m *Manager) voidPreps(v *View) {
+// read of that allocation (up to reserve.IdentifyGrace) before the usual path.
+func (p *Preparer) void(v *allocs.View) {
 	// The finished preparations the view began after, then the slots they
 	// prepared as the manager sees them now: each under its own lock.
-	cand := m.preps.FinishedBefore(v.Began)
+	cand := p.preps.FinishedBefore(v.Began)
 	if len(cand) == 0 {
 		return
 	}
 	var void []string
 	for _, id := range slices.Sorted(maps.Keys(cand)) {
-		p := cand[id]
-		s, ok := m.slot(id)
-		if !ok || s.Dataset != p.Dataset || s.State != record.StateReserved {
+		x := cand[id]
+		s, ok := p.slots.Slot(id)
+		if !ok || s.Dataset != x.Dataset || s.State != record.StateReserved {
 			void = append(void, id)
 			continue
 		}
-		if _, listed := v.Allocs[p.Asker.AllocID]; !listed && !v.Complete {
+		if _, listed := v.Allocs[x.Asker.AllocID]; !listed && !v.Complete {
 			continue
 		}
 		hs := v.Holders(id)
-		if len(hs) != 1 || hs[0].Owner.AllocID != p.Asker.AllocID || hs[0].Owner.Task != p.Asker.Task || !preparable(v, hs[0]) {
+		if len(hs) != 1 || hs[0].Owner.AllocID != x.Asker.AllocID || hs[0].Owner.Task != x.Asker.Task || !preparable(v, hs[0]) {
 			void = append(void, id)
 		}
 	}
 	var voided []string
 	for _, id := range void {
-		if m.preps.Drop(id, cand[id]) { // not claimed or replaced meanwhile
+		if p.preps.Drop(id, cand[id]) { // not claimed or replaced meanwhile
 			voided = append(voided, id)
 		}
 	}
 	for _, id := range voided {
-		m.log.Debug("preparation void: its allocation is no longer the device's only live holder", "device", id)
+		p.log.Debug("preparation void: its allocation is no longer the device's only live holder", "device", id)
 	}
 }
 
-// claimPreps marks a Reserve of ids under way (no preparation starts for
-// them until release is called) and takes the preparations of ids, in the
-// order of ids; ok is false when some id has none. release must be called
-// once the Reserve is over.
-func (m *Manager) claimPreps(ids []string) (ps []*preps.Prep, ok bool, release func()) {
-	return m.preps.Claim(ids)
-}
-
-// reservePrepared hands the slots of ids, each prepared for the one
-// allocation in ps, to the asker: no zfs command, one small read made
-// after the Reserve arrived, that shows that allocation still live, wanted
-// running and holding them (see the top of this file). Datasets armed by
-// this run are handed over at once and proven behind the answer
-// (answerBeforeProof, proof.go); others once the read has shown it. ok is
-// false, with the reason, when it cannot: a preparation failed or does not
-// match the slot any more, they are for different allocations, or the read
-// does not show it (including a read that fails or takes longer than
-// identifyGrace). The caller then takes the usual path. It waits for the
-// preparations still under way, at most until ctx is done.
-func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string, ps []*preps.Prep, arrived time.Time) (res []Slot, ok bool, why string) {
-	for _, p := range ps {
+// Reserve hands the slots of ids, each prepared for the one allocation in
+// ps, to the asker: no zfs command, one small read made after the Reserve
+// arrived, that shows that allocation still live, wanted running and
+// holding them (see the package doc). Datasets armed by this run are
+// handed over at once and proven behind the answer (the manager's
+// answerBeforeProof, slots/proof.go); others once the read has shown it.
+// ok is false, with the reason, when it cannot: a preparation failed or
+// does not match the slot any more, they are for different allocations,
+// or the read does not show it (including a read that fails or takes
+// longer than reserve.IdentifyGrace). The caller then takes the usual
+// path. It waits for the preparations still under way, at most until ctx
+// is done.
+func (p *Preparer) Reserve(ctx context.Context, nomad allocs.Nomad, ids []string, ps []*preps.Prep, arrived time.Time) (res []view.Slot, ok bool, why string) {
+	for _, x := range ps {
 		select {
-		case <-p.Done():
+		case <-x.Done():
 		case <-ctx.Done():
 			return nil, false, fmt.Sprintf("its preparation did not end in time (%v)", ctx.Err())
 		}
-		if p.Err != nil {
-			return nil, false, fmt.Sprintf("its preparation failed (%v)", p.Err)
+		if x.Err != nil {
+			return nil, false, fmt.Sprintf("its preparation failed (%v)", x.Err)
 		}
 	}
 	asker := ps[0].Asker
-	if restores(m.classOf(ids)) {
+	if restore.On(p.slots.ClassOf(ids)) {
 		// Its Reserve decides which dataset the asker gets (restore was
 		// turned on since the preparation).
 		return nil, false, "the class restores"
 	}
-	m.mu.Lock()
-	cfg := m.cfg
-	m.mu.Unlock()
+	cfg := p.slots.Config()
 	for i, id := range ids {
-		p := ps[i]
-		if p.Asker != asker {
-			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, p.Asker)
+		x := ps[i]
+		if x.Asker != asker {
+			return nil, false, fmt.Sprintf("prepared for %s and %s", asker, x.Asker)
 		}
-		cur, found := m.slot(id)
-		if !found || cur.State != record.StateReserved || cur.Dataset != p.Dataset ||
+		cur, found := p.slots.Slot(id)
+		if !found || cur.State != record.StateReserved || cur.Dataset != x.Dataset ||
 			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
 			return nil, false, "the slot changed since it was prepared"
 		}
@@ -135,26 +129,26 @@ func (m *Manager) reservePrepared(ctx context.Context, nomad Nomad, ids []string
 		return nil, false, "no Nomad API to verify the asker"
 	}
 	armed := true
-	for _, p := range ps {
-		armed = armed && p.Armed
+	for _, x := range ps {
+		armed = armed && x.Armed
 	}
 	if armed {
 		// Fresh and never handed over: answered now, proven behind.
-		res, ok, why = m.answerBeforeProof(ctx, nomad, ids, ps, res, asker, arrived)
+		res, ok, why = p.work.AnswerBeforeProof(ctx, nomad, ids, ps, res, asker, arrived)
 		return res, ok, why
 	}
-	hctx, cancel := context.WithTimeout(ctx, identifyGrace)
+	hctx, cancel := context.WithTimeout(ctx, reserve.IdentifyGrace)
 	err := nomad.Holds(hctx, asker, ids)
 	cancel()
 	if err != nil {
 		return nil, false, fmt.Sprintf("the read made for this Reserve does not show %s live and holding it: %v", asker, err)
 	}
 	for i, s := range res {
-		m.setNote(s.ID, note{})
-		m.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].How, "prepared", true, "took", time.Since(arrived))
+		p.work.ClearNote(s.ID)
+		p.log.Info("slot reserved", "device", s.ID, "dataset", s.Dataset, "owner", asker.String(), "how", ps[i].How, "prepared", true, "took", time.Since(arrived))
 	}
 	for _, s := range res {
-		m.goTend(ctx, s.ID) // the spare, for the next tenant
+		p.work.GoTend(ctx, s.ID) // the spare, for the next tenant
 	}
 	return res, true, ""
 }
