@@ -5,7 +5,6 @@ package backup
 // backup_dir's retention chooses between them.
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,8 +13,9 @@ import (
 )
 
 // ErrDiverged says that an identity's data forked and no restore chooses a
-// fork (see DivergedError).
-var ErrDiverged = errors.New("the identity's data forked")
+// fork (see DivergedError); it is record.ErrDiverged, which the slots
+// check: a restore then waits, whatever the class's restore setting.
+var ErrDiverged = record.ErrDiverged
 
 // ForkSide is one allocation's data in a fork: its newest copy.
 type ForkSide struct {
@@ -68,11 +68,11 @@ func forkAt(id retention.Identity, ms []Manifest, newest Manifest, local retenti
 	left := make([]record.Left, 0, len(ms)+1)
 	sides := map[string]ForkSide{}
 	if local.Name != "" && local.AllocID != "" {
-		left = append(left, record.Left{AllocID: local.AllocID, From: local.From})
+		left = append(left, record.Left{AllocID: local.AllocID, From: local.From, Taken: local.ReleasedAt})
 		sides[local.AllocID] = ForkSide{AllocID: local.AllocID, Where: "the local archive " + local.Name, Taken: local.ReleasedAt}
 	}
 	for _, m := range ms {
-		left = append(left, record.Left{AllocID: m.AllocID, From: m.From})
+		left = append(left, record.Left{AllocID: m.AllocID, From: m.From, Taken: m.ReleasedAt})
 		if s, ok := sides[m.AllocID]; !ok || m.ReleasedAt.After(s.Taken) {
 			sides[m.AllocID] = ForkSide{AllocID: m.AllocID, Where: m.Path(), Node: orNone(m.Node), Taken: m.ReleasedAt}
 		}
@@ -97,7 +97,7 @@ func forked(ms []Manifest) bool {
 	}
 	left := make([]record.Left, 0, len(ms))
 	for _, m := range ms {
-		left = append(left, record.Left{AllocID: m.AllocID, From: m.From})
+		left = append(left, record.Left{AllocID: m.AllocID, From: m.From, Taken: m.ReleasedAt})
 	}
 	_, _, ok := record.Diverged(left, ms[0].AllocID)
 	return ok

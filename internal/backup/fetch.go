@@ -9,8 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
@@ -49,32 +47,40 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	if err != nil {
 		return "", err
 	}
-	for _, p := range problems {
-		if filepath.Base(p.Path) == SetAsideFile {
-			return "", fmt.Errorf("which backups of %s are set aside cannot be read: %s: %s", id, p.Path, p.Reason)
-		}
+	// The operator's choice between forks, read again here (not from the
+	// manifests: it outlives the streams it names).
+	aside, err := readSetAside(IdentityDir(cfg.Dir, id))
+	if err != nil {
+		return "", fmt.Errorf("which backups of %s are set aside: %w", id, err)
 	}
 	// The data of allocations set aside is never restored; their streams
 	// may still be the bases of others'.
 	ms := notSetAside(all)
+	var chain []Manifest
+	var newest Manifest
+	if len(ms) > 0 {
+		if chain, err = chainOf(all, ms[0]); err != nil {
+			return "", err
+		}
+		newest = chain[len(chain)-1]
+	}
+	if aside[local.AllocID] && local.AllocID != "" {
+		if len(ms) == 0 || !newerThanLocal(newest, local) {
+			return "", fmt.Errorf("%w: %s (allocation %s) is newer than any backup of %s not set aside; "+
+				"rename it out of %s (zfs rename %s <pool>/<elsewhere>), and the restore takes the other fork",
+				ErrSetAsideLocal, local.Name, local.AllocID, id, cfg.Container, local.Name)
+		}
+		local = retention.Archive{} // older than what is received, and out of the choice
+	}
 	if len(ms) == 0 {
-		if len(problems) > 0 {
+		switch {
+		case len(all) > 0 && local.Name == "":
+			return "", fmt.Errorf("%w: %d backups of %s in %s, each of an allocation set aside; take one back (backups set-aside -undo)",
+				ErrAllSetAside, len(all), id, IdentityDir(cfg.Dir, id))
+		case len(problems) > 0 && len(all) == 0:
 			return "", fmt.Errorf("backup_dir holds no readable backup of %s: %s: %s", id, problems[0].Path, problems[0].Reason)
 		}
 		return "", nil
-	}
-	chain, err := chainOf(all, ms[0])
-	if err != nil {
-		return "", err
-	}
-	newest := chain[len(chain)-1]
-	if len(ms) < len(all) && local.AllocID != "" && slices.ContainsFunc(all, func(m Manifest) bool { return m.SetAside && m.AllocID == local.AllocID }) {
-		if !newerThanLocal(newest, local) {
-			return "", fmt.Errorf("%w: %s (allocation %s) is newer than the newest backup of %s not set aside (%s); "+
-				"rename it out of %s (zfs rename %s <pool>/<elsewhere>), and the restore takes the other fork",
-				ErrSetAsideLocal, local.Name, local.AllocID, id, newest.Path(), cfg.Container, local.Name)
-		}
-		local = retention.Archive{} // older than what is received, and out of the choice
 	}
 	if err := forkAt(id, ms, newest, local); err != nil {
 		return "", err

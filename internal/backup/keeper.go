@@ -286,6 +286,11 @@ func (k *Keeper) prune(cfg Config, only *retention.Identity) error {
 			p.Keep = retention.DefaultKeep
 		}
 		left := byID[id]
+		if mine := notSetAside(left); len(mine) > 0 {
+			if err := forkAt(id, mine, mine[0], retention.Archive{}); err != nil {
+				k.log.Warn("backup_dir keeps every stream of an identity whose data forked", "identity", id.String(), "error", err)
+			}
+		}
 		for _, c := range PlanPrune(byID[id], p, now, grace, StreamPresent) {
 			gone := map[uint64]bool{}
 			var bytes int64

@@ -80,7 +80,8 @@ type PrunedChain struct {
 // stream (record.Diverged): each fork may be the one the job wants. The
 // allocations the operator set aside count as no kept allocation, and the
 // fork they were part of as resolved; a chain that holds a stream of one
-// goes by max_age alone.
+// goes by max_age alone, and the chain of the newest stream not set aside
+// (what a restore takes) is never deleted.
 func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Duration, present func(Manifest) bool) []PrunedChain {
 	if len(ms) == 0 {
 		return nil
@@ -89,8 +90,19 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	if err != nil {
 		return nil // no complete newest chain: nothing goes
 	}
-	if forked(notSetAside(ms)) {
+	mine := notSetAside(ms)
+	if forked(mine) {
 		return nil // which fork is wanted is not known: both stay
+	}
+	// The chain of the newest backup not set aside (what a restore
+	// takes) is never deleted either.
+	var chosen uint64
+	if len(mine) > 0 {
+		c, err := chainOf(ms, mine[0])
+		if err != nil {
+			return nil
+		}
+		chosen = c[0].GUID
 	}
 	for _, m := range newest {
 		if !present(m) {
@@ -145,7 +157,7 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	var roots []uint64
 	for _, m := range ms {
 		r := rootOf(m)
-		if r == 0 || r == newest[0].GUID {
+		if r == 0 || r == newest[0].GUID || r == chosen {
 			continue
 		}
 		if _, seen := chains[r]; !seen {

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/durable"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
@@ -27,8 +29,18 @@ import (
 const SetAsideFile = "set-aside"
 
 // ErrSetAsideLocal says that a restore found the identity's newest local
-// archive to be of an allocation set aside in backup_dir.
-var ErrSetAsideLocal = errors.New("the local archive is of an allocation set aside")
+// archive to be of an allocation set aside in backup_dir; ErrAllSetAside
+// that every backup of the identity is set aside. Both are
+// record.ErrDiverged: the operator's choice leaves nothing to restore, and
+// the restore waits for them.
+var (
+	ErrSetAsideLocal = fmt.Errorf("the local archive is of an allocation set aside (%w)", record.ErrDiverged)
+	ErrAllSetAside   = fmt.Errorf("every backup is set aside (%w)", record.ErrDiverged)
+)
+
+// ErrSetAsideUnreadable says that an identity's SetAsideFile does not
+// parse: which backups the operator set aside cannot be known.
+var ErrSetAsideUnreadable = errors.New("the set-aside file cannot be read")
 
 // readSetAside returns the allocations set aside in identity directory
 // dir: none when the file does not exist. A line that is not an
@@ -54,7 +66,7 @@ func parseSetAside(b []byte) (map[string]bool, error) {
 			continue
 		}
 		if l, err := record.ParseLineage(line); err != nil || len(l) != 1 {
-			return nil, fmt.Errorf("%s line %d: %q is not an allocation ID", SetAsideFile, n, line)
+			return nil, fmt.Errorf("%w: %s line %d: %q is not an allocation ID", ErrSetAsideUnreadable, SetAsideFile, n, line)
 		}
 		out[line] = true
 	}
@@ -95,36 +107,61 @@ func SetAside(dir, alloc string, undo bool) ([]Manifest, error) {
 	}
 	slices.Sort(keys)
 	for _, d := range keys {
-		set, err := readSetAside(d)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", d, err)
-		}
-		if set == nil {
-			set = map[string]bool{}
-		}
-		if set[alloc] != undo {
-			continue // as asked already
-		}
-		if undo {
-			delete(set, alloc)
-		} else {
-			set[alloc] = true
-		}
-		ids := make([]string, 0, len(set))
-		for a := range set {
-			ids = append(ids, a)
-		}
-		slices.Sort(ids)
-		err = durable.WriteFile(filepath.Join(d, SetAsideFile), 0o600, func(w io.Writer) error {
-			_, err := fmt.Fprintf(w, "# allocations whose backups a restore never takes (nomad-device-zfs backups set-aside)\n%s", lines(ids))
-			return err
-		})
-		if err != nil {
+		if err := setAsideIn(d, alloc, undo); err != nil {
 			return nil, fmt.Errorf("%s: %w", d, err)
 		}
 	}
 	return of, nil
 }
+
+// setAsideIn is SetAside in identity directory d, under an exclusive lock
+// of d's lock file (.set-aside.lock, waited for up to SetAsideLockWait), so
+// that two operators' choices made at once are both written.
+func setAsideIn(d, alloc string, undo bool) error {
+	lock, err := os.OpenFile(filepath.Join(d, ".set-aside.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	for deadline := time.Now().Add(SetAsideLockWait); ; {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return fmt.Errorf("locking %s: %w", lock.Name(), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	set, err := readSetAside(d)
+	if err != nil {
+		return err
+	}
+	if set == nil {
+		set = map[string]bool{}
+	}
+	if set[alloc] != undo {
+		return nil // as asked already
+	}
+	if undo {
+		delete(set, alloc)
+	} else {
+		set[alloc] = true
+	}
+	ids := make([]string, 0, len(set))
+	for a := range set {
+		ids = append(ids, a)
+	}
+	slices.Sort(ids)
+	return durable.WriteFile(filepath.Join(d, SetAsideFile), 0o600, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "# allocations whose backups a restore never takes (nomad-device-zfs backups set-aside)\n%s", lines(ids))
+		return err
+	})
+}
+
+// SetAsideLockWait bounds the wait for another operator's set-aside in the
+// same identity directory.
+const SetAsideLockWait = 10 * time.Second
 
 func lines(ss []string) string {
 	var b strings.Builder

@@ -205,8 +205,12 @@ func TestBackupsVerify_RealPool(t *testing.T) {
 // allocation backup_dir holds nothing of is an error naming it.
 func TestBackupsSetAside_RealPool(t *testing.T) {
 	pool, parent, names := archivesOnPool(t)
-	lateAlloc, successorAlloc := "7f3e2a11-1b2c-4d5e-8f90-a1b2c3d4e5f6", "7f3e2a12-1b2c-4d5e-8f90-a1b2c3d4e5f6"
-	pool.ZFS(t, "set", record.PropDataFrom+"="+lateAlloc, names[1])
+	// The oldest allocation's data went to the late one, which a
+	// successor restored from (an earlier backup of it) and which was
+	// released after it.
+	lateAlloc, successorAlloc, firstAlloc := "7f3e2a11-1b2c-4d5e-8f90-a1b2c3d4e5f6", "7f3e2a12-1b2c-4d5e-8f90-a1b2c3d4e5f6", "7f3e2a13-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+	pool.ZFS(t, "set", record.PropDataFrom+"="+firstAlloc, names[0])
+	pool.ZFS(t, "set", record.PropDataFrom+"="+lateAlloc+","+firstAlloc, names[1])
 	dir := t.TempDir()
 	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
 	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})

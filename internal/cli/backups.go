@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
@@ -85,6 +86,11 @@ func verifyBackups(dir string) (backupsReport, error) {
 		return r, err
 	}
 	r.Other = problems
+	for _, p := range problems {
+		if filepath.Base(p.Path) == backup.SetAsideFile {
+			r.Bad++ // which backups are set aside cannot be known: a restore refuses
+		}
+	}
 	bad := map[uint64]error{} // streams that fail Verify, by GUID
 	for _, m := range ms {
 		row := streamRow{Identity: m.Identity, Path: m.StreamPath(), Created: m.Created, Full: m.BaseGUID == 0, Size: m.Size, OK: true}

@@ -1,8 +1,10 @@
 package record
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -113,11 +115,26 @@ func isAllocID(s string) bool {
 	return true
 }
 
-// Left is one allocation's data as a store holds it (an archive, a
-// manifest in backup_dir): the allocation, and the lineage of its data.
+// ErrDiverged says that an identity's data forked (see Diverged), or that
+// the operator's choice between its forks leaves nothing to restore: a
+// restore waits for the operator, whatever the class's restore setting.
+var ErrDiverged = errors.New("the identity's data forked")
+
+// Left is one piece of an allocation's data as a store holds it (an
+// archive, a manifest in backup_dir): the allocation, the lineage of its
+// data, and the time of the data (its release, or a live backup's
+// snapshot; zero when unknown).
 type Left struct {
 	AllocID string
 	From    Lineage
+	Taken   time.Time
+}
+
+// span is what left holds of one allocation: its lineage (the first one
+// recorded), and the times of its oldest and newest data.
+type span struct {
+	from           Lineage
+	oldest, newest time.Time
 }
 
 // Diverged reports whether the identity's data forked at newest, the
@@ -129,41 +146,75 @@ type Left struct {
 //     is newer still. A lost node that came back released it late, or
 //     Nomad kept newest after a replacement (a reconnect, a failed canary);
 //   - another allocation shares newest's immediate parent and neither
-//     descends from the other (successor false): both were restored from
-//     the same data and both ran, one while the other's node was lost.
+//     descends from the other: both were restored from the same data and
+//     both ran, one while the other's node was lost;
+//   - newest's data does not descend from that of the newest other
+//     allocation: newest's lineage, when it has one, does not name it (a
+//     late release whose successors' lineages no longer reach it, past
+//     MaxLineage moves); or, when it has none (it started empty), the
+//     other wrote data after newest's oldest: two lines of data at once.
 //
 // Which fork holds the data the job wants cannot be told from the data:
-// the caller refuses to choose. Where newest descends from every other
-// allocation's data (the ordinary case, however many moves), there is no
-// fork: newest is what the allocation Nomad kept last left. An unknown
-// newest ("") forks nothing. Left's order decides which other is returned
-// when there are several.
+// the caller refuses to choose. Where newest descends from the newest
+// other allocation's data (the ordinary case, however many moves), there
+// is no fork. An unknown newest ("") forks nothing. The other returned is
+// the first found in left's order, by rule.
 func Diverged(left []Left, newest string) (other string, successor bool, ok bool) {
 	if newest == "" {
 		return "", false, false
 	}
-	var from Lineage
+	spans := map[string]*span{}
+	var order []string
 	for _, l := range left {
-		if l.AllocID == newest && len(l.From) > 0 {
-			from = l.From
-			break
-		}
-	}
-	for _, l := range left {
-		if l.AllocID == "" || l.AllocID == newest {
+		if l.AllocID == "" {
 			continue
 		}
-		if l.From.Has(newest) {
-			return l.AllocID, true, true
+		s, seen := spans[l.AllocID]
+		if !seen {
+			s = &span{}
+			spans[l.AllocID] = s
+			order = append(order, l.AllocID)
+		}
+		if len(s.from) == 0 {
+			s.from = l.From
+		}
+		if !l.Taken.IsZero() {
+			if s.oldest.IsZero() || l.Taken.Before(s.oldest) {
+				s.oldest = l.Taken
+			}
+			if l.Taken.After(s.newest) {
+				s.newest = l.Taken
+			}
 		}
 	}
-	for _, l := range left {
-		if l.AllocID == "" || l.AllocID == newest || len(l.From) == 0 || len(from) == 0 {
-			continue
+	n, known := spans[newest]
+	if !known {
+		n = &span{}
+	}
+	for _, a := range order {
+		if a != newest && spans[a].from.Has(newest) {
+			return a, true, true
 		}
-		if l.From[0] == from[0] && !from.Has(l.AllocID) {
-			return l.AllocID, false, true
+	}
+	for _, a := range order {
+		s := spans[a]
+		if a != newest && len(s.from) > 0 && len(n.from) > 0 && s.from[0] == n.from[0] && !n.from.Has(a) {
+			return a, false, true
 		}
+	}
+	// The newest other allocation, by the time of its newest data.
+	var p string
+	for _, a := range order {
+		if a != newest && !spans[a].newest.IsZero() && (p == "" || spans[a].newest.After(spans[p].newest)) {
+			p = a
+		}
+	}
+	switch {
+	case p == "":
+	case len(n.from) > 0 && !n.from.Has(p):
+		return p, false, true
+	case len(n.from) == 0 && !n.oldest.IsZero() && spans[p].newest.After(n.oldest):
+		return p, false, true
 	}
 	return "", false, false
 }

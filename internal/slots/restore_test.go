@@ -2,6 +2,7 @@ package slots_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -442,6 +443,38 @@ func TestRestore_SeveralDevicesKeepTheirPaths(t *testing.T) {
 				must.Eq(t, "at /"+itoa(i), readData(t, s), must.Sprintf("the dataset returned at /%d (device %s)", i, s.ID))
 			}
 			must.SliceEmpty(t, archived(t, e))
+		})
+	}
+}
+
+// forkedArchives answers every Claim as backup_dir's restore does for an
+// identity whose data forked (archiveSource wraps the keeper's
+// *DivergedError, which is record.ErrDiverged): the one answer of the
+// real pruner and keeper that these tests, which have no backup_dir, make
+// by hand.
+type forkedArchives struct{}
+
+func (forkedArchives) Claim(context.Context, string, record.Owner) ([]string, record.Lineage, func(), error) {
+	return nil, nil, func() {}, fmt.Errorf("fetching from backup_dir: the data of the identity forked: %w", record.ErrDiverged)
+}
+
+// TestRestore_AForkWaitsWhateverTheSetting: when the identity's data
+// forked, the Reserve waits (and fails at its timeout, naming why) with
+// restore = "best-effort" as with "required": an empty start would begin
+// a third line of data that hides the fork. The slot stays free.
+func TestRestore_AForkWaitsWhateverTheSetting(t *testing.T) {
+	for _, mode := range []string{slots.RestoreRequired, slots.RestoreBestEffort} {
+		t.Run(mode, func(t *testing.T) {
+			e, a := newRestoreEnv(t, 1, mode)
+			e.mgr.SetArchives(forkedArchives{})
+			asker := tenant(1, 0)
+			a.hold("scratch-0", asker)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := e.mgr.Reserve(ctx, []string{"scratch-0"})
+			must.ErrorContains(t, err, "its task does not start without it")
+			must.ErrorContains(t, err, "forked")
+			must.Eq(t, "free", stateOf(t, e, slotByID(t, e, "scratch-0").Dataset))
 		})
 	}
 }

@@ -103,6 +103,15 @@ func (r *Restorer) Fresh(ctx context.Context, nomad allocs.Nomad, c reconcile.Cl
 	}
 	names, from, release, err := archives.Claim(ctx, c.Name, asker)
 	defer release()
+	if errors.Is(err, record.ErrDiverged) {
+		// The identity's data forked, or the operator's choice between
+		// its forks leaves nothing to restore: a wait whatever the
+		// class's restore setting. An empty start would begin a third
+		// line of data, newer than both forks, which hides the fork
+		// from every later restore and from backup_dir's retention.
+		return Outcome{Wait: fmt.Sprintf("device %s: class %q: the data of %s cannot be restored, and its task does not start without it (%v)",
+			strings.Join(ids, ", "), c.Name, asker, err), Renew: true}
+	}
 	if err != nil {
 		return fail(fmt.Sprintf("the data of %s cannot be restored (%v)", asker, err), true)
 	}
@@ -189,7 +198,7 @@ func (r *Restorer) into(ctx context.Context, id, archive string, asker record.Ow
 	}
 	if len(from) > 0 {
 		// Where its data came from: a divergence of the identity's
-		// data can then be told (record.Superseded).
+		// data can then be told (record.Diverged).
 		marks[record.PropDataFrom] = from.Encode()
 	}
 	if err := r.zfs.SetMany(ctx, target, marks); err != nil {
