@@ -103,3 +103,40 @@ func TestRelease_ZFSCommandsOfARelease(t *testing.T) {
 		})
 	}
 }
+
+// TestRelease_NoBusyRenameBehindTheUnmount (issue 46): on zfs-fuse a
+// rename right behind a plain `zfs unmount` is refused "dataset is busy"
+// most of the time, with nothing else running (19 renames of 24 on an
+// idle machine; they went through 26-95 ms after the unmount returned):
+// zfs-fuse's daemon lets go of the dataset after the command returns.
+// Behind the release's unmount, `zfs set canmount=off`, it is not (0 of
+// 24): the property is written after the unmount, and by the time that
+// command returns the daemon has let go. So six releases in a row run
+// six renames, counted through a wrapper, not six and their busy retries
+// (one is let through for a moment of load beside the test).
+func TestRelease_NoBusyRenameBehindTheUnmount(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const releases = 6
+	var renamed []string
+	for i := 0; i < releases; i++ {
+		o := owner(20 + i)
+		s := reserveAndWrite(t, e, a, "scratch-0", o)
+		from := len(w.Calls())
+		a.end(o)
+		must.NoError(t, e.mgr.ReleaseEnded(ctx))
+		must.NoError(t, e.mgr.Wait(ctx))
+		for _, c := range w.Calls()[from:] {
+			if c.Cmd == "zfs" && len(c.Args) == 3 && c.Args[0] == "rename" && c.Args[1] == s.Dataset {
+				renamed = append(renamed, c.Args[2])
+			}
+		}
+	}
+	must.SliceLen(t, releases, archived(t, e))
+	retries := len(renamed) - releases
+	t.Logf("%d releases ran %d renames", releases, len(renamed))
+	must.LessEq(t, 1, retries, must.Sprintf("busy retries of the rename: %q", renamed))
+}
