@@ -122,14 +122,16 @@ func (m *Manager) apply(ctx context.Context, cfg Config, a reconcile.Action) err
 		}
 		return m.zfs.Mount(ctx, a.Dataset)
 	case reconcile.Unmount:
-		err := m.zfs.Unmount(ctx, a.Dataset)
-		if err != nil {
-			// The plan sets canmount=noauto after the unmount (reconcile.ReleaseSteps,
-			// releaseSteps). While the unmount waits (a process still has
-			// the dataset open), set it now, so that a reboot meanwhile
-			// does not mount the released data again by itself.
+		// One process unmounts it (never forced) and keeps it from being
+		// mounted again by itself (reconcile.ReleaseSteps). When the
+		// unmount fails (busy: a process still has the dataset open),
+		// libzfs records nothing: canmount=noauto then, which unmounts
+		// nothing, so that a reboot while the unmount waits does not
+		// mount the released data again by itself.
+		err := m.zfs.Set(ctx, a.Dataset, "canmount", "off")
+		if err != nil && !errors.Is(err, zfs.ErrNotExist) {
 			if serr := m.zfs.Set(context.WithoutCancel(ctx), a.Dataset, "canmount", "noauto"); serr != nil {
-				m.log.Warn("released dataset's unmount failed, and so did canmount=noauto", "dataset", a.Dataset, "error", serr)
+				m.log.Warn("released dataset's unmount (canmount=off) failed, and so did canmount=noauto", "dataset", a.Dataset, "error", serr)
 			}
 		}
 		return err

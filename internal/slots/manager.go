@@ -36,7 +36,6 @@ type ZFS interface {
 	DestroyRecursive(ctx context.Context, name, within string) error
 	Mount(ctx context.Context, name string) error
 	MountLoadKey(ctx context.Context, name string) error
-	Unmount(ctx context.Context, name string) error
 	Rename(ctx context.Context, from, to string) error
 	PoolHealth(ctx context.Context, pool string) (string, error)
 }

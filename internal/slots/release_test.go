@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,7 +43,7 @@ func TestRelease_ArchiveKeepsDataAndSlotComesBackFresh(t *testing.T) {
 	must.StrContains(t, arch, ".archive/scratch-0.default.job.grp.task.00000001.")
 	must.Eq(t, guid, e.guid(t, arch))
 	must.Eq(t, "archived", stateOf(t, e, arch))
-	must.Eq(t, "noauto", e.pool.Prop(t, arch, "canmount"))
+	must.Eq(t, archivedCanmount(e), e.pool.Prop(t, arch, "canmount"))
 	must.Eq(t, "no", e.pool.Prop(t, arch, "mounted"))
 	must.Eq(t, o, recordedOwner(t, e, arch))
 	// The release time is in the name (no property records it).
@@ -140,9 +141,10 @@ func TestRelease_Destroy(t *testing.T) {
 // Where the rename unmounts (OpenZFS: Capabilities.RenameUnmounts), the
 // archive container mounts nothing and a release runs no `zfs unmount`:
 // the rename into the archive is the unmount. Elsewhere (zfs-fuse) the
-// release unmounts first. Either way the released dataset ends in the
-// archive unmounted, not to be mounted by itself (canmount=noauto), its
-// data kept, and the slot serves a fresh dataset.
+// release unmounts first, with `zfs set canmount=off`. Either way the
+// released dataset ends in the archive unmounted, not to be mounted by
+// itself (canmount=noauto where the rename unmounts, canmount=off where
+// the release did), its data kept, and the slot serves a fresh dataset.
 func TestRelease_TheRenameUnmountsWhereItCan(t *testing.T) {
 	w := zfstest.NewWrapper(t)
 	w.SetPATH(t)
@@ -153,21 +155,21 @@ func TestRelease_TheRenameUnmountsWhereItCan(t *testing.T) {
 	o := owner(5)
 	s := withoutSpare(t, e, w, a, "scratch-0", o)
 	guid := e.guid(t, s.Dataset)
-	before := w.Count("unmount")
+	before := unmounts(w, s.Dataset)
 	a.end(o)
 	must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 
-	unmounts := w.Count("unmount") - before
+	n := unmounts(w, s.Dataset) - before
 	if e.cfg.RenameUnmounts {
-		must.Eq(t, 0, unmounts, must.Sprint("the rename into the archive unmounts"))
+		must.Eq(t, 0, n, must.Sprint("the rename into the archive unmounts"))
 	} else {
-		must.Eq(t, 1, unmounts, must.Sprint("zfs-fuse cannot rename a mounted dataset: unmounted first"))
+		must.Eq(t, 1, n, must.Sprint("zfs-fuse cannot rename a mounted dataset: unmounted first"))
 	}
 	got := archived(t, e)
 	must.SliceLen(t, 1, got)
 	must.Eq(t, guid, e.guid(t, got[0]))
 	must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"))
-	must.Eq(t, "noauto", e.pool.Prop(t, got[0], "canmount"))
+	must.Eq(t, archivedCanmount(e), e.pool.Prop(t, got[0], "canmount"))
 	must.Eq(t, "archived", stateOf(t, e, got[0]))
 	_, err := os.Stat(filepath.Join(s.Mountpoint, "data.txt"))
 	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left where its dataset was mounted"))
@@ -216,7 +218,7 @@ func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
 			_, err := os.Stat(filepath.Join(byHand, "data.txt"))
 			must.NoError(t, err, must.Sprint("the tenant's data, mounted at the hand-set path"))
 
-			before := w.Count("unmount")
+			before := unmounts(w, s.Dataset)
 			a.end(o)
 			must.NoError(t, e.mgr.ReleaseEnded(context.Background()))
 
@@ -225,11 +227,11 @@ func TestRelease_HandSetMountpointIsUnmountedFirst(t *testing.T) {
 			must.Eq(t, guid, e.guid(t, got[0]))
 			must.Eq(t, byHand, e.pool.Prop(t, got[0], "mountpoint"), must.Sprint("the rename keeps the hand-set mountpoint"))
 			must.Eq(t, "no", e.pool.Prop(t, got[0], "mounted"), must.Sprint("the archived data is mounted nowhere"))
-			must.Eq(t, "noauto", e.pool.Prop(t, got[0], "canmount"))
+			must.Eq(t, "off", e.pool.Prop(t, got[0], "canmount"), must.Sprint("unmounted by canmount=off"))
 			must.Eq(t, "archived", stateOf(t, e, got[0]))
 			_, err = os.Stat(filepath.Join(byHand, "data.txt"))
 			must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("nothing of the tenant's is left at the hand-set path"))
-			must.Eq(t, 1, w.Count("unmount")-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
+			must.Eq(t, 1, unmounts(w, s.Dataset)-before, must.Sprint("a mountpoint of its own: unmounted before the rename"))
 			must.Eq(t, "tenant "+o.AllocID, readArchived(t, e, got[0], "data.txt"), must.Sprint("the data is kept in the archive"))
 			checkFresh(t, e, "scratch-0", guid)
 		})
@@ -260,9 +262,9 @@ func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
 	must.Eq(t, guid, e.guid(t, s.Dataset))
 	must.Eq(t, "yes", e.pool.Prop(t, s.Dataset, "mounted"))
 	must.Eq(t, "archived", stateOf(t, e, s.Dataset)) // its fate, recorded first
-	// The plan sets canmount=noauto after the unmount; while the unmount
-	// waits, it is set all the same, so that nothing mounts the released
-	// data again by itself (a reboot, say).
+	// The unmount (canmount=off) records nothing while it is refused;
+	// canmount=noauto is set meanwhile, so that nothing mounts the
+	// released data again by itself (a reboot, say).
 	must.Eq(t, "noauto", e.pool.Prop(t, s.Dataset, "canmount"))
 	_, err = os.Stat(filepath.Join(s.Mountpoint, "data.txt"))
 	must.NoError(t, err)
@@ -272,6 +274,29 @@ func TestRelease_BusyIsRetriedNeverForced(t *testing.T) {
 	must.NoError(t, e.mgr.Sync(context.Background()))
 	checkFresh(t, e, "scratch-0", guid)
 	must.SliceLen(t, 1, archived(t, e))
+}
+
+// unmounts counts the unmounts of ds that w saw: a release's `zfs set
+// canmount=off ds`, which unmounts the dataset (reconcile.ReleaseSteps),
+// and any `zfs unmount ds`.
+func unmounts(w *zfstest.Wrapper, ds string) int {
+	n := 0
+	for _, c := range w.Calls() {
+		if c.Cmd == "zfs" && (slices.Equal(c.Args, []string{"set", "canmount=off", ds}) || slices.Equal(c.Args, []string{"unmount", ds})) {
+			n++
+		}
+	}
+	return n
+}
+
+// archivedCanmount is the canmount of a dataset released into the archive
+// of e: canmount=noauto where the rename unmounts it (OpenZFS), off where
+// the release unmounts it first (zfs-fuse).
+func archivedCanmount(e *env) string {
+	if e.cfg.RenameUnmounts {
+		return "noauto"
+	}
+	return "off"
 }
 
 // crashAfter lets the first n changing zfs commands through to the real
@@ -323,13 +348,6 @@ func (c *crashAfter) Mount(ctx context.Context, name string) error {
 	return c.ZFS.Mount(ctx, name)
 }
 
-func (c *crashAfter) Unmount(ctx context.Context, name string) error {
-	if err := c.step("unmount " + name); err != nil {
-		return err
-	}
-	return c.ZFS.Unmount(ctx, name)
-}
-
 func (c *crashAfter) Rename(ctx context.Context, from, to string) error {
 	if err := c.step("rename " + from); err != nil {
 		return err
@@ -350,8 +368,9 @@ func (c *crashAfter) DestroyRecursive(ctx context.Context, name, within string) 
 // finishes the job with the data intact in the archive.
 func TestRelease_CrashBetweenEverySteps(t *testing.T) {
 	for _, onRelease := range []string{slots.OnReleaseArchive, slots.OnReleaseDestroy} {
-		// Steps: state (archived or destroying), unmount, canmount,
-		// rename, create, then destroy -r (destroy).
+		// Steps: state (archived or destroying), the unmount
+		// (canmount=off; on OpenZFS canmount=noauto), rename, create,
+		// then destroy -r (destroy).
 		for n := 0; n <= 6; n++ {
 			t.Run(fmt.Sprintf("%s/after_%d_steps", onRelease, n), func(t *testing.T) {
 				e := newEnv(t, 1)

@@ -41,7 +41,7 @@ const (
 	CreateArchive                     // create the .archive container
 	SetProp                           // set one property (release bookkeeping)
 	MountSlot                         // mount a free slot that is not mounted
-	Unmount                           // unmount a slot being released
+	Unmount                           // unmount a slot being released: `zfs set canmount=off`
 	RenameToArchive                   // move a slot being released into the archive
 	DestroyArchived                   // destroy a released dataset (on_release = "destroy")
 )
@@ -124,7 +124,7 @@ type Plan struct {
 // Each slot gets one fresh dataset, serving or as the spare beside the
 // one in use (see pair.go). A slot dataset whose state is archived,
 // releasing or destroying gets the remaining steps of its release, each
-// decided from what ZFS says: unmount, canmount=noauto, rename into
+// decided from what ZFS says: unmount (canmount=off), rename into
 // <parent>/.archive, then a fresh dataset under its name when the slot has
 // no other. A dataset in the archive marked destroying is
 // destroyed; one still marked releasing (an earlier version's release) is
@@ -290,25 +290,33 @@ func ReleaseSteps(cfg Config, c Class, index int, d zfs.Dataset, now time.Time, 
 		// rename, so that nothing follows it.
 		add(Action{Kind: SetProp, Prop: record.PropState, Value: string(record.To(record.Upgrade))})
 	}
-	// Unmount before canmount=noauto: zfs-fuse finishes an unmount in its
-	// daemon after the command returns, and a rename right behind it was
-	// refused as busy in about two releases of three under churn (each a
-	// retry 250 ms later); the one `zfs set` between them gives the daemon
-	// that time. A stop in between leaves the dataset unmounted with
-	// canmount=on: the next plan unmounts it again if anything mounted it.
-	//
 	// Where the rename unmounts (RenameUnmounts) into a container that
 	// mounts nothing, the rename is the unmount: it fails as busy as the
 	// unmount would while a process holds the dataset, and leaves it
-	// unmounted. Not when d has a mountpoint of its own (set by hand),
-	// which a rename keeps and would mount again in the archive.
-	if _, own := d.Local("mountpoint"); !(cfg.RenameUnmounts && archiveUnmounted && !own) {
-		if v, _ := d.Value("mounted"); v == "yes" {
-			add(Action{Kind: Unmount})
+	// unmounted; canmount=noauto before it, so that nothing mounts the
+	// archive by itself. Not when d has a mountpoint of its own (set by
+	// hand), which a rename keeps and would mount again in the archive.
+	//
+	// Everywhere else (zfs-fuse refuses to rename a mounted dataset) the
+	// release unmounts first, and its unmount is `zfs set canmount=off`
+	// (Unmount): libzfs unmounts the dataset (never forced: busy while a
+	// process holds it) before it records the property, so one process
+	// both unmounts it and keeps it from being mounted again by itself,
+	// where `zfs unmount` and `zfs set canmount=noauto` took two (issue
+	// 46). A stop in between leaves it unmounted with canmount=on: the
+	// next plan sets canmount=off, which mounts nothing, and renames.
+	_, own := d.Local("mountpoint")
+	cm, _ := d.Value("canmount")
+	settled := cm == "noauto" || cm == "off" // an earlier build's release set noauto
+	switch mounted, _ := d.Value("mounted"); {
+	case cfg.RenameUnmounts && archiveUnmounted && !own:
+		if !settled {
+			add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
 		}
-	}
-	if v, _ := d.Value("canmount"); v != "noauto" {
-		add(Action{Kind: SetProp, Prop: "canmount", Value: "noauto"})
+	case mounted == "yes":
+		add(Action{Kind: Unmount})
+	case !settled:
+		add(Action{Kind: SetProp, Prop: "canmount", Value: "off"})
 	}
 	o, _ := record.RecordedOwner(d) // an owner that does not decode is archived as unknown
 	add(Action{Kind: RenameToArchive, Target: record.ArchivedName(cfg.ArchiveDataset(), c.Name, index, o, at)})

@@ -202,11 +202,11 @@ func TestMakePlan_Release(t *testing.T) {
 		return inherited(d, "mountpoint", "/"+name, "tank/nomad")
 	}
 	// unmountedFirst: the whole release of scratch/1, mounted, that is
-	// not a rename into an archive that mounts nothing.
+	// not a rename into an archive that mounts nothing: its unmount
+	// (`zfs set canmount=off`, one process) and the rename.
 	unmountedFirst := []act{
 		{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 		{Unmount, "tank/nomad/scratch/1", "", "", ""},
-		{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 		{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
 	}
 	cases := []struct {
@@ -226,9 +226,26 @@ func TestMakePlan_Release(t *testing.T) {
 				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
 				{SetProp, "tank/nomad/scratch/1", record.PropState, "archived", ""},
 				{Unmount, "tank/nomad/scratch/1", "", "", ""},
-				{SetProp, "tank/nomad/scratch/1", "canmount", "noauto", ""},
 				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
 			},
+		},
+		{
+			name:  "resumed after an unmount whose canmount did not land (a stop within the command, or an earlier build's stop between its unmount and canmount=noauto): canmount=off, which mounts nothing, then the rename",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "on", "mounted", "no")},
+			want: []act{
+				{CreateSlot, "tank/nomad/scratch/1.alt", "", "", ""},
+				{SetProp, "tank/nomad/scratch/1", "canmount", "off", ""},
+				{RenameToArchive, "tank/nomad/scratch/1", "", "", leaf},
+			},
+		},
+		{
+			name:  "an earlier build's archive-bound dataset set canmount=noauto but still mounted: unmounted (canmount=off), then the rename",
+			slots: 2,
+			observed: []zfs.Dataset{parent, arch, class, slotDS("tank/nomad/scratch/0", record.StateFree),
+				owned(slotDS("tank/nomad/scratch/1", record.StateArchived), "canmount", "noauto", "mounted", "yes")},
+			want: unmountedFirst,
 		},
 		{
 			name:  "release begun by this version (fate archived): no state step",

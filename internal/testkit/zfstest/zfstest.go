@@ -164,11 +164,16 @@ func (p *Pool) Capabilities(t testing.TB, parent string) zfs.Capabilities {
 // with unmount to undo it. A dataset that `zfs mount` cannot mount where
 // it is (mountpoint=none: the plugin's archive on OpenZFS) is mounted
 // read-only at a directory of the test's with `mount -t zfs -o zfsutil`,
-// as docs/operations.md tells an operator to; any other with `zfs mount`.
+// as docs/operations.md tells an operator to; any other with `zfs mount`,
+// after `zfs set canmount=noauto` when it is canmount=off (the plugin's
+// archive where its release unmounts first: zfs-fuse), as that page says.
 func (p *Pool) Look(t testing.TB, ds string) (dir string, unmount func()) {
 	t.Helper()
 	dir = p.Prop(t, ds, "mountpoint")
 	if dir != "none" {
+		if p.Prop(t, ds, "canmount") == "off" {
+			p.ZFS(t, "set", "canmount=noauto", ds)
+		}
 		p.ZFS(t, "mount", ds)
 		return dir, func() { p.ZFS(t, "unmount", ds) }
 	}
