@@ -309,6 +309,10 @@ func TestNodeLost(t *testing.T) {
 	}
 	step("class state: %s refused: %s", refused.ID[:8], events)
 	server.StopJob(t, jobs["state"].ID, releaseTimeout)
+	// Purged, so that the next registration places anew rather than
+	// reschedule the failed allocation after its delay.
+	_, _, err = server.API.Jobs().Deregister(jobs["state"].ID, true, nil)
+	must.NoError(t, err)
 
 	// 8. The operator sets the lost allocation's fork aside: the job
 	// starts on its replacement's data.

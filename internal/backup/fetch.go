@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 
 // Fetch receives the newest backup of owner o's identity in class from
 // backup_dir into the archive container, named as its release named it,
-// and returns the archive's name, when it was released after local (the
+// with the newest backups of the other slots of the same allocation (one
+// per device it held), and returns the newest's archive name, when it was released after local (the
 // identity's newest local archive; zero for none); "" when backup_dir
 // holds none newer (or none is configured). A chain that does not verify
 // is an error and nothing is received; what a failed receive left is
@@ -96,6 +98,63 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	if lag := cfg.MaxLag[class]; newest.Live && lag > 0 && time.Since(newest.ReleasedAt) > lag {
 		return "", &StaleError{Identity: id, Newest: newest, Age: time.Since(newest.ReleasedAt).Truncate(time.Second), MaxLag: lag}
 	}
+	// Every slot of the newest allocation: an allocation that held
+	// several devices left a backup of each, each its own chain, and a
+	// restore takes them all (ClaimNewest, after this, claims every
+	// archive of the newest allocation).
+	chains, err := slotChains(all, ms, chain)
+	if err != nil {
+		return "", err
+	}
+	var got string
+	for i, c := range chains {
+		target, err := k.receiveChain(ctx, cfg, id, class, c)
+		if err != nil {
+			// What was received of the others stays: archives of the
+			// identity, which retention keeps or prunes.
+			return "", err
+		}
+		if i == 0 {
+			got = target
+		}
+	}
+	return got, nil
+}
+
+// slotChains returns the chains that restore each slot of the allocation
+// whose backup chain restores (the newest, its chain checked): chain
+// first, then for each other slot of that allocation the chain of its
+// newest backup among ms (newest first, not set aside), by slot; their
+// bases may be any of all. A slot whose chain is broken is an error:
+// nothing of the allocation is then received, rather than a part of its
+// data.
+func slotChains(all, ms []Manifest, chain []Manifest) ([][]Manifest, error) {
+	newest := chain[len(chain)-1]
+	out := [][]Manifest{chain}
+	seen := map[int]bool{newest.Slot: true}
+	var others []Manifest
+	for _, m := range ms {
+		if m.AllocID == newest.AllocID && !seen[m.Slot] {
+			seen[m.Slot] = true
+			others = append(others, m)
+		}
+	}
+	sort.Slice(others, func(i, j int) bool { return others[i].Slot < others[j].Slot })
+	for _, m := range others {
+		c, err := chainOf(all, m)
+		if err != nil {
+			return nil, fmt.Errorf("slot %d of allocation %s: %w", m.Slot, m.AllocID, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// receiveChain receives chain (one slot's backups, full stream first) into
+// the archive container under the name its release gave it, and returns
+// that name; a dataset of that name already there is taken as received.
+func (k *Keeper) receiveChain(ctx context.Context, cfg Config, id retention.Identity, class string, chain []Manifest) (string, error) {
+	newest := chain[len(chain)-1]
 	prev := record.Owner{AllocID: newest.AllocID, Namespace: id.Namespace, Job: id.Job, Group: id.Group, Task: id.Task}
 	prefix := cfg.Container + "/"
 	target := prefix + record.ArchiveLeaf(class, newest.Slot, prev, newest.ReleasedAt, record.MaxNameLen-len(prefix))
@@ -113,6 +172,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	}
 	installed := false
 	if keyID != "" {
+		var err error
 		if installed, err = installKey(cfg.Dir, id, cfg.KeyDir, keyID); err != nil {
 			return "", fmt.Errorf("backup of %s: %w", id, err)
 		}

@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/backup"
@@ -66,7 +67,7 @@ func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner) 
 	case err == nil && len(names) == 0:
 		release()
 		return nil, nil, func() {}, fmt.Errorf("received %s from backup_dir, but the archive does not hold it for %s", got, o)
-	case err == nil && local.Name != got:
+	case err == nil && !slices.Contains(names, got):
 		release()
 		return nil, nil, func() {}, fmt.Errorf("received %s from backup_dir, but the archive ranks %s newer for %s", got, local.Name, o)
 	}
