@@ -37,3 +37,33 @@ func TestReleasingDataset_OwnMountpoint(t *testing.T) {
 		})
 	}
 }
+
+// Of finds the dataset being released: the slot's old one, or its own
+// while its fate is recorded; nothing else.
+func TestOf(t *testing.T) {
+	old := view.Slot{ID: "scratch-0", Dataset: "tank/nomad/scratch/0", State: record.StateReleasing}
+	for _, tc := range []struct {
+		name string
+		cur  view.Slot
+		want string // "" for none
+	}{
+		{name: "the old dataset", cur: view.Slot{ID: "scratch-0", Dataset: "tank/nomad/scratch/0.alt", State: record.StateReserved, Old: &old}, want: old.Dataset},
+		{name: "its own, archived", cur: old, want: old.Dataset},
+		{name: "its own, destroying", cur: view.Slot{ID: "scratch-0", Dataset: old.Dataset, State: record.StateDestroying}, want: old.Dataset},
+		{name: "its own, in use", cur: view.Slot{ID: "scratch-0", Dataset: old.Dataset, State: record.StateReserved}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := Of(tc.cur, old.Dataset)
+			must.Eq(t, tc.want != "", ok)
+			must.Eq(t, tc.want, got.Dataset)
+		})
+	}
+}
+
+// A release's fate follows the class: destroyed, or archived.
+func TestFate(t *testing.T) {
+	must.Eq(t, record.StateDestroying, FateState(reconcile.Class{OnRelease: reconcile.OnReleaseDestroy}))
+	must.Eq(t, record.ReleaseDestroy, FateEvent(reconcile.Class{OnRelease: reconcile.OnReleaseDestroy}))
+	must.Eq(t, record.StateReleasing, FateState(reconcile.Class{}))
+	must.Eq(t, record.Release, FateEvent(reconcile.Class{}))
+}

@@ -12,8 +12,8 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 )
 
-// RunTimeout bounds one release run.
-const RunTimeout = 5 * time.Minute
+// runTimeout bounds one release run.
+const runTimeout = 5 * time.Minute
 
 // Run is work on one slot carried out by a goroutine of its own: a
 // release, or the making of its spare. One runs per slot at a time (Runs).
@@ -44,9 +44,6 @@ func (r *Run) Err() error { return r.err }
 
 // Hurried is closed once a Reserve waits for the run.
 func (r *Run) Hurried() <-chan struct{} { return r.hurried }
-
-// After is the run this one waits for before it begins (nil for none).
-func (r *Run) After() *Run { return r.after }
 
 // Hurry has r, and the run it goes after, stop yielding to tasks' starts:
 // a Reserve waits for r. Safe to call more than once.
@@ -120,10 +117,10 @@ func (x *Runs) Any() *Run {
 // Carry runs fn as run r of slot id in a goroutine of its own. The run
 // outlives the caller that started it (a Reserve that gives up, say):
 // others may have joined it, and work cut short only costs a retry. Each
-// command has its own deadline; RunTimeout bounds the waits for the
+// command has its own deadline; runTimeout bounds the waits for the
 // slot's lock.
 func (x *Runs) Carry(ctx context.Context, id string, r *Run, what string, fn func(context.Context) error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RunTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	go func() {
 		defer func() {
 			cancel()
