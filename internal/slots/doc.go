@@ -30,6 +30,11 @@
 //   - reserve: Reserve's rounds (fresh slots, reserved ones judged by
 //     decide, restores, releases waited for), through the manager
 //     (reserveSlots, in reserve.go).
+//   - release: a release pass's decisions (Passer.Start), through the
+//     manager (releaseSlots, in release_known.go); the runs that carry
+//     releases and spares out, one per slot (Runs, with a lock of its
+//     own); a release's steps decided without a read (Known, Dataset) and
+//     their outcome settled without one (Settle); a release's fate state.
 //   - prepare: the slots prepared at placement for the allocation Nomad
 //     placed on them, and their handover to its Reserve, through the
 //     manager (prepareSlots, in prepare.go).
@@ -59,10 +64,11 @@
 //     manager's side of package restore), owners.go (owners recorded
 //     behind the Reserve), owner_mount.go (a reserved slot mounted before
 //     it goes back to its owner).
-//   - Release: release.go (the pass over ended allocations, and the slots
-//     held for their next tenant), fate.go (what a release records first),
-//     release_run.go (one slot's release in the background, yielding to
-//     starts), release_known.go (its steps from what the manager knows),
+//   - Release: release.go (the pass over ended allocations, the slots
+//     held for their next tenant, and one slot's release in a run of
+//     package release, yielding to starts), fate.go (what a release
+//     records first), release_known.go (the manager's side of package
+//     release: its steps from what the manager knows, settled),
 //     slot_work.go (the work on one slot under its lock).
 //   - Reconcile: sync.go (Sync: read, plan, apply, until settled), apply.go
 //     (the plan carried out), pool.go (pool and parent health).

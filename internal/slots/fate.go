@@ -14,6 +14,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -40,31 +41,14 @@ func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o record.Own
 		return "", fmt.Errorf("starting the release of %s: %w", cur.ID, err)
 	}
 	m.forgetTenancy(cur.ID)
-	return fateState(c), nil
-}
-
-// fateState is the state of a slot of class c whose release has begun.
-func fateState(c Class) record.State {
-	if c.OnRelease == OnReleaseDestroy {
-		return record.StateDestroying
-	}
-	return record.StateReleasing
-}
-
-// fateEvent is the transition a release of a slot of class c records
-// (record.Transitions): to the archive, or to be destroyed.
-func fateEvent(c Class) record.Event {
-	if c.OnRelease == OnReleaseDestroy {
-		return record.ReleaseDestroy
-	}
-	return record.Release
+	return release.FateState(c), nil
 }
 
 // recordFate writes the fate of x's dataset (of class c, owned by o: its
 // owner too when x does not record it), in one zfs command, and logs the
 // release's start: what writeFate and writeFateBehind write on ZFS.
 func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o record.Owner, spare string) error {
-	props := map[string]string{record.PropState: string(record.To(fateEvent(c)))}
+	props := map[string]string{record.PropState: string(record.To(release.FateEvent(c)))}
 	if o.Known() && !x.Stamped.Known() {
 		props[record.PropOwner] = o.Encode()
 	}
@@ -121,7 +105,7 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 	m.updateSlot(cur.ID, func(x *Slot) {
 		if x.FateDue() && x.Old.Dataset == old.Dataset {
 			o := *x.Old // shared with earlier copies of the view
-			o.State = fateState(c)
+			o.State = release.FateState(c)
 			x.Old, x.Sib = &o, reconcile.NameReleasing
 		}
 	})

@@ -106,8 +106,7 @@ func (m *Manager) tryLockSlot(id, mine string) (unlock func(), ok bool) {
 		return nil, false
 	}
 	m.mu.Lock()
-	_, running := m.runs[id]
-	running = running && id != mine || m.proofs.Under(id) // a proof: see lockSlot
+	running := m.runs.Running(id) && id != mine || m.proofs.Under(id) // a proof: see lockSlot
 	if !running {
 		m.holder[id] = "sync"
 	}

@@ -65,7 +65,7 @@ func (m *Manager) Run(ctx context.Context, period time.Duration) {
 	// came meanwhile too.
 	passes := loop.Config{Name: "release passes", Log: m.log, First: loop.After(period), Kick: kicked}
 	go loop.Run(ctx, passes, func(ctx context.Context, w loop.Wake) loop.Next {
-		var since time.Time // a kick: any read after the latest Reserve (startReleases)
+		var since time.Time // a kick: any read after the latest Reserve (release.Passer.Start)
 		next := loop.Next{}
 		if w.Timer {
 			since, next = time.Now(), loop.After(period)

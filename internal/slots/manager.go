@@ -16,6 +16,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
@@ -95,7 +96,10 @@ type Manager struct {
 	//     export_test.go).
 	//   - restorer restores archives at Reserve, and holds where they are
 	//     found (package restore).
+	//   - runs are the releases and spares being made in the background,
+	//     one run per slot (package release; goRelease, goTend).
 	arm      *armed.Tracker
+	runs     *release.Runs
 	starts   starts.Yield
 	holds    *hold.Holds
 	preps    *preps.Record
@@ -107,6 +111,9 @@ type Manager struct {
 	// reserver runs Reserve's rounds (package reserve), through the
 	// manager (reserveSlots); it has no state of its own.
 	reserver *reserve.Reserver
+	// passer starts a release pass's releases (package release), through
+	// the manager (releaseSlots); it has no state of its own.
+	passer *release.Passer
 
 	mu       sync.Mutex
 	cfg      Config
@@ -122,9 +129,7 @@ type Manager struct {
 	// parentRoom is the parent's available space as last read with the
 	// usage figures (ParentAvailable).
 	parentRoom view.Room
-	// runs are the releases being carried out, by slot ID (goRelease).
-	runs     map[string]*releaseRun
-	reported map[string]bool
+	reported   map[string]bool
 	// owners are owners identified at Reserve and not yet recorded, by ID.
 	owners map[string]record.Owner
 	// unproven are, by ID, the allocations this run's armed datasets were
@@ -177,13 +182,14 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
 		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
-		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: map[string]*releaseRun{},
+		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: release.NewRuns(log),
 
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
 	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)
+	m.passer = release.NewPasser(log, a, releaseSlots{m}, releaseSlots{m})
 	m.starts.Set(starts.Default)
 	return m
 }
@@ -371,18 +377,12 @@ func (m *Manager) reportForeign(names []string) {
 // spares being made), or with ctx's error when ctx is done first.
 func (m *Manager) Wait(ctx context.Context) error {
 	for {
-		m.mu.Lock()
-		var r *releaseRun
-		for _, x := range m.runs {
-			r = x
-			break
-		}
-		m.mu.Unlock()
+		r := m.runs.Any()
 		if r == nil {
 			return nil
 		}
 		select {
-		case <-r.done:
+		case <-r.Done():
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -34,8 +33,8 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 	errs := []error{err}
 	for _, r := range runs {
 		select {
-		case <-r.done:
-			errs = append(errs, r.err)
+		case <-r.Done():
+			errs = append(errs, r.Err())
 		case <-ctx.Done():
 			return errors.Join(append(errs, owners, ctx.Err())...)
 		}
@@ -55,7 +54,7 @@ func (m *Manager) ReleaseEnded(ctx context.Context) error {
 // unknown or cannot be verified, or when something holds it that should
 // not (conflict). No lock is held while the API is read. It records no
 // owner: Run does in a loop of its own, ReleaseEnded after it.
-func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseRun, error) {
+func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*release.Run, error) {
 	m.mu.Lock()
 	nomad := m.nomad
 	m.mu.Unlock()
@@ -65,113 +64,7 @@ func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*releaseR
 	// A kicked pass (since is zero) follows the allocations as they
 	// change, and leaves a slot with a spare to its next tenant for a
 	// while; the others release every slot they may.
-	return m.startReleases(ctx, nomad, since, since.IsZero())
-}
-
-// startReleases is the part of releasePass that reads the API and starts
-// the releases. With hold, a slot whose spare is ready is left to its next
-// tenant for spareHold after its owner was first found ended (holdFor).
-func (m *Manager) startReleases(ctx context.Context, nomad Nomad, since time.Time, hold bool) ([]*releaseRun, error) {
-	var errs []error
-	// Decisions are made from this copy; a release starts only while the
-	// slot still shows the tenancy decided from (startReleaseLocked), and
-	// a note is set only while it does (noteTenancy: rel, the releases
-	// begun by then, taken with the copy).
-	m.mu.Lock()
-	slots, rel := append([]Slot(nil), m.slots...), maps.Clone(m.releases)
-	m.mu.Unlock()
-	var reserved []Slot
-	var runs []*releaseRun
-	for _, s := range slots {
-		switch {
-		case s.Unreadable:
-			continue
-		case m.provingNow(s.ID):
-			// Closed until the proof of its asker answered, which
-			// kicks the next pass (proof.go).
-			continue
-		case s.Old != nil || s.State == record.StateReleasing || s.State == record.StateDestroying:
-			// Begun: the old dataset first, then the slot's own. Before
-			// any read of the API: finishing it needs none.
-			runs = append(runs, m.goRelease(ctx, s, false, record.Owner{}))
-		}
-		if s.State == record.StateReserved {
-			reserved = append(reserved, s)
-		}
-	}
-	// Every device's health warns while the token may not see every
-	// namespace, whether or not a slot is in use.
-	m.setIncomplete(nomad.Incomplete(ctx))
-	if m.arm.Incomplete() {
-		if err := m.disarmFree(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(reserved) == 0 {
-		return runs, errors.Join(errs...)
-	}
-	m.mu.Lock()
-	if since.Before(m.asked) {
-		since = m.asked // never older than the latest handover
-	}
-	m.mu.Unlock()
-	began := time.Now()
-	v, err := nomad.View(ctx, since)
-	if err != nil {
-		for _, s := range reserved {
-			text := fmt.Sprintf("owner unverified: the node's allocations cannot be read (%v); its data is kept", err)
-			if !s.Owner.Known() {
-				text = fmt.Sprintf("owner unknown: the allocation it was handed to was never identified, and the node's allocations cannot be read (%v); its data is kept", err)
-			}
-			m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: text})
-		}
-		m.log.Warn("cannot read the node's allocations; keeping every in-use dataset", "error", err)
-		return runs, errors.Join(errs...)
-	}
-	m.setIncomplete(v.Incomplete)
-	reused := v.Began.Before(began) // read before this pass, not for it
-	for _, s := range reserved {
-		if reused && !s.Owner.Known() {
-			// Its release would rest on no allocation holding the
-			// device: only a read made for this pass, under the token
-			// and the policies of now, may say so (an earlier read may
-			// predate a widened token and miss the holder). The
-			// periodic pass reads anew; so does any pass whose read is
-			// older than the latest Reserve.
-			continue
-		}
-		d := decide.Decide(ctx, m.log, m.arm, nomad, v, s, false)
-		if s, err = m.adoptWithheld(ctx, v, s, d, false); err != nil {
-			errs = append(errs, err)
-		}
-		switch d.Kind {
-		case decide.Adopt:
-			adopted, why, err := m.adoptArmed(ctx, s)
-			switch {
-			case err != nil:
-				errs = append(errs, err)
-			case adopted:
-			case len(v.Holders(s.ID)) == 0:
-				// Not fresh, and nobody holds it: released as any slot
-				// whose owner was never identified.
-				m.log.Info("releasing an earlier run's armed dataset that is not known to be fresh; no allocation holds it", "device", s.ID, "reason", why)
-				runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
-			default:
-				m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: fmt.Sprintf("owner unknown: armed by an earlier run of the plugin, and not known to be fresh (%s); its data is kept until no allocation holds it", why)})
-			}
-		case decide.InUse:
-			m.noteTenancy(s, rel[s.ID], note{})
-		case decide.StartRelease:
-			if hold && m.holdFor(s) {
-				continue
-			}
-			m.log.Info("owner ended", "device", s.ID, "owner", s.Owner.String(), "reason", d.Reason)
-			runs = append(runs, m.goRelease(ctx, s, true, record.Owner{}))
-		default:
-			m.noteTenancy(s, rel[s.ID], note{Unhealthy: true, Text: d.Reason})
-		}
-	}
-	return runs, errors.Join(errs...)
+	return m.passer.Start(ctx, nomad, since, since.IsZero())
 }
 
 // noteTenancy sets the note of slot s (see setNote) only while the slot
@@ -192,9 +85,6 @@ func (m *Manager) noteTenancy(s Slot, released uint64, n note) {
 		m.setSlotsLocked(append([]Slot(nil), m.slots...))
 	}
 }
-
-// runTimeout bounds one release run.
-const runTimeout = 5 * time.Minute
 
 // ownerLockWait bounds how long a release pass waits for a slot's lock to
 // record its owner, so that work on one slot does not hold up the pass.
@@ -271,4 +161,93 @@ func (m *Manager) heldForNext(s Slot) bool {
 		return false
 	}
 	return m.holds.Holding(s.ID, s.Owner.AllocID)
+}
+
+// goRelease carries out the release of s in a goroutine of its own,
+// starting it first (startReleaseLocked) when start is set, and returns the
+// run; when a run for the slot is already going, it returns that one
+// instead. Without start, the release carried out is that of the slot's
+// old dataset when it has one, else of its dataset. A known asker (the
+// allocation whose Reserve found s to release) gets the fresh dataset
+// made for it: created reserved, with it as owner. The run ends when the
+// release is done, fails (logged at error level, and retried by a later
+// pass) or ctx is done. Runs on different slots go side by side.
+func (m *Manager) goRelease(ctx context.Context, s Slot, start bool, asker record.Owner) *release.Run {
+	// A spare being made (prev) goes first; the release takes its place
+	// in m.runs at once, so that it is joined rather than started twice.
+	r, prev, joined := m.runs.Release(s.ID)
+	if joined {
+		return r
+	}
+	m.runs.Carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
+		if prev != nil {
+			select {
+			case <-prev.Done():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		began := time.Now()
+		worked, err := m.release(ctx, r, s, start, asker)
+		if worked || (err != nil && !errors.Is(err, context.Canceled)) {
+			m.observeRelease(s.Class, err, began)
+		}
+		if err == nil && asker.Known() {
+			// The spare, off the asker's path, once this run is over.
+			go func() {
+				<-r.Done()
+				m.goTend(ctx, s.ID)
+			}()
+		}
+		return err
+	})
+	return r
+}
+
+// release starts (when start is set) and carries out the release of s,
+// holding the slot's lock from start to end: what startRelease wrote is
+// still what ZFS has when the first steps are decided from it. worked is
+// false when there was nothing to release (the slot changed since s was
+// read).
+func (m *Manager) release(ctx context.Context, r *release.Run, s Slot, start bool, asker record.Owner) (worked bool, err error) {
+	unlock, err := m.lockSlot(ctx, s.ID, "release")
+	if err != nil {
+		return false, fmt.Errorf("releasing %s: %w", s.ID, err)
+	}
+	name := s.Dataset
+	if !start && s.Old != nil {
+		name = s.Old.Dataset
+	}
+	if start {
+		begun, err := m.startReleaseLocked(ctx, s)
+		if err != nil || !begun {
+			unlock()
+			return false, err
+		}
+	}
+	cur, ok := m.slot(s.ID)
+	if !ok {
+		unlock()
+		return false, nil
+	}
+	rs, ok := release.Of(cur, name)
+	if !ok {
+		unlock()
+		return false, nil // released since s was read
+	}
+	var first []reconcile.Action
+	if start {
+		first = m.knownRelease(cur, rs, asker) // nil: the first steps are decided from a read
+	}
+	t := tend{focus: rs.Dataset, first: first, asker: asker, outside: cur.Old != nil && cur.Old.Dataset == rs.Dataset, run: r}
+	return true, m.tendSlotLocked(ctx, cur, t, unlock)
+}
+
+// yieldToStarts waits, for run r of slot id (what names its next step in
+// the log), for the starts under way (starts.Yield.Wait); it returns at once
+// when a Reserve has joined r. The caller holds no slot's lock.
+func (m *Manager) yieldToStarts(ctx context.Context, id string, r *release.Run, what string) {
+	if waited := m.starts.Wait(ctx, r.Hurried()); waited >= time.Millisecond {
+		m.log.Trace("yielded to a task's start", "device", id, "before", what, "waited", waited)
+	}
 }

@@ -188,12 +188,6 @@ func (r reserveSlots) HandOverSpare(ctx context.Context, s Slot, asker record.Ow
 // to other starts.
 func (r reserveSlots) Release(ctx context.Context, s Slot, asker record.Owner) reserve.Run {
 	run := r.m.goRelease(ctx, s, true, asker)
-	run.hurry()
-	return reserveRun{run}
+	run.Hurry()
+	return run
 }
-
-// reserveRun is a release run a Reserve waits for (reserve.Run).
-type reserveRun struct{ r *releaseRun }
-
-func (x reserveRun) Done() <-chan struct{} { return x.r.done }
-func (x reserveRun) Err() error            { return x.r.err }

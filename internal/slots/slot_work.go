@@ -12,6 +12,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -59,7 +60,7 @@ type tend struct {
 	outside bool
 	// run is the run carrying the work, whose steps outside the slot's
 	// lock yield to tasks' starts (yieldToStarts); nil: they do not.
-	run *releaseRun
+	run *release.Run
 }
 
 // tendSlotLocked brings slot cur's datasets to what the plan says, under
@@ -186,7 +187,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 			return err
 		}
 		if s, ok := m.slot(cur.ID); ok && t.focus != "" {
-			if _, still := releasingOf(s, t.focus); still {
+			if _, still := release.Of(s, t.focus); still {
 				return fmt.Errorf("releasing %s: not finished (%s)", cur.ID, view.OrDash(s.HealthDesc))
 			}
 		}
@@ -253,11 +254,11 @@ func (m *Manager) goTend(ctx context.Context, id string) {
 	if !ok || s.State != record.StateReserved || s.Sib != reconcile.NameAbsent || s.Surplus || unrecordedSlot(s) {
 		return
 	}
-	r, created := m.newRun(id, false)
+	r, created := m.runs.New(id, false)
 	if !created {
 		return
 	}
-	m.carry(ctx, id, r, "making the spare", func(ctx context.Context) error {
+	m.runs.Carry(ctx, id, r, "making the spare", func(ctx context.Context) error {
 		m.yieldToStarts(ctx, id, r, "making the spare")
 		unlock, err := m.lockSlot(ctx, id, "make the spare")
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -106,7 +107,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	// r is the old dataset's release run, registered under the slot's lock
 	// before it is given up; behind: its first step is the old dataset's
 	// fate (writeFateBehind).
-	var r *releaseRun
+	var r *release.Run
 	created, behind := false, false
 	if cur.SpareArmed != "" && cur.Stamped.Known() && cur.Stamped == cur.Owner {
 		// Armed by this run (package armed), beside a dataset whose owner is
@@ -120,7 +121,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		// recorded once the fate has landed (recordOwner). When a run is
 		// registered already (it waits for the lock), the fate is
 		// written first, as below.
-		if r, created = m.newRun(s.ID, true); created {
+		if r, created = m.runs.New(s.ID, true); created {
 			behind, state = true, record.StateReserved
 			m.forgetTenancy(cur.ID)
 		}
@@ -202,12 +203,12 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	// written (or from before it is, behind), so that its first steps
 	// follow from what was written.
 	if r == nil {
-		r, created = m.newRun(s.ID, true)
+		r, created = m.runs.New(s.ID, true)
 	}
 	if !created {
 		unlock() // a run waits for the lock: it, or the next pass, finishes the release
 	} else {
-		m.carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
+		m.runs.Carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
 			began := time.Now()
 			now, err := m.fateBehindLocked(ctx, out, unlock) // behind: first
 			if err != nil {

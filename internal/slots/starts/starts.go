@@ -11,7 +11,7 @@
 // manager's background runs wait for a start under way before they begin
 // their zfs work, at points where they hold no slot's lock: nothing that
 // a Reserve or an owner's record waits for is ever delayed by a start,
-// and a run that a Reserve joins stops waiting at once (releaseRun.hurry).
+// and a run that a Reserve joins stops waiting at once (release.Run.Hurry).
 package starts
 
 import (
