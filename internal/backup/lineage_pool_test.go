@@ -1,6 +1,7 @@
 package backup_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -21,14 +22,7 @@ import (
 // that record with the stream: what a restore of it records names B, then
 // A.
 func TestBackup_TheDatasLineageTravelsWithIt(t *testing.T) {
-	ctx, dir, a, b := twoNodes(t)
-	c := newNode(t, dir)
-	saved := backup.LiveSettle
-	backup.LiveSettle = 200 * time.Millisecond
-	t.Cleanup(func() { backup.LiveSettle = saved })
-	for _, n := range []*node{a, b, c} {
-		n.live(dir, time.Millisecond)
-	}
+	ctx, _, a, b, c := threeLiveNodes(t)
 	allocA, allocB := tenant(1), tenant(2)
 
 	// A on node a: a live backup, then a is lost.
@@ -42,18 +36,7 @@ func TestBackup_TheDatasLineageTravelsWithIt(t *testing.T) {
 	// B restores it on node b, as restore's into leaves a slot: reserved for
 	// B, its data's lineage recorded. B writes, is backed up live, and is
 	// released.
-	got, err := b.keeper.Fetch(ctx, "state", allocB, retention.Archive{})
-	must.NoError(t, err)
-	must.NotEq(t, "", got)
-	b.pool.ZFS(t, "create", "-p", b.cfg.ClassDataset("state"))
-	dsB := b.cfg.ClassDataset("state") + "/0"
-	b.pool.ZFS(t, "rename", got, dsB)
-	for _, p := range [][2]string{
-		{record.PropState, string(record.StateReserved)}, {record.PropOwner, allocB.Encode()},
-		{record.PropBackup, record.BackupNone}, {record.PropDataFrom, record.Lineage(nil).Descend(allocA.AllocID).Encode()},
-	} {
-		b.pool.ZFS(t, "set", p[0]+"="+p[1], dsB)
-	}
+	dsB := b.restoredFor(ctx, t, allocB, allocA)
 	b.write(t, dsB, 1)
 	sent, _, err = b.keeper.LivePass(ctx)
 	must.NoError(t, err)
@@ -68,7 +51,7 @@ func TestBackup_TheDatasLineageTravelsWithIt(t *testing.T) {
 	must.Eq(t, record.Lineage{allocA.AllocID}, sent[0].From, must.Sprint("and so does its release"))
 
 	// A third node restores B's data, the lineage with it.
-	got, err = c.keeper.Fetch(ctx, "state", tenant(3), retention.Archive{})
+	got, err := c.keeper.Fetch(ctx, "state", tenant(3), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, dataB, c.sum(t, got))
 	_, local, _, err := retention.Read(ctx, zfs.NewClient(c.pool.Runner), c.cfg.ArchiveDataset())
@@ -90,14 +73,7 @@ func TestBackup_TheDatasLineageTravelsWithIt(t *testing.T) {
 // new chain, deletes no stream of either. The operator then sets one fork
 // aside (SetAside), and the restores take the other.
 func TestBackup_ALateReleaseOfAForkedIdentityIsRefused(t *testing.T) {
-	ctx, dir, a, b := twoNodes(t)
-	c := newNode(t, dir)
-	saved := backup.LiveSettle
-	backup.LiveSettle = 200 * time.Millisecond
-	t.Cleanup(func() { backup.LiveSettle = saved })
-	for _, n := range []*node{a, b, c} {
-		n.live(dir, time.Millisecond)
-	}
+	ctx, dir, a, b, c := threeLiveNodes(t)
 	allocA, allocB := tenant(1), tenant(2)
 
 	// A on node a: two live backups, the second an increment that weighs
@@ -112,17 +88,7 @@ func TestBackup_ALateReleaseOfAForkedIdentityIsRefused(t *testing.T) {
 	must.NoError(t, err)
 	// B restores it on node b, records where its data came from, writes
 	// and is released.
-	got, err := b.keeper.Fetch(ctx, "state", allocB, retention.Archive{})
-	must.NoError(t, err)
-	b.pool.ZFS(t, "create", "-p", b.cfg.ClassDataset("state"))
-	dsB := b.cfg.ClassDataset("state") + "/0"
-	b.pool.ZFS(t, "rename", got, dsB)
-	for _, p := range [][2]string{
-		{record.PropState, string(record.StateReserved)}, {record.PropOwner, allocB.Encode()},
-		{record.PropBackup, record.BackupNone}, {record.PropDataFrom, record.Lineage(nil).Descend(allocA.AllocID).Encode()},
-	} {
-		b.pool.ZFS(t, "set", p[0]+"="+p[1], dsB)
-	}
+	dsB := b.restoredFor(ctx, t, allocB, allocA)
 	b.write(t, dsB, 1)
 	dataB := b.sum(t, dsB)
 	b.release(t, dsB, allocB)
@@ -178,7 +144,7 @@ func TestBackup_ALateReleaseOfAForkedIdentityIsRefused(t *testing.T) {
 	// receives nothing: the local one is as new).
 	_, err = backup.SetAside(dir, allocB.AllocID, false)
 	must.NoError(t, err)
-	got, err = c.keeper.Fetch(ctx, "state", tenant(3), retention.Archive{})
+	got, err := c.keeper.Fetch(ctx, "state", tenant(3), retention.Archive{})
 	must.NoError(t, err)
 	must.EqOp(t, dataA, c.sum(t, got))
 	got, err = a.keeper.Fetch(ctx, "state", tenant(3), local[0])
@@ -198,4 +164,41 @@ func TestBackup_ALateReleaseOfAForkedIdentityIsRefused(t *testing.T) {
 	must.ErrorIs(t, err, backup.ErrSetAsideLocal)
 	must.StrContains(t, err.Error(), "zfs rename "+local[0].Name)
 
+}
+
+// threeLiveNodes is twoNodes and a third node, each with live backups of
+// class "state" every millisecond, and a LiveSettle of 200 ms for the
+// test.
+func threeLiveNodes(t *testing.T) (context.Context, string, *node, *node, *node) {
+	t.Helper()
+	ctx, dir, a, b := twoNodes(t)
+	c := newNode(t, dir)
+	saved := backup.LiveSettle
+	backup.LiveSettle = 200 * time.Millisecond
+	t.Cleanup(func() { backup.LiveSettle = saved })
+	for _, n := range []*node{a, b, c} {
+		n.live(dir, time.Millisecond)
+	}
+	return ctx, dir, a, b, c
+}
+
+// restoredFor receives the identity's newest backup on n for o and puts
+// it in slot 0 as a restore leaves a slot: reserved for o, its data's
+// lineage recorded (restored from from's data), and returns the slot's
+// dataset.
+func (n *node) restoredFor(ctx context.Context, t *testing.T, o, from record.Owner) string {
+	t.Helper()
+	got, err := n.keeper.Fetch(ctx, "state", o, retention.Archive{})
+	must.NoError(t, err)
+	must.NotEq(t, "", got)
+	n.pool.ZFS(t, "create", "-p", n.cfg.ClassDataset("state"))
+	ds := n.cfg.ClassDataset("state") + "/0"
+	n.pool.ZFS(t, "rename", got, ds)
+	for _, p := range [][2]string{
+		{record.PropState, string(record.StateReserved)}, {record.PropOwner, o.Encode()},
+		{record.PropBackup, record.BackupNone}, {record.PropDataFrom, record.Lineage(nil).Descend(from.AllocID).Encode()},
+	} {
+		n.pool.ZFS(t, "set", p[0]+"="+p[1], ds)
+	}
+	return ds
 }

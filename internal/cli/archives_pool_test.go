@@ -121,14 +121,7 @@ func sortedFields(s string) []string {
 
 func TestBackupsVerify_RealPool(t *testing.T) {
 	pool, parent, names := archivesOnPool(t)
-	dir := t.TempDir()
-	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
-	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sent, _, err := k.Pass(ctx)
-	must.NoError(t, err)
-	must.SliceLen(t, len(names), sent)
+	dir, sent := sentToBackupDir(t, pool, parent, len(names))
 
 	cfgFile := backupConfig(t, parent, dir)
 	var out, errb bytes.Buffer
@@ -211,14 +204,7 @@ func TestBackupsSetAside_RealPool(t *testing.T) {
 	lateAlloc, successorAlloc, firstAlloc := "7f3e2a11-1b2c-4d5e-8f90-a1b2c3d4e5f6", "7f3e2a12-1b2c-4d5e-8f90-a1b2c3d4e5f6", "7f3e2a13-1b2c-4d5e-8f90-a1b2c3d4e5f6"
 	pool.ZFS(t, "set", record.PropDataFrom+"="+firstAlloc, names[0])
 	pool.ZFS(t, "set", record.PropDataFrom+"="+lateAlloc+","+firstAlloc, names[1])
-	dir := t.TempDir()
-	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
-	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sent, _, err := k.Pass(ctx)
-	must.NoError(t, err)
-	must.SliceLen(t, len(names), sent)
+	dir, sent := sentToBackupDir(t, pool, parent, len(names))
 	cfgFile := backupConfig(t, parent, dir)
 	verify := func(wantCode int) chainRow {
 		t.Helper()
@@ -286,4 +272,20 @@ func newestAllocOf(t *testing.T, dir string, c chainRow) string {
 	}
 	t.Fatalf("no manifest taken at %v", c.ReleasedAt)
 	return ""
+}
+
+// sentToBackupDir sends the archives under parent into a new backup_dir
+// with a keeper's pass, checks that want were sent, and returns the
+// directory and the manifests sent (oldest first).
+func sentToBackupDir(t *testing.T, pool *zfstest.Pool, parent string, want int) (string, []backup.Manifest) {
+	t.Helper()
+	dir := t.TempDir()
+	k := backup.NewKeeper(zfs.NewClient(pool.Runner), hclog.NewNullLogger())
+	k.SetConfig(backup.Config{Dir: dir, Container: parent + "/.archive", Classes: map[string]bool{"state": true}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent, _, err := k.Pass(ctx)
+	must.NoError(t, err)
+	must.SliceLen(t, want, sent)
+	return dir, sent
 }
