@@ -192,21 +192,24 @@ func hostMount(t *testing.T, path string) (hostfs.Mount, bool) {
 	return table.At(filepath.Clean(path))
 }
 
-// releaseUnmount is the zfs subcommand in which a release unmounts a slot's
+// releaseUnmount is the zfs subcommand in which a release unmounts slot's
 // dataset on this machine's ZFS (zfstest.Pool.Capabilities, probed under
-// parent): the rename into the archive where the rename unmounts (OpenZFS:
-// see zfs.Capabilities.RenameUnmounts), `zfs unmount` elsewhere.
-func releaseUnmount(t *testing.T, pool *zfstest.Pool, parent string) string {
+// parent), and the argument that tells its run apart: the rename into the
+// archive where the rename unmounts (OpenZFS: see
+// zfs.Capabilities.RenameUnmounts), of slot; elsewhere `zfs set
+// canmount=off`, which unmounts (the fate's `zfs set` of the same dataset
+// comes before it and must not pause).
+func releaseUnmount(t *testing.T, pool *zfstest.Pool, parent, slot string) (sub, arg string) {
 	t.Helper()
 	if pool.Capabilities(t, parent).RenameUnmounts() {
-		return "rename"
+		return "rename", slot
 	}
-	return "unmount"
+	return "set", "canmount=off"
 }
 
 // TestFailClosed_OrphanedZFSChild: the plugin is SIGKILLed while a
-// release's `zfs unmount` is pending (on OpenZFS the rename into the
-// archive, which does the unmount: releaseUnmount). Before the fix the child lived on
+// release's unmount is pending (`zfs set canmount=off`; on OpenZFS the
+// rename into the archive, which does the unmount: releaseUnmount). Before the fix the child lived on
 // and, once it went ahead, unmounted the fresh dataset now at the slot's
 // name, which nothing remounted. Now the child dies with the plugin
 // (parent-death signal, own process group); Nomad relaunches the plugin,
@@ -223,7 +226,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	pool.ZFS(t, "create", parent)
 	slot := parent + "/scratch/0"
 	archive := parent + "/.archive"
-	unmounts := releaseUnmount(t, pool, parent)
+	unmounts, unmountArg := releaseUnmount(t, pool, parent, slot)
 
 	pluginBin := devicetest.BuildPlugin(t)
 	agent := nomadtest.StartAgent(t, nomadtest.Options{
@@ -258,7 +261,7 @@ func TestFailClosed_OrphanedZFSChild(t *testing.T) {
 	// 2. Stop it with the slot's unmount paused: the release waits in it.
 	// Only the runs naming the slot pause: the relaunched plugin's probe
 	// renames a mounted dataset of its own at start.
-	w.PauseFor(unmounts, slot)
+	w.PauseFor(unmounts, unmountArg)
 	_, _, err := agent.API.Jobs().Deregister(writer.ID, false, nil)
 	must.NoError(t, err)
 	agent.WaitForAlloc(t, writer, "complete", jobTimeout, func(a *api.Allocation) bool {

@@ -87,8 +87,11 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	if err := forkAt(id, ms, newest, local); err != nil {
 		return "", err
 	}
-	if !newerThanLocal(newest, local) {
-		return "", nil // the local archive is as new
+	if !newerThanLocal(newest, local) && (local.AllocID != newest.AllocID || len(slotsOf(ms, newest.AllocID)) < 2) {
+		// The local archive is as new. (Of the same allocation with
+		// several slots, a restore cut short may have received some of
+		// them: the rest are received below, the others skipped.)
+		return "", nil
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -148,6 +151,17 @@ func slotChains(all, ms []Manifest, chain []Manifest) ([][]Manifest, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// slotsOf returns the slots that ms holds backups of for allocation alloc.
+func slotsOf(ms []Manifest, alloc string) map[int]bool {
+	out := map[int]bool{}
+	for _, m := range ms {
+		if m.AllocID == alloc {
+			out[m.Slot] = true
+		}
+	}
+	return out
 }
 
 // receiveChain receives chain (one slot's backups, full stream first) into

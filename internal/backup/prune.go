@@ -94,15 +94,21 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	if forked(mine) {
 		return nil // which fork is wanted is not known: both stay
 	}
-	// The chain of the newest backup not set aside (what a restore
-	// takes) is never deleted either.
-	var chosen uint64
-	if len(mine) > 0 {
-		c, err := chainOf(ms, mine[0])
-		if err != nil {
-			return nil
+	// The chains of the newest allocation's backups, each slot's newest,
+	// and of the newest not set aside (what a restore takes), are never
+	// deleted either.
+	protected := map[uint64]bool{}
+	for _, alloc := range []string{ms[0].AllocID, firstAlloc(mine)} {
+		seen := map[int]bool{}
+		for _, m := range ms {
+			if m.AllocID != alloc || alloc == "" || seen[m.Slot] {
+				continue
+			}
+			seen[m.Slot] = true
+			if c, err := chainOf(ms, m); err == nil {
+				protected[c[0].GUID] = true // a broken one is never deleted anyway
+			}
 		}
-		chosen = c[0].GUID
 	}
 	for _, m := range newest {
 		if !present(m) {
@@ -157,7 +163,7 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	var roots []uint64
 	for _, m := range ms {
 		r := rootOf(m)
-		if r == 0 || r == newest[0].GUID || r == chosen {
+		if r == 0 || r == newest[0].GUID || protected[r] {
 			continue
 		}
 		if _, seen := chains[r]; !seen {
@@ -288,6 +294,14 @@ func leftovers(dir string, ms []Manifest, now time.Time, grace time.Duration) ([
 		out = append(out, filepath.Join(dir, n))
 	}
 	return out, nil
+}
+
+// firstAlloc is the allocation of ms's first manifest; "" for none.
+func firstAlloc(ms []Manifest) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	return ms[0].AllocID
 }
 
 // allPresent reports whether present says every stream of ms is there.

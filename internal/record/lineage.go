@@ -149,10 +149,14 @@ type span struct {
 //     descends from the other: both were restored from the same data and
 //     both ran, one while the other's node was lost;
 //   - newest's data does not descend from that of the newest other
-//     allocation: newest's lineage, when it has one, does not name it (a
-//     late release whose successors' lineages no longer reach it, past
-//     MaxLineage moves); or, when it has none (it started empty), the
-//     other wrote data after newest's oldest: two lines of data at once.
+//     allocation (its lineage does not name it, or it has none: it
+//     started empty), and that allocation wrote data after newest's line
+//     began (the oldest data the stores hold of newest's ancestors, else
+//     of newest): two lines of data at once, or a late release whose
+//     successors' lineages no longer reach it (past MaxLineage moves). An
+//     allocation older than newest's whole line is no fork, however many
+//     generations newest's lineage no longer names (hand-overs on one
+//     node that never reached backup_dir).
 //
 // Which fork holds the data the job wants cannot be told from the data:
 // the caller refuses to choose. Where newest descends from the newest
@@ -209,11 +213,15 @@ func Diverged(left []Left, newest string) (other string, successor bool, ok bool
 			p = a
 		}
 	}
-	switch {
-	case p == "":
-	case len(n.from) > 0 && !n.from.Has(p):
-		return p, false, true
-	case len(n.from) == 0 && !n.oldest.IsZero() && spans[p].newest.After(n.oldest):
+	// Since when newest's line holds data: its ancestors' oldest data
+	// the stores still hold, else its own oldest.
+	since := n.oldest
+	for _, a := range n.from {
+		if s, ok := spans[a]; ok && !s.oldest.IsZero() && (since.IsZero() || s.oldest.Before(since)) {
+			since = s.oldest
+		}
+	}
+	if p != "" && !n.from.Has(p) && !since.IsZero() && spans[p].newest.After(since) {
 		return p, false, true
 	}
 	return "", false, false

@@ -122,6 +122,12 @@ func TestDiverged(t *testing.T) {
 			append([]record.Left{l(allocA, 200), l(allocA, 1)}, nine[8:]...), allocA, want{ids[9], false, true}},
 		{"the same with every move's data left: the moves' lineages name A",
 			append([]record.Left{l(allocA, 200), l(allocA, 1)}, nine...), allocA, want{ids[1], true, true}},
+		{"nine hand-overs on one node that never reached the stores: an allocation older than the whole line is no fork",
+			[]record.Left{l(allocA, 1), l(ids[9], 100, nine[8].From...)}, ids[9], want{}},
+		{"the same, an ancestor held: older than it, no fork",
+			[]record.Left{l(allocA, 1), l(ids[5], 50, nine[4].From...), l(ids[9], 100, nine[8].From...)}, ids[9], want{}},
+		{"restore turned on: the newest restored D (never sent), the newest other's data older than its line",
+			[]record.Left{l(allocB, 1), l(allocB, 3), l(allocC, 9, allocD)}, allocC, want{}},
 		{"started empty while another wrote: two lines at once", []record.Left{l(allocA, 1), l(allocA, 9), l(allocB, 5)}, allocA, want{allocB, false, true}},
 		{"started empty after the other's data (no lineage recorded: data restored before lineages were)", []record.Left{l(allocA, 1), l(allocA, 3), l(allocB, 5), l(allocB, 9)}, allocB, want{}},
 	}
