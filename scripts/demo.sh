@@ -449,6 +449,11 @@ run zfs list -r -o name,used,avail,refquota,compression,mounted "$POOL/nomad"
 run zfs get -r -o name,property,value nomad-device-zfs:state "$POOL/nomad"
 step "The task's files, kept in the archive (mounted for a look, then unmounted)"
 run zfs get -o property,value nomad-device-zfs:owner,nomad-device-zfs:released-at "$ARCHIVED"
+# On zfs-fuse the release left the archive canmount=off (its unmount is
+# `zfs set canmount=off`): noauto lets it be mounted by hand.
+if [[ "$(zfs get -H -o value canmount "$ARCHIVED")" == off ]]; then
+	run zfs set canmount=noauto "$ARCHIVED"
+fi
 run zfs mount "$ARCHIVED"
 ARCHIVE_MP=$(zfs get -H -o value mountpoint "$ARCHIVED")
 run ls -ln "$ARCHIVE_MP"
