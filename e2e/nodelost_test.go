@@ -246,9 +246,15 @@ func TestNodeLost(t *testing.T) {
 		n, err := lastCount(outs[class].hostPath)
 		must.NoError(t, err)
 		must.Greater(t, counts[class], n, must.Sprintf("class %s: the lost node's task goes on writing", class))
-		first, _, err := server.API.Allocations().Info(firsts[class].ID, nil)
-		must.NoError(t, err)
-		must.EqOp(t, api.AllocClientStatusLost, first.ClientStatus, must.Sprintf("class %s: L's allocation", class))
+		// The server marks the node down, then its allocations lost: a
+		// moment apart (seen in the OpenZFS VM).
+		server.Wait(t, fmt.Sprintf("class %s: L's allocation lost", class), lostTimeout, func() (bool, string) {
+			first, _, err := server.API.Allocations().Info(firsts[class].ID, nil)
+			if err != nil {
+				return false, err.Error()
+			}
+			return first.ClientStatus == api.AllocClientStatusLost, "client status " + first.ClientStatus
+		})
 	}
 
 	// 4. Class state's replacement on S starts with the last increment.
