@@ -92,13 +92,5 @@ func forkAt(id retention.Identity, ms []Manifest, newest Manifest, local retenti
 // first) forked at its newest stream: backup_dir's retention then deletes
 // none of its chains, whichever fork they hold.
 func forked(ms []Manifest) bool {
-	if len(ms) == 0 {
-		return false
-	}
-	left := make([]record.Left, 0, len(ms))
-	for _, m := range ms {
-		left = append(left, record.Left{AllocID: m.AllocID, From: m.From, Taken: m.ReleasedAt})
-	}
-	_, _, ok := record.Diverged(left, ms[0].AllocID)
-	return ok
+	return len(ms) > 0 && forkAt(retention.Identity{}, ms, ms[0], retention.Archive{}) != nil
 }
