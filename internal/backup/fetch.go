@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -87,7 +88,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	if err := forkAt(id, ms, newest, local); err != nil {
 		return "", err
 	}
-	if !newerThanLocal(newest, local) && (local.AllocID != newest.AllocID || len(slotsOf(ms, newest.AllocID)) < 2) {
+	if !newerThanLocal(newest, local) && (local.AllocID != newest.AllocID || len(newestPerSlot(ms, newest.AllocID)) < 2) {
 		// The local archive is as new. (Of the same allocation with
 		// several slots, a restore cut short may have received some of
 		// them: the rest are received below, the others skipped.)
@@ -134,14 +135,7 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 func slotChains(all, ms []Manifest, chain []Manifest) ([][]Manifest, error) {
 	newest := chain[len(chain)-1]
 	out := [][]Manifest{chain}
-	seen := map[int]bool{newest.Slot: true}
-	var others []Manifest
-	for _, m := range ms {
-		if m.AllocID == newest.AllocID && !seen[m.Slot] {
-			seen[m.Slot] = true
-			others = append(others, m)
-		}
-	}
+	others := slices.DeleteFunc(newestPerSlot(ms, newest.AllocID), func(m Manifest) bool { return m.Slot == newest.Slot })
 	sort.Slice(others, func(i, j int) bool { return others[i].Slot < others[j].Slot })
 	for _, m := range others {
 		c, err := chainOf(all, m)
@@ -153,12 +147,15 @@ func slotChains(all, ms []Manifest, chain []Manifest) ([][]Manifest, error) {
 	return out, nil
 }
 
-// slotsOf returns the slots that ms holds backups of for allocation alloc.
-func slotsOf(ms []Manifest, alloc string) map[int]bool {
-	out := map[int]bool{}
+// newestPerSlot returns, for each slot that ms (newest first) holds
+// backups of for allocation alloc, its newest, in ms's order.
+func newestPerSlot(ms []Manifest, alloc string) []Manifest {
+	var out []Manifest
+	seen := map[int]bool{}
 	for _, m := range ms {
-		if m.AllocID == alloc {
-			out[m.Slot] = true
+		if m.AllocID == alloc && !seen[m.Slot] {
+			seen[m.Slot] = true
+			out = append(out, m)
 		}
 	}
 	return out

@@ -99,12 +99,10 @@ func PlanPrune(ms []Manifest, p retention.Policy, now time.Time, grace time.Dura
 	// deleted either.
 	protected := map[uint64]bool{}
 	for _, alloc := range []string{ms[0].AllocID, firstAlloc(mine)} {
-		seen := map[int]bool{}
-		for _, m := range ms {
-			if m.AllocID != alloc || alloc == "" || seen[m.Slot] {
-				continue
-			}
-			seen[m.Slot] = true
+		if alloc == "" {
+			continue
+		}
+		for _, m := range newestPerSlot(ms, alloc) {
 			if c, err := chainOf(ms, m); err == nil {
 				protected[c[0].GUID] = true // a broken one is never deleted anyway
 			}
