@@ -75,6 +75,12 @@ func (t *Tenants) Holds(_ context.Context, o record.Owner, ids []string) error {
 	return nil
 }
 
+// Prior implements slots.Nomad: the tenants replace none (their views
+// name no previous allocation), so it is never asked.
+func (t *Tenants) Prior(_ context.Context, _, allocID string) (slots.Prior, error) {
+	return slots.Prior{}, fmt.Errorf("allocation %s: the bench's tenants replace no allocation", allocID)
+}
+
 // Gone implements slots.Nomad: an allocation is gone once End was called
 // for it (the view lists it as complete anyway).
 func (t *Tenants) Gone(_ context.Context, o record.Owner) (bool, error) {

@@ -24,19 +24,20 @@ type stateClient struct {
 // B joined to it, each on a pool of its own, the plugin on both with class
 // "state" (2 slots, 32M, restore = "required") and, when backups is not
 // "", that backup_dir; it waits for their devices and for the server to
-// list both.
-func twoStateClients(t *testing.T, step func(string, ...any), backups string) (a, b stateClient) {
+// list both. pathA, when not "", is put first on client A's PATH (and so
+// on its plugin's: a zfs wrapper's directory).
+func twoStateClients(t *testing.T, step func(string, ...any), backups, pathA string) (a, b stateClient) {
 	t.Helper()
 	pluginBin := devicetest.BuildPlugin(t)
 	backupDir := ""
 	if backups != "" {
 		backupDir = fmt.Sprintf("    backup_dir         = %q\n", backups)
 	}
-	start := func(name, join string) stateClient {
+	start := func(name, join, path string) stateClient {
 		pool := zfstest.NewPool(t, 0)
 		parent := pool.Dataset("nomad")
 		pool.ZFS(t, "create", parent)
-		agent := nomadtest.StartAgent(t, nomadtest.Options{Join: join, PluginDir: filepath.Dir(pluginBin), PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
+		agent := nomadtest.StartAgent(t, nomadtest.Options{Join: join, PathFirst: path, PluginDir: filepath.Dir(pluginBin), PluginConfig: fmt.Sprintf(`plugin "nomad-device-zfs" {
   config {
     parent_dataset     = %q
     fingerprint_period = "2s"
@@ -53,8 +54,8 @@ func twoStateClients(t *testing.T, step func(string, ...any), backups string) (a
 		step("client %s: node %s at %s, pool %s", name, agent.NodeID[:8], agent.Addr, pool.Name)
 		return stateClient{pool: pool, agent: agent, parent: parent}
 	}
-	a = start("A", "")
-	b = start("B", a.agent.RPCAddr)
+	a = start("A", "", pathA)
+	b = start("B", a.agent.RPCAddr, "")
 	nodes, _, err := a.agent.API.Nodes().List(nil)
 	must.NoError(t, err)
 	must.SliceLen(t, 2, nodes, must.Sprint("one server, two clients"))

@@ -46,7 +46,7 @@ func archivesConstraint(group string) string {
 func TestRestore_SchedulerPlacesByArchiveMeta(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents and runs jobs")
 	step := stepper(t)
-	clientA, clientB := twoStateClients(t, step, "")
+	clientA, clientB := twoStateClients(t, step, "", "")
 	poolA, agentA, parentA := clientA.pool, clientA.agent, clientA.parent
 	poolB, agentB, parentB := clientB.pool, clientB.agent, clientB.parent
 	k := &keeperRuns{seen: map[string]bool{}, step: step}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -98,8 +99,14 @@ func keeper(round, nodeID string) string {
 // new allocation once it runs and has printed the expected history.
 func (k *keeperRuns) run(t *testing.T, agent *nomadtest.Agent, jobHCL string) *api.Allocation {
 	t.Helper()
+	return k.await(t, agent, agent.RegisterJob(t, jobHCL))
+}
+
+// await returns the new allocation of job (a version of keeperJob just
+// registered) once it runs and has printed the expected history.
+func (k *keeperRuns) await(t *testing.T, agent *nomadtest.Agent, job nomadtest.Job) *api.Allocation {
+	t.Helper()
 	round := "of job version " + fmt.Sprint(len(k.history)+1)
-	job := agent.RegisterJob(t, jobHCL)
 	var alloc *api.Allocation
 	agent.Wait(t, "the allocation "+round+" running", jobTimeout, func() (bool, string) {
 		stubs, _, err := agent.API.Jobs().Allocations(job.ID, true, nil)
@@ -143,7 +150,7 @@ func TestRestoreAcrossNodes(t *testing.T) {
 	step := stepper(t)
 	backups := filepath.Join(t.TempDir(), "backups")
 	must.NoError(t, os.Mkdir(backups, 0o700))
-	clientA, clientB := twoStateClients(t, step, backups)
+	clientA, clientB := twoStateClients(t, step, backups, "")
 	poolA, agentA, parentA := clientA.pool, clientA.agent, clientA.parent
 	poolB, agentB, parentB := clientB.pool, clientB.agent, clientB.parent
 	k := &keeperRuns{seen: map[string]bool{}, step: step}
@@ -194,18 +201,83 @@ func TestRestoreAcrossNodes(t *testing.T) {
 	// A client-only agent leaves its tasks running when it stops: stop the
 	// job first, so that nothing holds pool B when the test ends.
 	must.NoError(t, os.Rename(backups+".gone", backups))
-	_, _, err = agentA.API.Jobs().Deregister("keeper", false, nil)
-	must.NoError(t, err)
-	agentA.Wait(t, "the second allocation's dataset archived", releaseTimeout, func() (bool, string) {
-		return archivedFor(t, poolB, parentB+"/.archive", second.ID) != "", "not archived yet"
+	stopKeeperOn(t, agentA, clientB, second)
+}
+
+// TestRestoreAcrossNodes_WaitsForItsPredecessor: the job moves to another
+// node before its data got there. The job runs on client A (class
+// "state", restore = "required", no backup_interval); it is updated to
+// run on client B: Nomad stops A's allocation and places its replacement
+// on B (PreviousAllocation: A's) at once. The plugin on A archives the
+// dataset, and its send to backup_dir is paused (a zfs wrapper first on A's
+// PATH). The replacement's Reserve on B waits for it, not starting empty
+// (nothing of the job is in backup_dir yet), nor on older data; once the
+// send goes on, it starts with A's data: its history names both
+// allocations.
+func TestRestoreAcrossNodes_WaitsForItsPredecessor(t *testing.T) {
+	testenv.SkipShort(t, "end-to-end: starts Nomad agents and runs jobs")
+	step := stepper(t)
+	backups := filepath.Join(t.TempDir(), "backups")
+	must.NoError(t, os.Mkdir(backups, 0o700))
+	w := zfstest.NewWrapper(t)
+	clientA, clientB := twoStateClients(t, step, backups, w.Dir)
+	agentA, agentB := clientA.agent, clientB.agent
+	k := &keeperRuns{seen: map[string]bool{}, step: step}
+
+	first := k.run(t, agentA, keeper("1", agentA.NodeID))
+	must.EqOp(t, agentA.NodeID, first.NodeID)
+	w.Pause("send")
+	t.Cleanup(func() { w.Resume("send") })
+	job := agentA.RegisterJob(t, keeper("2", agentB.NodeID))
+	args := w.WaitPaused(t, "send", releaseTimeout)
+	step("client A: the archive's send paused: zfs %s", strings.Join(args, " "))
+
+	// While A's data is not in backup_dir, the replacement on B waits.
+	var second *api.Allocation
+	agentA.Wait(t, "the replacement placed on client B", holdTimeout, func() (bool, string) {
+		stubs, _, err := agentA.API.Jobs().Allocations(job.ID, true, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range stubs {
+			if s.ID != first.ID {
+				second, _, err = agentA.API.Allocations().Info(s.ID, nil)
+				return err == nil, fmt.Sprint(err)
+			}
+		}
+		return false, "not placed yet"
 	})
-	// Nor does it remove the directories (and mounts) of its ended
-	// allocations: collect them.
+	must.EqOp(t, first.ID, second.PreviousAllocation, must.Sprint("Nomad names what the replacement replaced"))
+	must.EqOp(t, agentB.NodeID, second.NodeID)
+	time.Sleep(3 * time.Second)
+	second, _, err := agentA.API.Allocations().Info(second.ID, nil)
+	must.NoError(t, err)
+	must.EqOp(t, api.AllocClientStatusPending, second.ClientStatus, must.Sprintf("the replacement waits for its data: %s", nomadtest.DescribeTaskStates(second)))
+	step("client B: alloc %s pending while A's send is paused", second.ID[:8])
+
+	w.Resume("send")
+	got := k.await(t, agentA, job)
+	must.EqOp(t, second.ID, got.ID)
+	step("client B: alloc %s started with client A's data", got.ID[:8])
+	stopKeeperOn(t, agentA, clientB, got)
+}
+
+// stopKeeperOn stops job keeper, whose allocation alloc runs on client c,
+// and waits for its dataset archived there and for c's allocation
+// directories collected: a client-only agent leaves its tasks running,
+// and their directories (and mounts), when it stops.
+func stopKeeperOn(t *testing.T, server *nomadtest.Agent, c stateClient, alloc *api.Allocation) {
+	t.Helper()
+	_, _, err := server.API.Jobs().Deregister("keeper", false, nil)
+	must.NoError(t, err)
+	server.Wait(t, "the allocation's dataset archived", releaseTimeout, func() (bool, string) {
+		return archivedFor(t, c.pool, c.parent+"/.archive", alloc.ID) != "", "not archived yet"
+	})
 	// (The API's GC call answers with an empty body, which its decoder
 	// reports as EOF: the wait below checks the effect instead.)
-	_ = agentB.API.Nodes().GC(agentB.NodeID, nil)
-	allocDir := filepath.Join(agentB.Dir, "data", "alloc")
-	agentB.Wait(t, "client B's allocation directories collected", holdTimeout, func() (bool, string) {
+	_ = c.agent.API.Nodes().GC(c.agent.NodeID, nil)
+	allocDir := filepath.Join(c.agent.Dir, "data", "alloc")
+	c.agent.Wait(t, "the client's allocation directories collected", holdTimeout, func() (bool, string) {
 		left, err := os.ReadDir(allocDir)
 		return err == nil && len(left) == 0, fmt.Sprintf("%d left (%v)", len(left), err)
 	})

@@ -57,8 +57,8 @@ func TestLeanAllocList_Shapes(t *testing.T) {
 	}{
 		{name: "empty list", in: "[]\n", want: "[]"},
 		{name: "null", in: "null", err: "want a JSON array, found null"},
-		{name: "unknown fields dropped", in: `[{"ID":"a1","Job":{"ID":"j","TaskGroups":[{"Name":"g"}]},"ClientStatus":"running"}]`,
-			want: `[{"ID":"a1","Namespace":"","JobID":"","TaskGroup":"","Name":"","ClientStatus":"running","DesiredStatus":"","Job":{"ParentID":""},"AllocatedResources":null,"TaskStates":null}]`},
+		{name: "unknown fields dropped", in: `[{"ID":"a1","Job":{"ID":"j","TaskGroups":[{"Name":"g"}]},"ClientStatus":"running","PreviousAllocation":"a0","NextAllocation":"a2"}]`,
+			want: `[{"ID":"a1","Namespace":"","JobID":"","TaskGroup":"","Name":"","ClientStatus":"running","DesiredStatus":"","PreviousAllocation":"a0","Job":{"ParentID":""},"AllocatedResources":null,"TaskStates":null}]`},
 		{name: "null element", in: `[{"ID":"a1"},null]`, err: "allocation 1 of the list: want an object, found null"},
 		{name: "empty answer", in: "", err: "allocation list: unexpected end of JSON input"},
 		{name: "an object", in: `{"ID":"a1"}`, err: "want a JSON array"},

@@ -60,6 +60,9 @@ func (w *Watcher) read(ctx context.Context, waitIndex uint64) (*Snapshot, error)
 type leanAlloc struct {
 	ID, Namespace, JobID, TaskGroup, Name string
 	ClientStatus, DesiredStatus           string
+	// PreviousAllocation is the allocation this one replaced (rescheduled,
+	// migrated, or updated destructively); "" for none.
+	PreviousAllocation string
 	// Job is kept only for its parent: the job that launched a periodic
 	// or dispatched child.
 	Job *struct {
@@ -84,6 +87,7 @@ func convert(a *leanAlloc) *Alloc {
 		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, TaskGroup: a.TaskGroup, Name: a.Name,
 		ClientStatus: a.ClientStatus, Devices: map[string]string{}, DeadTasks: map[string]bool{}, StartedTasks: map[string]bool{},
 		Stopping: a.DesiredStatus == api.AllocDesiredStatusStop || a.DesiredStatus == api.AllocDesiredStatusEvict,
+		Previous: a.PreviousAllocation,
 	}
 	if a.Job != nil {
 		out.ParentJobID = a.Job.ParentID

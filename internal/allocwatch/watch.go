@@ -91,6 +91,10 @@ type Alloc struct {
 	// ParentJobID is the job that launched JobID when it is a periodic
 	// or dispatched child; "" otherwise.
 	ParentJobID string
+	// Previous is the allocation this one replaced (PreviousAllocation:
+	// rescheduled, migrated off a drained or lost node, or updated
+	// destructively); "" for none.
+	Previous string
 	// Stopping is true when the servers want the allocation stopped or
 	// evicted: a Reserve for its devices then comes from a new allocation.
 	Stopping bool

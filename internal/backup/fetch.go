@@ -33,6 +33,16 @@ import (
 // aside (SetAside) are never restored, nor a local archive of one. ctx
 // bounds the whole (Reserve's reserve_timeout).
 func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local retention.Archive) (string, error) {
+	return k.FetchAfter(ctx, class, o, local, "")
+}
+
+// FetchAfter is Fetch for an owner whose data must be, at least, that of
+// allocation after (its predecessor on another node; "" for none): while
+// neither the local archive nor backup_dir holds after's final backup of
+// each slot it left a backup of (a live one is not its final data), and
+// the operator did not set after aside, nothing is received and the error
+// wraps record.ErrNotArrived. Its release on its node sends it.
+func (k *Keeper) FetchAfter(ctx context.Context, class string, o record.Owner, local retention.Archive, after string) (string, error) {
 	cfg, _ := k.config()
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
 		return "", nil
@@ -55,6 +65,12 @@ func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local 
 	aside, err := readSetAside(IdentityDir(cfg.Dir, id))
 	if err != nil {
 		return "", fmt.Errorf("which backups of %s are set aside: %w", id, err)
+	}
+	if after != "" && local.AllocID != after && !aside[after] {
+		if why := notArrived(all, after); why != "" {
+			return "", fmt.Errorf("%w: backup_dir holds %s of allocation %s, whose data %s's must start from; its release on its node sends it",
+				record.ErrNotArrived, why, record.ShortID(after), o)
+		}
 	}
 	// The data of allocations set aside is never restored; their streams
 	// may still be the bases of others'.
@@ -145,6 +161,23 @@ func slotChains(all, ms []Manifest, chain []Manifest) ([][]Manifest, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// notArrived says what all (one identity's manifests, newest first) lack
+// of allocation alloc's final data: "no backup" when it left none, "only a
+// live backup of slot N" when a slot's newest is live (taken while it
+// ran); "" when each slot it left a backup of has its final.
+func notArrived(all []Manifest, alloc string) string {
+	slots := newestPerSlot(all, alloc)
+	if len(slots) == 0 {
+		return "no backup"
+	}
+	for _, m := range slots {
+		if m.Live {
+			return fmt.Sprintf("only a live backup (taken %s) of slot %d", m.ReleasedAt.UTC().Format(time.RFC3339), m.Slot)
+		}
+	}
+	return ""
 }
 
 // newestPerSlot returns, for each slot that ms (newest first) holds

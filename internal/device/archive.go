@@ -47,13 +47,14 @@ type archiveSource struct {
 // backup_dir holds a newer backup of the identity (it was on another node
 // since), which is then received and claimed. A backup_dir that cannot be
 // read is an error, local archives or not: which is newest cannot be
-// known.
-func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner) ([]string, record.Lineage, func(), error) {
+// known. While neither holds the data of after (o's predecessor on
+// another node; "" for none), the error wraps record.ErrNotArrived.
+func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner, after string) ([]string, record.Lineage, func(), error) {
 	names, local, release, err := a.pruner.ClaimNewest(ctx, class, o)
 	if err != nil {
 		return nil, nil, release, err
 	}
-	got, err := a.keeper.Fetch(ctx, class, o, local)
+	got, err := a.keeper.FetchAfter(ctx, class, o, local, after)
 	switch {
 	case err != nil:
 		release()

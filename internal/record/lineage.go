@@ -120,6 +120,12 @@ func isAllocID(s string) bool {
 // restore waits for the operator, whatever the class's restore setting.
 var ErrDiverged = errors.New("the identity's data forked")
 
+// ErrNotArrived says that the data a restore must start with, its
+// asker's predecessor's on another node, has not reached backup_dir yet:
+// its release there sends it. A restore waits for it (bounded under
+// restore = "best-effort").
+var ErrNotArrived = errors.New("the predecessor's data has not arrived")
+
 // Left is one piece of an allocation's data as a store holds it (an
 // archive, a manifest in backup_dir): the allocation, the lineage of its
 // data, and the time of the data (its release, or a live backup's

@@ -260,8 +260,11 @@ func (p *Pruner) endDestroy() {
 // that allocation, then its own lineage). Each is held against pruning
 // until release is called; release must be called, also when names is
 // empty. An owner whose allocation index is unknown matches nothing. It
-// reads ZFS once.
-func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner) (names []string, from record.Lineage, release func(), err error) {
+// reads ZFS once. after (an allocation on another node whose data the
+// caller waits for) is not looked for: nothing of another node arrives in
+// this node's archive but from backup_dir, which the keeper reads
+// (device.archiveSource).
+func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner, after string) (names []string, from record.Lineage, release func(), err error) {
 	names, newest, release, err := p.ClaimNewest(ctx, class, o)
 	if len(names) > 0 {
 		from = newest.Lineage()

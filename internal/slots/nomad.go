@@ -12,6 +12,9 @@ type Nomad = allocs.Nomad
 // View is one read of the node's allocations.
 type View = allocs.View
 
+// Prior is what a read by ID says of an allocation another replaced.
+type Prior = allocs.Prior
+
 // Alloc is what a view says of one allocation.
 type Alloc = allocs.Alloc
 

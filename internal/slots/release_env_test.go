@@ -73,6 +73,12 @@ func (a *allocs) View(ctx context.Context, since time.Time) (*slots.View, error)
 
 func (a *allocs) Latest(ctx context.Context) (*slots.View, error) { return a.View(ctx, time.Time{}) }
 
+// Prior: the fake's allocations replace none (View names no previous
+// allocation), so a restore never asks.
+func (a *allocs) Prior(_ context.Context, _, allocID string) (slots.Prior, error) {
+	return slots.Prior{}, fmt.Errorf("allocation %s: the fake replaces no allocation", allocID)
+}
+
 // Holds answers from the same state as View: o is live (not ended, not
 // stopping) and holds every one of ids with its task.
 func (a *allocs) Holds(ctx context.Context, o record.Owner, ids []string) error {

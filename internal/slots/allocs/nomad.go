@@ -40,6 +40,28 @@ type Nomad interface {
 	// task o.Task holds every device of ids: nil only then, any doubt an
 	// error. One small read, whatever the node's history.
 	Holds(ctx context.Context, o record.Owner, ids []string) error
+	// Prior reads allocation allocID of namespace, one the asker of a
+	// Reserve replaced (Alloc.Previous), by ID: Exists false when Nomad no
+	// longer has it. Any doubt is an error.
+	Prior(ctx context.Context, namespace, allocID string) (Prior, error)
+}
+
+// Prior is what a read by ID says of an allocation that another replaced.
+type Prior struct {
+	// Exists is false when Nomad no longer has it (collected).
+	Exists bool
+	ID     string
+	NodeID string
+	// ClientStatus is Nomad's client status (pending, running, complete,
+	// failed, lost, unknown).
+	ClientStatus string
+	// Previous is the allocation it replaced in turn; "" for none.
+	Previous string
+	// Devices maps each of the plugin's device IDs it held to the task
+	// that held it; Started lists its tasks that ran (and so were handed
+	// their datasets).
+	Devices map[string]string
+	Started map[string]bool
 }
 
 // View is one read of the node's allocations.
@@ -64,6 +86,9 @@ type Alloc struct {
 	ClientStatus string
 	// Stopping: the servers want it stopped; not ended yet.
 	Stopping bool
+	// Previous is the allocation it replaced (rescheduled, migrated off a
+	// drained or lost node, updated destructively); "" for none.
+	Previous string
 	// Devices maps each of the plugin's device IDs the allocation holds to
 	// the task that holds it.
 	Devices map[string]string

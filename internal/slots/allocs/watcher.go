@@ -80,6 +80,13 @@ func (n nomadAllocs) Holds(ctx context.Context, o record.Owner, ids []string) er
 	return n.w.Holds(ctx, o.Namespace, o.AllocID, o.Task, ids)
 }
 
+// Prior reads an allocation that another replaced, by ID.
+func (n nomadAllocs) Prior(ctx context.Context, namespace, allocID string) (Prior, error) {
+	p, err := n.w.Prior(ctx, namespace, allocID)
+	return Prior{Exists: p.Exists, ID: p.ID, NodeID: p.NodeID, ClientStatus: p.ClientStatus, Previous: p.Previous,
+		Devices: p.Devices, Started: p.Started}, err
+}
+
 // view is snap as the slot manager reads it, with whether the token is
 // known to see every namespace.
 func (n nomadAllocs) view(ctx context.Context, snap *allocwatch.Snapshot) (*View, error) {
@@ -97,7 +104,7 @@ func (n nomadAllocs) view(ctx context.Context, snap *allocwatch.Snapshot) (*View
 		v.Allocs[id] = Alloc{
 			Owner: record.Owner{AllocID: a.ID, Namespace: a.Namespace, Job: a.JobID, Group: a.TaskGroup, AllocName: a.Name, NodeID: nodeID,
 				Parent: a.ParentJobID},
-			ClientStatus: a.ClientStatus, Stopping: a.Stopping, Devices: a.Devices,
+			ClientStatus: a.ClientStatus, Stopping: a.Stopping, Previous: a.Previous, Devices: a.Devices,
 			Dead: a.DeadTasks, Started: a.StartedTasks,
 		}
 	}
