@@ -32,7 +32,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
@@ -150,7 +151,7 @@ func (p *Plugin) Close() {
 func Configure(ctx context.Context, c nomadplugin.Conn, block string) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	schema, err := c.Base.ConfigSchema(ctx, &nomadproto.ConfigSchemaRequest{})
+	schema, err := c.Base.ConfigSchema(ctx, &basepb.ConfigSchemaRequest{})
 	if err != nil {
 		return fmt.Errorf("ConfigSchema: %w", err)
 	}
@@ -158,7 +159,7 @@ func Configure(ctx context.Context, c nomadplugin.Conn, block string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{MsgpackConfig: b, PluginApiVersion: nomadplugin.DeviceAPIVersion}); err != nil {
+	if _, err := c.Base.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: b, PluginApiVersion: nomadplugin.DeviceAPIVersion}); err != nil {
 		return fmt.Errorf("SetConfig: %w", err)
 	}
 	return nil
@@ -168,10 +169,10 @@ func Configure(ctx context.Context, c nomadplugin.Conn, block string) error {
 // when a task starts, and returns what the task gets. The call is bounded
 // by callTimeout and by ctx (the plugin bounds its own work by
 // reserve_timeout).
-func Reserve(ctx context.Context, c nomadplugin.Conn, ids ...string) (*nomadproto.ContainerReservation, error) {
+func Reserve(ctx context.Context, c nomadplugin.Conn, ids ...string) (*devicepb.ContainerReservation, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	res, err := c.Device.Reserve(ctx, &nomadproto.ReserveRequest{DeviceIds: ids})
+	res, err := c.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +185,7 @@ func Reserve(ctx context.Context, c nomadplugin.Conn, ids ...string) (*nomadprot
 // open until stop ends it; on error it is ended.
 func FirstFingerprint(c nomadplugin.Conn, want int, within time.Duration) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := c.Device.Fingerprint(ctx, &nomadproto.FingerprintRequest{})
+	st, err := c.Device.Fingerprint(ctx, &devicepb.FingerprintRequest{})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("opening the fingerprint stream: %w", err)
@@ -209,7 +210,7 @@ func FirstFingerprint(c nomadplugin.Conn, want int, within time.Duration) (stop 
 	return cancel, nil
 }
 
-func checkFingerprint(fp *nomadproto.FingerprintResponse, want int) error {
+func checkFingerprint(fp *devicepb.FingerprintResponse, want int) error {
 	healthy, total := 0, 0
 	var first string
 	for _, g := range fp.GetDeviceGroup() {

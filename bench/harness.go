@@ -15,7 +15,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
@@ -503,7 +503,7 @@ func (h *sizeRun) memory(ctx context.Context) error {
 	defer stop()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stats, err := plug.Device.Stats(sctx, &nomadproto.StatsRequest{CollectionInterval: durationpb.New(100 * time.Millisecond)})
+	stats, err := plug.Device.Stats(sctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(100 * time.Millisecond)})
 	if err != nil {
 		return fmt.Errorf("opening the stats stream: %w", err)
 	}

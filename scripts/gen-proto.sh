@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gen-proto.sh: generates internal/nomadproto's Go files (*.pb.go,
-# *_grpc.pb.go) from its .proto files with the standard protobuf tooling:
+# *_grpc.pb.go) from its .proto files, one Go package per proto package
+# (internal/nomadproto/{base,device,hclspec,structs}pb), with the standard
+# protobuf tooling:
 #
 #   protoc              Debian's protobuf-compiler (bookworm: 3.21.12), with
 #                       its well-known types in /usr/include; installed with
@@ -53,13 +55,14 @@ fi
 PATH="$tools:$PATH" protoc -I internal -I /usr/include \
 	--go_out="$out" --go_opt=paths=source_relative \
 	--go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
-	internal/nomadproto/*.proto
+	internal/nomadproto/*/*.proto
 
 if $check; then
 	stale=()
-	for f in "$out"/nomadproto/*.go internal/nomadproto/*.pb.go; do
-		name=$(basename "$f")
-		a="$out/nomadproto/$name" b="internal/nomadproto/$name"
+	for f in "$out"/nomadproto/*/*.go internal/nomadproto/*/*.pb.go; do
+		name=${f#"$out"/}
+		name=${name#internal/}
+		a="$out/$name" b="internal/$name"
 		if [[ ! -f "$a" || ! -f "$b" ]] || ! diff -q <(grep -v '^// .*protoc  *v' "$a") <(grep -v '^// .*protoc  *v' "$b") >/dev/null; then
 			stale+=("$b")
 		fi

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench/churn/floor"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/localagent"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/nomadtest"
 )
@@ -286,7 +287,7 @@ type churnRun struct {
 	seq     int
 	plugin  int // the plugin's PID, for its CPU time
 	// floor is the floor driver while the floor batches run (floor.go).
-	floor *floorDriver
+	floor *floor.Driver
 }
 
 func (r *churnRun) run(ctx context.Context) error {
@@ -422,7 +423,7 @@ func (r *churnRun) batch(ctx context.Context, label string, n int, job string) (
 		for _, a := range b.Allocs {
 			ids = append(ids, a.AllocID)
 		}
-		settleErr = r.floor.settled(ctx, ids)
+		settleErr = r.floor.Settled(ctx, ids)
 	}
 	c, err := r.counter.Since(mark)
 	if err != nil {

@@ -1,6 +1,6 @@
 package nulldevice
 
-// The floor control's hand-over (bench/churn/floor.go): a device whose
+// The floor control's hand-over (bench/churn/floor): a device whose
 // host directory is a symbolic link is given the link's target, one
 // target per tenant. The churn's floor driver makes a ZFS dataset for
 // each device's next tenant and points the link at it; a Reserve that

@@ -27,7 +27,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 )
 
 // The plugin's name (its file in the plugin directory, and its block in
@@ -64,8 +65,8 @@ var configSpec = configspec.Object(map[string]configspec.Spec{
 // Plugin is the null device plugin: it serves Nomad's base and device
 // services (nomadplugin.DevicePlugin).
 type Plugin struct {
-	nomadproto.UnimplementedBasePluginServer
-	nomadproto.UnimplementedDevicePluginServer
+	basepb.UnimplementedBasePluginServer
+	devicepb.UnimplementedDevicePluginServer
 
 	log hclog.Logger
 
@@ -90,9 +91,9 @@ func New(log hclog.Logger) *Plugin {
 }
 
 // PluginInfo is called by Nomad when it loads the plugin.
-func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {
-	return &nomadproto.PluginInfoResponse{
-		Type:              nomadproto.PluginType_DEVICE,
+func (p *Plugin) PluginInfo(context.Context, *basepb.PluginInfoRequest) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{
+		Type:              basepb.PluginType_DEVICE,
 		PluginApiVersions: []string{nomadplugin.DeviceAPIVersion},
 		PluginVersion:     "0.0.1",
 		Name:              PluginName,
@@ -100,8 +101,8 @@ func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*no
 }
 
 // ConfigSchema is called by Nomad to decode the plugin's block.
-func (p *Plugin) ConfigSchema(context.Context, *nomadproto.ConfigSchemaRequest) (*nomadproto.ConfigSchemaResponse, error) {
-	return &nomadproto.ConfigSchemaResponse{Spec: configSpec.Proto()}, nil
+func (p *Plugin) ConfigSchema(context.Context, *basepb.ConfigSchemaRequest) (*basepb.ConfigSchemaResponse, error) {
+	return &basepb.ConfigSchemaResponse{Spec: configSpec.Proto()}, nil
 }
 
 // SetConfig is called by Nomad after loading the plugin (and again when
@@ -109,7 +110,7 @@ func (p *Plugin) ConfigSchema(context.Context, *nomadproto.ConfigSchemaRequest) 
 // the devices' directories, writable by every user as a slot's root is
 // by the task's (the exec driver runs tasks as nobody). A block that
 // changes the devices wakes the fingerprint streams.
-func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) (*nomadproto.SetConfigResponse, error) {
+func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*basepb.SetConfigResponse, error) {
 	var cfg Config
 	if b := req.GetMsgpackConfig(); len(b) > 0 {
 		if err := configspec.Decode(configSpec, b, &cfg); err != nil {
@@ -136,7 +137,7 @@ func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) 
 	p.cfg = &cfg
 	p.mu.Unlock()
 	p.log.Debug("configured", "name", cfg.Name, "instances", cfg.Instances, "host_dir", cfg.HostDir)
-	return &nomadproto.SetConfigResponse{}, nil
+	return &basepb.SetConfigResponse{}, nil
 }
 
 // check names the first field of c that cannot be used.
@@ -166,10 +167,10 @@ func (c Config) ids() []string {
 }
 
 // group is the device group c offers: its devices, all healthy.
-func (c Config) group() *nomadproto.DeviceGroup {
-	g := &nomadproto.DeviceGroup{Vendor: Vendor, DeviceType: DeviceType, DeviceName: c.Name}
+func (c Config) group() *devicepb.DeviceGroup {
+	g := &devicepb.DeviceGroup{Vendor: Vendor, DeviceType: DeviceType, DeviceName: c.Name}
 	for _, id := range c.ids() {
-		g.Devices = append(g.Devices, &nomadproto.DetectedDevice{ID: id, Healthy: true})
+		g.Devices = append(g.Devices, &devicepb.DetectedDevice{ID: id, Healthy: true})
 	}
 	return g
 }
@@ -197,9 +198,9 @@ func (p *Plugin) watch() (*Config, <-chan struct{}, error) {
 // the devices, all healthy, at once and again only when a SetConfig
 // changes them, until the stream ends. Called before SetConfig, it fails
 // at once.
-func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto.DevicePlugin_FingerprintServer) error {
+func (p *Plugin) Fingerprint(_ *devicepb.FingerprintRequest, stream devicepb.DevicePlugin_FingerprintServer) error {
 	ctx := stream.Context()
-	var last *nomadproto.DeviceGroup
+	var last *devicepb.DeviceGroup
 	for {
 		cfg, changed, err := p.watch()
 		if err != nil {
@@ -208,7 +209,7 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 		if g := cfg.group(); last == nil || !proto.Equal(g, last) {
 			// Send blocks while Nomad does not read, and fails once the
 			// stream has ended (ctx done): then the loop ends.
-			if err := stream.Send(&nomadproto.FingerprintResponse{DeviceGroup: []*nomadproto.DeviceGroup{g}}); err != nil {
+			if err := stream.Send(&devicepb.FingerprintResponse{DeviceGroup: []*devicepb.DeviceGroup{g}}); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -228,7 +229,7 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 // the devices' statistics: there are none, so it sends an empty answer at
 // once and then every collection interval (one second when Nomad gives
 // none) until the stream ends. Called before SetConfig, it fails at once.
-func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlugin_StatsServer) error {
+func (p *Plugin) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_StatsServer) error {
 	if _, err := p.config(); err != nil {
 		return err
 	}
@@ -250,7 +251,7 @@ func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlu
 			return nil
 		case <-timer.C:
 		}
-		if err := stream.Send(&nomadproto.StatsResponse{}); err != nil {
+		if err := stream.Send(&devicepb.StatsResponse{}); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -264,7 +265,7 @@ func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlu
 // hook: it answers with the device's directory bound at mount_path and
 // path_env set to it, doing nothing else (but follow the device's link,
 // handOut).
-func (p *Plugin) Reserve(ctx context.Context, req *nomadproto.ReserveRequest) (*nomadproto.ReserveResponse, error) {
+func (p *Plugin) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*devicepb.ReserveResponse, error) {
 	cfg, err := p.config()
 	if err != nil {
 		return nil, err
@@ -284,8 +285,8 @@ func (p *Plugin) Reserve(ctx context.Context, req *nomadproto.ReserveRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return &nomadproto.ReserveResponse{ContainerRes: &nomadproto.ContainerReservation{
+	return &devicepb.ReserveResponse{ContainerRes: &devicepb.ContainerReservation{
 		Envs:   map[string]string{cfg.PathEnv: cfg.MountPath},
-		Mounts: []*nomadproto.Mount{{TaskPath: cfg.MountPath, HostPath: host}},
+		Mounts: []*devicepb.Mount{{TaskPath: cfg.MountPath, HostPath: host}},
 	}}, nil
 }

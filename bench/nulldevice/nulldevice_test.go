@@ -11,7 +11,9 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
 )
 
@@ -40,7 +42,7 @@ func TestPluginInfo(t *testing.T) {
 	info, err := serve(t).Info()
 	must.NoError(t, err)
 	must.Eq(t, PluginName, info.GetName())
-	must.Eq(t, nomadproto.PluginType_DEVICE, info.GetType())
+	must.Eq(t, basepb.PluginType_DEVICE, info.GetType())
 	must.Eq(t, []string{"v0.1.0"}, info.GetPluginApiVersions())
 }
 
@@ -128,7 +130,7 @@ func TestFingerprint(t *testing.T) {
 
 // healthyIDs checks that groups are the one group of null devices, all
 // healthy, and returns their IDs.
-func healthyIDs(t *testing.T, groups []*nomadproto.DeviceGroup) []string {
+func healthyIDs(t *testing.T, groups []*devicepb.DeviceGroup) []string {
 	t.Helper()
 	must.SliceLen(t, 1, groups)
 	g := groups[0]
@@ -236,18 +238,18 @@ func TestStreamsEndWithTheirContext(t *testing.T) {
 	// none is read and the first Send blocks.
 	type loop func(ctx context.Context, read bool, first chan<- struct{}) error
 	fingerprint := func(ctx context.Context, read bool, first chan<- struct{}) error {
-		s := &sink[nomadproto.FingerprintResponse]{ctx: ctx, sent: make(chan *nomadproto.FingerprintResponse)}
+		s := &sink[devicepb.FingerprintResponse]{ctx: ctx, sent: make(chan *devicepb.FingerprintResponse)}
 		if read {
 			go forward(ctx, s.sent, first)
 		}
-		return p.Fingerprint(&nomadproto.FingerprintRequest{}, s)
+		return p.Fingerprint(&devicepb.FingerprintRequest{}, s)
 	}
 	stats := func(ctx context.Context, read bool, first chan<- struct{}) error {
-		s := &sink[nomadproto.StatsResponse]{ctx: ctx, sent: make(chan *nomadproto.StatsResponse)}
+		s := &sink[devicepb.StatsResponse]{ctx: ctx, sent: make(chan *devicepb.StatsResponse)}
 		if read {
 			go forward(ctx, s.sent, first)
 		}
-		return p.Stats(&nomadproto.StatsRequest{}, s)
+		return p.Stats(&devicepb.StatsRequest{}, s)
 	}
 	cases := []struct {
 		name string

@@ -19,7 +19,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 )
 
 func main() {
@@ -34,23 +35,23 @@ func main() {
 }
 
 type capture struct {
-	nomadproto.UnimplementedBasePluginServer
-	nomadproto.UnimplementedDevicePluginServer
+	basepb.UnimplementedBasePluginServer
+	devicepb.UnimplementedDevicePluginServer
 	out string
 	log hclog.Logger
 }
 
-func (c *capture) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {
-	return &nomadproto.PluginInfoResponse{Type: nomadproto.PluginType_DEVICE, PluginApiVersions: []string{nomadplugin.DeviceAPIVersion},
+func (c *capture) PluginInfo(context.Context, *basepb.PluginInfoRequest) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{Type: basepb.PluginType_DEVICE, PluginApiVersions: []string{nomadplugin.DeviceAPIVersion},
 		PluginVersion: "0.0.0", Name: config.PluginName}, nil
 }
 
-func (c *capture) ConfigSchema(context.Context, *nomadproto.ConfigSchemaRequest) (*nomadproto.ConfigSchemaResponse, error) {
-	return &nomadproto.ConfigSchemaResponse{Spec: config.Spec.Proto()}, nil
+func (c *capture) ConfigSchema(context.Context, *basepb.ConfigSchemaRequest) (*basepb.ConfigSchemaResponse, error) {
+	return &basepb.ConfigSchemaResponse{Spec: config.Spec.Proto()}, nil
 }
 
 // SetConfig writes what the agent sent, whole, to -out.
-func (c *capture) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) (*nomadproto.SetConfigResponse, error) {
+func (c *capture) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*basepb.SetConfigResponse, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(c.out), ".capture-")
 	if err != nil {
 		return nil, err
@@ -67,13 +68,13 @@ func (c *capture) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest)
 		return nil, err
 	}
 	c.log.Info("captured SetConfig", "bytes", len(req.GetMsgpackConfig()), "api_version", req.GetPluginApiVersion(), "file", c.out)
-	return &nomadproto.SetConfigResponse{}, nil
+	return &basepb.SetConfigResponse{}, nil
 }
 
 // Fingerprint sends one empty fingerprint (no device) and holds the
 // stream open until the agent ends it.
-func (c *capture) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto.DevicePlugin_FingerprintServer) error {
-	if err := stream.Send(&nomadproto.FingerprintResponse{}); err != nil {
+func (c *capture) Fingerprint(_ *devicepb.FingerprintRequest, stream devicepb.DevicePlugin_FingerprintServer) error {
+	if err := stream.Send(&devicepb.FingerprintResponse{}); err != nil {
 		return nil
 	}
 	<-stream.Context().Done()
@@ -81,7 +82,7 @@ func (c *capture) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadprot
 }
 
 // Stats sends an empty message every interval until the agent ends it.
-func (c *capture) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlugin_StatsServer) error {
+func (c *capture) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_StatsServer) error {
 	interval := req.GetCollectionInterval().AsDuration()
 	if interval <= 0 {
 		interval = time.Second
@@ -93,7 +94,7 @@ func (c *capture) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePl
 		case <-stream.Context().Done():
 			return nil
 		case <-ticker.C:
-			if err := stream.Send(&nomadproto.StatsResponse{}); err != nil {
+			if err := stream.Send(&devicepb.StatsResponse{}); err != nil {
 				return nil
 			}
 		}

@@ -27,13 +27,13 @@ import (
 
 	"github.com/zclconf/go-cty/cty"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/hclspecpb"
 )
 
 // Spec is one node of a schema.
 type Spec interface {
 	// Proto is the node as the agent receives it.
-	Proto() *nomadproto.Spec
+	Proto() *hclspecpb.Spec
 	// Type is the cty type of the value the node decodes to.
 	Type() cty.Type
 	// decode reads the node's part of body (the content of one block);
@@ -62,12 +62,12 @@ func Object(attrs map[string]Spec) Spec { return object(attrs) }
 
 type object map[string]Spec
 
-func (o object) Proto() *nomadproto.Spec {
-	m := make(map[string]*nomadproto.Spec, len(o))
+func (o object) Proto() *hclspecpb.Spec {
+	m := make(map[string]*hclspecpb.Spec, len(o))
 	for k, s := range o {
 		m[k] = s.Proto()
 	}
-	return &nomadproto.Spec{Block: &nomadproto.Spec_Object{Object: &nomadproto.Object{Attributes: m}}}
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_Object{Object: &hclspecpb.Object{Attributes: m}}}
 }
 
 func (o object) Type() cty.Type {
@@ -116,8 +116,8 @@ type attr struct {
 	required  bool
 }
 
-func (a *attr) Proto() *nomadproto.Spec {
-	return &nomadproto.Spec{Block: &nomadproto.Spec_Attr{Attr: &nomadproto.Attr{Name: a.name, Type: a.typ, Required: a.required}}}
+func (a *attr) Proto() *hclspecpb.Spec {
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_Attr{Attr: &hclspecpb.Attr{Name: a.name, Type: a.typ, Required: a.required}}}
 }
 
 func (a *attr) Type() cty.Type { return a.cty }
@@ -146,8 +146,8 @@ type block struct {
 	nested   Spec
 }
 
-func (b *block) Proto() *nomadproto.Spec {
-	return &nomadproto.Spec{Block: &nomadproto.Spec_BlockValue{BlockValue: &nomadproto.Block{Name: b.name, Required: b.required, Nested: b.nested.Proto()}}}
+func (b *block) Proto() *hclspecpb.Spec {
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_BlockValue{BlockValue: &hclspecpb.Block{Name: b.name, Required: b.required, Nested: b.nested.Proto()}}}
 }
 
 func (b *block) Type() cty.Type { return b.nested.Type() }
@@ -195,8 +195,8 @@ type blockMap struct {
 	nested Spec
 }
 
-func (m *blockMap) Proto() *nomadproto.Spec {
-	return &nomadproto.Spec{Block: &nomadproto.Spec_BlockMap{BlockMap: &nomadproto.BlockMap{Name: m.name, Labels: m.labels, Nested: m.nested.Proto()}}}
+func (m *blockMap) Proto() *hclspecpb.Spec {
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_BlockMap{BlockMap: &hclspecpb.BlockMap{Name: m.name, Labels: m.labels, Nested: m.nested.Proto()}}}
 }
 
 func (m *blockMap) Type() cty.Type {
@@ -269,8 +269,8 @@ type blockAttrs struct {
 	required  bool
 }
 
-func (b *blockAttrs) Proto() *nomadproto.Spec {
-	return &nomadproto.Spec{Block: &nomadproto.Spec_BlockAttrs{BlockAttrs: &nomadproto.BlockAttrs{Name: b.name, Type: b.typ, Required: b.required}}}
+func (b *blockAttrs) Proto() *hclspecpb.Spec {
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_BlockAttrs{BlockAttrs: &hclspecpb.BlockAttrs{Name: b.name, Type: b.typ, Required: b.required}}}
 }
 
 func (b *blockAttrs) Type() cty.Type { return cty.Map(b.elem) }
@@ -301,8 +301,8 @@ func Default(primary, def Spec) Spec { return &dflt{primary: primary, def: def} 
 
 type dflt struct{ primary, def Spec }
 
-func (d *dflt) Proto() *nomadproto.Spec {
-	return &nomadproto.Spec{Block: &nomadproto.Spec_Default{Default: &nomadproto.Default{Primary: d.primary.Proto(), Default: d.def.Proto()}}}
+func (d *dflt) Proto() *hclspecpb.Spec {
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_Default{Default: &hclspecpb.Default{Primary: d.primary.Proto(), Default: d.def.Proto()}}}
 }
 
 func (d *dflt) Type() cty.Type { return d.primary.Type() }
@@ -348,8 +348,8 @@ type literal struct {
 	val  cty.Value
 }
 
-func (l *literal) Proto() *nomadproto.Spec {
-	return &nomadproto.Spec{Block: &nomadproto.Spec_Literal{Literal: &nomadproto.Literal{Value: l.expr}}}
+func (l *literal) Proto() *hclspecpb.Spec {
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_Literal{Literal: &hclspecpb.Literal{Value: l.expr}}}
 }
 
 func (l *literal) Type() cty.Type                                           { return l.val.Type() }

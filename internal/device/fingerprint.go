@@ -12,7 +12,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/structspb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -23,7 +24,7 @@ import (
 // ONLINE, parent missing, zfs failing) are reported as unhealthy devices,
 // never as an error ending the stream, which would make Nomad kill the
 // plugin. Called before SetConfig, it fails at once.
-func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto.DevicePlugin_FingerprintServer) error {
+func (p *Plugin) Fingerprint(_ *devicepb.FingerprintRequest, stream devicepb.DevicePlugin_FingerprintServer) error {
 	if _, err := p.current(); err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 	}(p.slots.Changed())
 	defer func() { cancel(); <-watched }()
 
-	var last []*nomadproto.DeviceGroup
+	var last []*devicepb.DeviceGroup
 	sent := false
 	cfg := loop.Config{Name: "fingerprint", Log: p.log, First: loop.After(0), Kick: kick}
 	return loop.Run(ctx, cfg, func(ctx context.Context, w loop.Wake) loop.Next {
@@ -62,7 +63,7 @@ func (p *Plugin) Fingerprint(_ *nomadproto.FingerprintRequest, stream nomadproto
 		}
 		// Send blocks while the agent does not read, and fails once the
 		// stream has ended (ctx done): then the loop ends.
-		if err := stream.Send(&nomadproto.FingerprintResponse{DeviceGroup: groups}); err != nil {
+		if err := stream.Send(&devicepb.FingerprintResponse{DeviceGroup: groups}); err != nil {
 			return streamEnded(ctx, err)
 		}
 		last, sent = groups, true
@@ -91,7 +92,7 @@ func (p *Plugin) kickAtChanges(ctx context.Context, changed <-chan struct{}, kic
 }
 
 // sameGroups reports whether two fingerprints say the same.
-func sameGroups(a, b []*nomadproto.DeviceGroup) bool {
+func sameGroups(a, b []*devicepb.DeviceGroup) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -105,7 +106,7 @@ func sameGroups(a, b []*nomadproto.DeviceGroup) bool {
 
 // unhealthyIDs lists, in order, the device IDs of groups that are not
 // healthy, for the log ("" when all are).
-func unhealthyIDs(groups []*nomadproto.DeviceGroup) string {
+func unhealthyIDs(groups []*devicepb.DeviceGroup) string {
 	var ids []string
 	for _, g := range groups {
 		for _, d := range g.Devices {
@@ -121,14 +122,14 @@ func unhealthyIDs(groups []*nomadproto.DeviceGroup) string {
 // deviceGroups builds one group per class with at least one slot. The result
 // depends only on configuration and health, not on usage, so that an
 // unchanged node sends no new fingerprint.
-func deviceGroups(s config.Settings, all []slots.Slot) []*nomadproto.DeviceGroup {
-	var groups []*nomadproto.DeviceGroup
+func deviceGroups(s config.Settings, all []slots.Slot) []*devicepb.DeviceGroup {
+	var groups []*devicepb.DeviceGroup
 	for _, c := range s.Slots.Classes {
-		g := &nomadproto.DeviceGroup{
+		g := &devicepb.DeviceGroup{
 			Vendor:     Vendor,
 			DeviceType: DeviceType,
 			DeviceName: c.Name,
-			Attributes: map[string]*nomadproto.Attribute{
+			Attributes: map[string]*structspb.Attribute{
 				"quota":      quotaAttribute(c.Quota),
 				"pool":       stringAttribute(s.Slots.Pool()),
 				"mount_path": stringAttribute(c.MountPath),
@@ -140,7 +141,7 @@ func deviceGroups(s config.Settings, all []slots.Slot) []*nomadproto.DeviceGroup
 		}
 		for _, sl := range all {
 			if sl.Class == c.Name {
-				g.Devices = append(g.Devices, &nomadproto.DetectedDevice{ID: sl.ID, Healthy: sl.Healthy, HealthDescription: sl.HealthDesc})
+				g.Devices = append(g.Devices, &devicepb.DetectedDevice{ID: sl.ID, Healthy: sl.Healthy, HealthDescription: sl.HealthDesc})
 			}
 		}
 		if len(g.Devices) > 0 {
@@ -161,19 +162,19 @@ var byteUnits = []struct {
 // `${device.attr.quota} >= 5 GiB` compare correctly. Nomad knows no plain
 // byte unit; a count that is not a multiple of 1 KiB is given in KiB as a
 // float.
-func quotaAttribute(b uint64) *nomadproto.Attribute {
+func quotaAttribute(b uint64) *structspb.Attribute {
 	for _, u := range byteUnits {
 		if b%(1<<u.shift) == 0 {
-			return &nomadproto.Attribute{Value: &nomadproto.Attribute_IntVal{IntVal: int64(b >> u.shift)}, Unit: u.name}
+			return &structspb.Attribute{Value: &structspb.Attribute_IntVal{IntVal: int64(b >> u.shift)}, Unit: u.name}
 		}
 	}
-	return &nomadproto.Attribute{Value: &nomadproto.Attribute_FloatVal{FloatVal: float64(b) / 1024}, Unit: "KiB"}
+	return &structspb.Attribute{Value: &structspb.Attribute_FloatVal{FloatVal: float64(b) / 1024}, Unit: "KiB"}
 }
 
-func stringAttribute(s string) *nomadproto.Attribute {
-	return &nomadproto.Attribute{Value: &nomadproto.Attribute_StringVal{StringVal: s}}
+func stringAttribute(s string) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: s}}
 }
 
-func boolAttribute(b bool) *nomadproto.Attribute {
-	return &nomadproto.Attribute{Value: &nomadproto.Attribute_BoolVal{BoolVal: b}}
+func boolAttribute(b bool) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_BoolVal{BoolVal: b}}
 }

@@ -20,7 +20,8 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/metrics"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/retention"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
@@ -36,8 +37,8 @@ const (
 
 // Plugin serves Nomad's base and device services (nomadplugin.DevicePlugin).
 type Plugin struct {
-	nomadproto.UnimplementedBasePluginServer
-	nomadproto.UnimplementedDevicePluginServer
+	basepb.UnimplementedBasePluginServer
+	devicepb.UnimplementedDevicePluginServer
 
 	log   hclog.Logger
 	zfs   *zfs.Client
@@ -170,9 +171,9 @@ func (p *Plugin) UseAllocations(a slots.Nomad) error {
 func (p *Plugin) ReleaseEnded(ctx context.Context) error { return p.slots.ReleaseEnded(ctx) }
 
 // PluginInfo is called by Nomad when it loads the plugin.
-func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {
-	return &nomadproto.PluginInfoResponse{
-		Type:              nomadproto.PluginType_DEVICE,
+func (p *Plugin) PluginInfo(context.Context, *basepb.PluginInfoRequest) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{
+		Type:              basepb.PluginType_DEVICE,
 		PluginApiVersions: []string{nomadplugin.DeviceAPIVersion},
 		PluginVersion:     version.Version,
 		Name:              config.PluginName,
@@ -180,8 +181,8 @@ func (p *Plugin) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*no
 }
 
 // ConfigSchema is called by Nomad to decode the agent's plugin block.
-func (p *Plugin) ConfigSchema(context.Context, *nomadproto.ConfigSchemaRequest) (*nomadproto.ConfigSchemaResponse, error) {
-	return &nomadproto.ConfigSchemaResponse{Spec: config.Spec.Proto()}, nil
+func (p *Plugin) ConfigSchema(context.Context, *basepb.ConfigSchemaRequest) (*basepb.ConfigSchemaResponse, error) {
+	return &basepb.ConfigSchemaResponse{Spec: config.Spec.Proto()}, nil
 }
 
 // SetConfig is called by Nomad once after loading the plugin (and when the
@@ -189,7 +190,7 @@ func (p *Plugin) ConfigSchema(context.Context, *nomadproto.ConfigSchemaRequest) 
 // the parent dataset exists, and only then takes the new configuration: a
 // rejected configuration changes nothing. Datasets are provisioned by the
 // fingerprint loop, not here, so SetConfig stays quick.
-func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) (*nomadproto.SetConfigResponse, error) {
+func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*basepb.SetConfigResponse, error) {
 	s, err := config.Read(req.GetMsgpackConfig())
 	if err != nil {
 		return nil, err
@@ -212,7 +213,7 @@ func (p *Plugin) SetConfig(_ context.Context, req *nomadproto.SetConfigRequest) 
 		Rules: s.Retention, Live: s.BackupLive, ClassDatasets: classDatasets, MaxLag: s.RestoreLag})
 	p.log.Info("configured", "parent_dataset", s.Slots.Parent, "classes", len(s.Slots.Classes), "shared_classes", len(s.Shared),
 		"fingerprint_period", s.FingerprintPeriod, "stats_period", s.StatsPeriod, "prometheus_address", s.MetricsAddress)
-	return &nomadproto.SetConfigResponse{}, nil
+	return &basepb.SetConfigResponse{}, nil
 }
 
 // check holds settings s against the host: the parent dataset, the

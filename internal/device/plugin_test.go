@@ -14,7 +14,9 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/device"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/structspb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/devicetest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/zfstest"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -58,7 +60,7 @@ func serveLogged(t *testing.T, log hclog.Logger, runner *zfs.Runner) *devicetest
 }
 
 // fingerprint opens the fingerprint stream for the rest of the test.
-func fingerprint(t *testing.T, c *devicetest.Client) *devicetest.Stream[*nomadproto.FingerprintResponse] {
+func fingerprint(t *testing.T, c *devicetest.Client) *devicetest.Stream[*devicepb.FingerprintResponse] {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -78,26 +80,26 @@ func fingerprintErr(t *testing.T, c *devicetest.Client) error {
 	return st.Err()
 }
 
-func next(t *testing.T, st *devicetest.Stream[*nomadproto.FingerprintResponse], within time.Duration) []*nomadproto.DeviceGroup {
+func next(t *testing.T, st *devicetest.Stream[*devicepb.FingerprintResponse], within time.Duration) []*devicepb.DeviceGroup {
 	t.Helper()
 	return devicetest.Next(t, st, within).GetDeviceGroup()
 }
 
-func group(t *testing.T, groups []*nomadproto.DeviceGroup, name string) *nomadproto.DeviceGroup {
+func group(t *testing.T, groups []*devicepb.DeviceGroup, name string) *devicepb.DeviceGroup {
 	t.Helper()
 	return devicetest.Group(t, groups, name)
 }
 
-func intAttr(v int64, unit string) *nomadproto.Attribute {
-	return &nomadproto.Attribute{Value: &nomadproto.Attribute_IntVal{IntVal: v}, Unit: unit}
+func intAttr(v int64, unit string) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_IntVal{IntVal: v}, Unit: unit}
 }
 
-func strAttr(v string) *nomadproto.Attribute {
-	return &nomadproto.Attribute{Value: &nomadproto.Attribute_StringVal{StringVal: v}}
+func strAttr(v string) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: v}}
 }
 
-func boolAttr(v bool) *nomadproto.Attribute {
-	return &nomadproto.Attribute{Value: &nomadproto.Attribute_BoolVal{BoolVal: v}}
+func boolAttr(v bool) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_BoolVal{BoolVal: v}}
 }
 
 // mustProtoEq fails unless want and got are the same message.
@@ -125,7 +127,7 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	info, err := p.Info()
 	must.NoError(t, err)
 	must.Eq(t, "nomad-device-zfs", info.GetName())
-	must.Eq(t, nomadproto.PluginType_DEVICE, info.GetType())
+	must.Eq(t, basepb.PluginType_DEVICE, info.GetType())
 	must.Eq(t, []string{"v0.1.0"}, info.GetPluginApiVersions())
 	must.NotEq(t, "", info.GetPluginVersion())
 
@@ -138,12 +140,12 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	must.ErrorContains(t, early.Err(), "not configured")
 	_, err = p.Reserve("scratch-0")
 	must.ErrorContains(t, err, "not configured")
-	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{})
+	_, err = p.Base.SetConfig(ctx, &basepb.SetConfigRequest{})
 	must.ErrorContains(t, err, "parent_dataset and a class are required")
 
 	// The schema's round trip: what the agent receives decodes to the
 	// schema the plugin reads SetConfig with.
-	schema, err := p.Base.ConfigSchema(ctx, &nomadproto.ConfigSchemaRequest{})
+	schema, err := p.Base.ConfigSchema(ctx, &basepb.ConfigSchemaRequest{})
 	must.NoError(t, err)
 	mustProtoEq(t, config.Spec.Proto(), schema.GetSpec())
 	received, err := configspec.FromProto(schema.GetSpec())
@@ -157,7 +159,7 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	must.ErrorContains(t, err, `stats_period = "never"`)
 	err = p.SetConfig(strings.Replace(configBlock(parent, ""), "slots      = 2", "slots      = 2.5", 1))
 	must.ErrorContains(t, err, `class "scratch": slots = 2.5: want a whole number`)
-	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{MsgpackConfig: []byte{0x81, 0xa1, 'x', 0x01}})
+	_, err = p.Base.SetConfig(ctx, &basepb.SetConfigRequest{MsgpackConfig: []byte{0x81, 0xa1, 'x', 0x01}})
 	must.ErrorContains(t, err, "nomad-device-zfs config: decoding the config")
 	must.Eq(t, "", pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", parent)[len(parent)+1:])
 
@@ -182,14 +184,14 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	mustProtoEq(t, boolAttr(false), g.GetAttributes()["read_only"])
 	mustProtoEq(t, strAttr("off"), g.GetAttributes()["restore"])
 	fast := group(t, groups, "fast-io")
-	mustProtoEq(t, &nomadproto.Attribute{Value: &nomadproto.Attribute_FloatVal{FloatVal: 1000000.0 / 1024}, Unit: "KiB"}, fast.GetAttributes()["quota"])
+	mustProtoEq(t, &structspb.Attribute{Value: &structspb.Attribute_FloatVal{FloatVal: 1000000.0 / 1024}, Unit: "KiB"}, fast.GetAttributes()["quota"])
 
 	// One ID: the class mount path.
 	res, err := p.Reserve("fast-io-0")
 	must.NoError(t, err)
 	must.SliceLen(t, 1, res.GetMounts())
 	mp := pool.Prop(t, pool.Dataset("nomad/fast-io/0"), "mountpoint")
-	mustProtoEq(t, &nomadproto.Mount{TaskPath: "/data/fast", HostPath: mp, ReadOnly: true}, res.GetMounts()[0])
+	mustProtoEq(t, &devicepb.Mount{TaskPath: "/data/fast", HostPath: mp, ReadOnly: true}, res.GetMounts()[0])
 	must.Eq(t, map[string]string{
 		"ZFS_FAST_IO_DATASET":   pool.Dataset("nomad/fast-io/0"),
 		"ZFS_FAST_IO_PATH":      "/data/fast",
@@ -208,8 +210,8 @@ func TestPlugin_OverGRPC(t *testing.T) {
 	must.SliceLen(t, 2, res.GetMounts())
 	mp0 := pool.Prop(t, pool.Dataset("nomad/scratch/0"), "mountpoint")
 	mp1 := pool.Prop(t, pool.Dataset("nomad/scratch/1"), "mountpoint")
-	mustProtoEq(t, &nomadproto.Mount{TaskPath: "/zfs/scratch/0", HostPath: mp0}, res.GetMounts()[0])
-	mustProtoEq(t, &nomadproto.Mount{TaskPath: "/zfs/scratch/1", HostPath: mp1}, res.GetMounts()[1])
+	mustProtoEq(t, &devicepb.Mount{TaskPath: "/zfs/scratch/0", HostPath: mp0}, res.GetMounts()[0])
+	mustProtoEq(t, &devicepb.Mount{TaskPath: "/zfs/scratch/1", HostPath: mp1}, res.GetMounts()[1])
 	envs := res.GetEnvs()
 	must.Eq(t, pool.Dataset("nomad/scratch/0"), envs["ZFS_SCRATCH_DATASET"])
 	must.Eq(t, "/zfs/scratch/0", envs["ZFS_SCRATCH_PATH"])
@@ -337,6 +339,6 @@ func TestPlugin_NotConfigured(t *testing.T) {
 	}
 	_, err := p.Reserve("scratch-0")
 	must.ErrorContains(t, err, "not configured")
-	_, err = p.Base.SetConfig(ctx, &nomadproto.SetConfigRequest{})
+	_, err = p.Base.SetConfig(ctx, &basepb.SetConfigRequest{})
 	must.ErrorContains(t, err, "parent_dataset and a class are required")
 }

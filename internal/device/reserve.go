@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -24,7 +24,7 @@ import (
 // policy retries). The work is bounded by reserve_timeout alone, as it
 // was before the call had a context: a Reserve is not cut short half-way
 // because the agent stopped waiting.
-func (p *Plugin) Reserve(_ context.Context, req *nomadproto.ReserveRequest) (*nomadproto.ReserveResponse, error) {
+func (p *Plugin) Reserve(_ context.Context, req *devicepb.ReserveRequest) (*devicepb.ReserveResponse, error) {
 	s, err := p.current()
 	if err != nil {
 		return nil, err
@@ -73,15 +73,15 @@ type held struct {
 // reservation builds the mounts and environment for the datasets reserved
 // for one request of a class, in the order given: the order of the
 // slots' indexes for per-slot classes (slots.Manager.Reserve).
-func reservation(class, mountPath string, readOnly bool, ds []held) *nomadproto.ReserveResponse {
+func reservation(class, mountPath string, readOnly bool, ds []held) *devicepb.ReserveResponse {
 	name := EnvName(class)
-	res := &nomadproto.ContainerReservation{Envs: map[string]string{}}
+	res := &devicepb.ContainerReservation{Envs: map[string]string{}}
 	for i, d := range ds {
 		taskPath := mountPath
 		if len(ds) > 1 {
 			taskPath = path.Join(mountPath, strconv.Itoa(i))
 		}
-		res.Mounts = append(res.Mounts, &nomadproto.Mount{TaskPath: taskPath, HostPath: d.mountpoint, ReadOnly: readOnly})
+		res.Mounts = append(res.Mounts, &devicepb.Mount{TaskPath: taskPath, HostPath: d.mountpoint, ReadOnly: readOnly})
 		set := func(prefix string) {
 			res.Envs[prefix+"DATASET"] = d.dataset
 			res.Envs[prefix+"PATH"] = taskPath
@@ -97,7 +97,7 @@ func reservation(class, mountPath string, readOnly bool, ds []held) *nomadproto.
 			set("ZFS_" + name + "_" + strconv.Itoa(i) + "_")
 		}
 	}
-	return &nomadproto.ReserveResponse{ContainerRes: res}
+	return &devicepb.ReserveResponse{ContainerRes: res}
 }
 
 // EnvName turns a class name into the NAME of its environment variables:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/structspb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/shared"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -23,18 +25,18 @@ func (p *Plugin) refreshShared(ctx context.Context) {
 
 // sharedGroups builds one device group per shared class with slots. All
 // of a class's instances share its dataset's health.
-func sharedGroups(states []shared.State) []*nomadproto.DeviceGroup {
-	var groups []*nomadproto.DeviceGroup
+func sharedGroups(states []shared.State) []*devicepb.DeviceGroup {
+	var groups []*devicepb.DeviceGroup
 	for _, st := range states {
 		c := st.Class
 		if c.Slots == 0 {
 			continue
 		}
-		g := &nomadproto.DeviceGroup{
+		g := &devicepb.DeviceGroup{
 			Vendor:     Vendor,
 			DeviceType: DeviceType,
 			DeviceName: c.Name,
-			Attributes: map[string]*nomadproto.Attribute{
+			Attributes: map[string]*structspb.Attribute{
 				"shared":     boolAttribute(true),
 				"pool":       stringAttribute(zfs.PoolOf(c.Dataset)),
 				"mount_path": stringAttribute(c.MountPath),
@@ -42,7 +44,7 @@ func sharedGroups(states []shared.State) []*nomadproto.DeviceGroup {
 			},
 		}
 		for _, id := range shared.IDs(c) {
-			g.Devices = append(g.Devices, &nomadproto.DetectedDevice{ID: id, Healthy: st.Healthy, HealthDescription: st.Why})
+			g.Devices = append(g.Devices, &devicepb.DetectedDevice{ID: id, Healthy: st.Healthy, HealthDescription: st.Why})
 		}
 		groups = append(groups, g)
 	}
@@ -51,14 +53,14 @@ func sharedGroups(states []shared.State) []*nomadproto.DeviceGroup {
 
 // sharedStats reports the one dataset of each shared class for every
 // instance: used over used plus available.
-func sharedStats(states []shared.State, now time.Time) []*nomadproto.DeviceGroupStats {
-	var groups []*nomadproto.DeviceGroupStats
+func sharedStats(states []shared.State, now time.Time) []*devicepb.DeviceGroupStats {
+	var groups []*devicepb.DeviceGroupStats
 	for _, st := range states {
 		c, u := st.Class, st.Usage
 		if c.Slots == 0 {
 			continue
 		}
-		g := &nomadproto.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*nomadproto.DeviceStats{}}
+		g := &devicepb.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*devicepb.DeviceStats{}}
 		for _, id := range shared.IDs(c) {
 			g.InstanceStats[id] = datasetStats(u.Used, u.Available, u.Referenced, u.CompressRatio, u.Used+u.Available,
 				"used by the shared dataset over used plus available", "the shared dataset", now)

@@ -13,7 +13,8 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/config"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/loop"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/structspb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots"
 )
 
@@ -21,7 +22,7 @@ import (
 // Nomad expects a message every collection interval (one second when it
 // gives none). ZFS is read at most once per stats_period; cached figures
 // are served in between. Called before SetConfig, it fails at once.
-func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlugin_StatsServer) error {
+func (p *Plugin) Stats(req *devicepb.StatsRequest, stream devicepb.DevicePlugin_StatsServer) error {
 	if _, err := p.current(); err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func (p *Plugin) Stats(req *nomadproto.StatsRequest, stream nomadproto.DevicePlu
 		groups := append(statsGroups(s, p.slots.Slots(), now), sharedStats(p.shared.States(), now)...)
 		// Send blocks while the agent does not read, and fails once the
 		// stream has ended (ctx done): then the loop ends.
-		if err := stream.Send(&nomadproto.StatsResponse{Groups: groups}); err != nil {
+		if err := stream.Send(&devicepb.StatsResponse{Groups: groups}); err != nil {
 			return streamEnded(ctx, err)
 		}
 		return loop.After(interval)
@@ -62,10 +63,10 @@ func streamEnded(ctx context.Context, err error) loop.Next {
 	return loop.Stop(err)
 }
 
-func statsGroups(s config.Settings, all []slots.Slot, now time.Time) []*nomadproto.DeviceGroupStats {
-	var groups []*nomadproto.DeviceGroupStats
+func statsGroups(s config.Settings, all []slots.Slot, now time.Time) []*devicepb.DeviceGroupStats {
+	var groups []*devicepb.DeviceGroupStats
 	for _, c := range s.Slots.Classes {
-		g := &nomadproto.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*nomadproto.DeviceStats{}}
+		g := &devicepb.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: c.Name, InstanceStats: map[string]*devicepb.DeviceStats{}}
 		for _, sl := range all {
 			if sl.Class != c.Name {
 				continue
@@ -83,13 +84,13 @@ func statsGroups(s config.Settings, all []slots.Slot, now time.Time) []*nomadpro
 // datasetStats is one instance's stats: a dataset's space figures, with
 // used over denom as the summary; what names the dataset in the
 // descriptions.
-func datasetStats(used, available, referenced uint64, ratio float64, denom uint64, summary, what string, now time.Time) *nomadproto.DeviceStats {
-	bytes := func(v uint64, desc string) *nomadproto.StatValue {
-		return &nomadproto.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(v)), Unit: "bytes", Desc: desc}
+func datasetStats(used, available, referenced uint64, ratio float64, denom uint64, summary, what string, now time.Time) *devicepb.DeviceStats {
+	bytes := func(v uint64, desc string) *structspb.StatValue {
+		return &structspb.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(v)), Unit: "bytes", Desc: desc}
 	}
-	return &nomadproto.DeviceStats{
-		Summary: &nomadproto.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(used)), IntDenominatorVal: wrapperspb.Int64(int64(denom)), Unit: "bytes", Desc: summary},
-		Stats: &nomadproto.StatObject{Attributes: map[string]*nomadproto.StatValue{
+	return &devicepb.DeviceStats{
+		Summary: &structspb.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(used)), IntDenominatorVal: wrapperspb.Int64(int64(denom)), Unit: "bytes", Desc: summary},
+		Stats: &structspb.StatObject{Attributes: map[string]*structspb.StatValue{
 			"used":          bytes(used, "space used by "+what+" and its snapshots"),
 			"available":     bytes(available, "space left to "+what),
 			"referenced":    bytes(referenced, "space referenced by "+what),

@@ -12,14 +12,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 )
 
 // Conn is a client of a device plugin's two services, as Nomad's agent
 // holds one.
 type Conn struct {
-	Base   nomadproto.BasePluginClient
-	Device nomadproto.DevicePluginClient
+	Base   basepb.BasePluginClient
+	Device devicepb.DevicePluginClient
 }
 
 // Process is a plugin process started by Launch.
@@ -58,8 +60,8 @@ func Launch(bin string, logger hclog.Logger, args ...string) (*Process, error) {
 		set string
 		to  func(interface{}) bool
 	}{
-		{SetBase, func(v interface{}) (ok bool) { p.Base, ok = v.(nomadproto.BasePluginClient); return ok }},
-		{SetDevice, func(v interface{}) (ok bool) { p.Device, ok = v.(nomadproto.DevicePluginClient); return ok }},
+		{SetBase, func(v interface{}) (ok bool) { p.Base, ok = v.(basepb.BasePluginClient); return ok }},
+		{SetDevice, func(v interface{}) (ok bool) { p.Device, ok = v.(devicepb.DevicePluginClient); return ok }},
 	} {
 		raw, err := rpc.Dispense(d.set)
 		if err != nil {
@@ -86,8 +88,8 @@ const inProcessBuffer = 1 << 20
 func Connect(p DevicePlugin) (Conn, func(), error) {
 	lis := bufconn.Listen(inProcessBuffer)
 	srv := grpc.NewServer()
-	nomadproto.RegisterBasePluginServer(srv, p)
-	nomadproto.RegisterDevicePluginServer(srv, p)
+	basepb.RegisterBasePluginServer(srv, p)
+	devicepb.RegisterDevicePluginServer(srv, p)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -106,5 +108,5 @@ func Connect(p DevicePlugin) (Conn, func(), error) {
 		srv.Stop()
 		<-done
 	}
-	return Conn{Base: nomadproto.NewBasePluginClient(cc), Device: nomadproto.NewDevicePluginClient(cc)}, stop, nil
+	return Conn{Base: basepb.NewBasePluginClient(cc), Device: devicepb.NewDevicePluginClient(cc)}, stop, nil
 }

@@ -14,7 +14,9 @@ import (
 	plugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 )
 
 // The handshake, as Nomad's agent checks it: go-plugin protocol version 2
@@ -52,8 +54,8 @@ func Launched() bool { return os.Getenv(MagicCookieKey) != "" }
 // DevicePlugin is what a device plugin serves: the base service and the
 // device service.
 type DevicePlugin interface {
-	nomadproto.BasePluginServer
-	nomadproto.DevicePluginServer
+	basepb.BasePluginServer
+	devicepb.DevicePluginServer
 }
 
 // Serve serves p over go-plugin (gRPC only) until the agent ends the
@@ -80,29 +82,29 @@ func pluginSet(p DevicePlugin) plugin.PluginSet {
 // basePlugin makes the base service a go-plugin plugin (gRPC only).
 type basePlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	impl nomadproto.BasePluginServer
+	impl basepb.BasePluginServer
 }
 
 func (b *basePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	nomadproto.RegisterBasePluginServer(s, b.impl)
+	basepb.RegisterBasePluginServer(s, b.impl)
 	return nil
 }
 
 func (b *basePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	return nomadproto.NewBasePluginClient(c), nil
+	return basepb.NewBasePluginClient(c), nil
 }
 
 // devicePlugin makes the device service a go-plugin plugin (gRPC only).
 type devicePlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	impl nomadproto.DevicePluginServer
+	impl devicepb.DevicePluginServer
 }
 
 func (d *devicePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	nomadproto.RegisterDevicePluginServer(s, d.impl)
+	devicepb.RegisterDevicePluginServer(s, d.impl)
 	return nil
 }
 
 func (d *devicePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	return nomadproto.NewDevicePluginClient(c), nil
+	return devicepb.NewDevicePluginClient(c), nil
 }

@@ -9,17 +9,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 )
 
 // named answers PluginInfo and leaves every other call unimplemented.
 type named struct {
-	nomadproto.UnimplementedBasePluginServer
-	nomadproto.UnimplementedDevicePluginServer
+	basepb.UnimplementedBasePluginServer
+	devicepb.UnimplementedDevicePluginServer
 }
 
-func (named) PluginInfo(context.Context, *nomadproto.PluginInfoRequest) (*nomadproto.PluginInfoResponse, error) {
-	return &nomadproto.PluginInfoResponse{Type: nomadproto.PluginType_DEVICE, Name: "named"}, nil
+func (named) PluginInfo(context.Context, *basepb.PluginInfoRequest) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{Type: basepb.PluginType_DEVICE, Name: "named"}, nil
 }
 
 // TestConnect: a plugin served in process answers over real gRPC, a call
@@ -30,14 +32,14 @@ func TestConnect(t *testing.T) {
 	must.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	info, err := conn.Base.PluginInfo(ctx, &nomadproto.PluginInfoRequest{})
+	info, err := conn.Base.PluginInfo(ctx, &basepb.PluginInfoRequest{})
 	must.NoError(t, err)
 	must.Eq(t, "named", info.GetName())
-	_, err = conn.Device.Reserve(ctx, &nomadproto.ReserveRequest{})
+	_, err = conn.Device.Reserve(ctx, &devicepb.ReserveRequest{})
 	must.Eq(t, codes.Unimplemented, status.Code(err))
 	stop()
 	stop()
-	_, err = conn.Base.PluginInfo(ctx, &nomadproto.PluginInfoRequest{})
+	_, err = conn.Base.PluginInfo(ctx, &basepb.PluginInfoRequest{})
 	must.Error(t, err)
 }
 

@@ -18,7 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadplugin"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/pluginhost"
 )
 
@@ -51,8 +52,8 @@ func (c *Client) ctx() context.Context {
 }
 
 // Info asks PluginInfo.
-func (c *Client) Info() (*nomadproto.PluginInfoResponse, error) {
-	return c.Base.PluginInfo(c.ctx(), &nomadproto.PluginInfoRequest{})
+func (c *Client) Info() (*basepb.PluginInfoResponse, error) {
+	return c.Base.PluginInfo(c.ctx(), &basepb.PluginInfoRequest{})
 }
 
 // Encode is what the agent would send to SetConfig for the HCL config
@@ -60,7 +61,7 @@ func (c *Client) Info() (*nomadproto.PluginInfoResponse, error) {
 // answer). The error is the agent's: the block does not fit the schema.
 func (c *Client) Encode(block string) ([]byte, error) {
 	c.t.Helper()
-	res, err := c.Base.ConfigSchema(c.ctx(), &nomadproto.ConfigSchemaRequest{})
+	res, err := c.Base.ConfigSchema(c.ctx(), &basepb.ConfigSchemaRequest{})
 	if err != nil {
 		c.t.Fatalf("ConfigSchema: %v", err)
 	}
@@ -75,13 +76,13 @@ func (c *Client) SetConfig(block string) error {
 	if err != nil {
 		c.t.Fatalf("encoding the config: %v", err)
 	}
-	_, err = c.Base.SetConfig(c.ctx(), &nomadproto.SetConfigRequest{MsgpackConfig: b, PluginApiVersion: nomadplugin.DeviceAPIVersion})
+	_, err = c.Base.SetConfig(c.ctx(), &basepb.SetConfigRequest{MsgpackConfig: b, PluginApiVersion: nomadplugin.DeviceAPIVersion})
 	return err
 }
 
 // Reserve asks for the instances ids.
-func (c *Client) Reserve(ids ...string) (*nomadproto.ContainerReservation, error) {
-	res, err := c.Device.Reserve(c.ctx(), &nomadproto.ReserveRequest{DeviceIds: ids})
+func (c *Client) Reserve(ids ...string) (*devicepb.ContainerReservation, error) {
+	res, err := c.Device.Reserve(c.ctx(), &devicepb.ReserveRequest{DeviceIds: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -134,8 +135,8 @@ func recv[T any](ctx context.Context, recvOne func() (T, error)) *Stream[T] {
 // Fingerprint opens the fingerprint stream until ctx is done. An error
 // opening it is returned (a stream that fails at once shows its error on
 // the first receive, as in Nomad's agent).
-func (c *Client) Fingerprint(ctx context.Context) (*Stream[*nomadproto.FingerprintResponse], error) {
-	st, err := c.Device.Fingerprint(ctx, &nomadproto.FingerprintRequest{})
+func (c *Client) Fingerprint(ctx context.Context) (*Stream[*devicepb.FingerprintResponse], error) {
+	st, err := c.Device.Fingerprint(ctx, &devicepb.FingerprintRequest{})
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +144,8 @@ func (c *Client) Fingerprint(ctx context.Context) (*Stream[*nomadproto.Fingerpri
 }
 
 // Stats opens the stats stream at interval until ctx is done.
-func (c *Client) Stats(ctx context.Context, interval time.Duration) (*Stream[*nomadproto.StatsResponse], error) {
-	st, err := c.Device.Stats(ctx, &nomadproto.StatsRequest{CollectionInterval: durationpb.New(interval)})
+func (c *Client) Stats(ctx context.Context, interval time.Duration) (*Stream[*devicepb.StatsResponse], error) {
+	st, err := c.Device.Stats(ctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(interval)})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +170,7 @@ func Next[T any](t testing.TB, s *Stream[T], within time.Duration) T {
 }
 
 // Group returns the device group named name; it fails the test without one.
-func Group(t testing.TB, groups []*nomadproto.DeviceGroup, name string) *nomadproto.DeviceGroup {
+func Group(t testing.TB, groups []*devicepb.DeviceGroup, name string) *devicepb.DeviceGroup {
 	t.Helper()
 	for _, g := range groups {
 		if g.GetDeviceName() == name {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/agentconfig"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/configspec"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/hclspecpb"
 )
 
 // EncodeConfig turns the HCL of a `config { ... }` block, as an operator
@@ -14,7 +14,7 @@ import (
 // returned it. Like the agent, it parses HCL1 into a generic map, decodes
 // that with the plugin's schema (defaults filled in), and msgpack-encodes
 // the result.
-func EncodeConfig(schema *nomadproto.Spec, configBlock string) ([]byte, error) {
+func EncodeConfig(schema *hclspecpb.Spec, configBlock string) ([]byte, error) {
 	spec, err := configspec.FromProto(schema)
 	if err != nil {
 		return nil, err

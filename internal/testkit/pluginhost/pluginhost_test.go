@@ -13,7 +13,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepb"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/testkit/testenv"
 )
 
@@ -35,9 +35,9 @@ func TestBuildLaunchKill(t *testing.T) {
 	must.Positive(t, p.PID)
 	must.NoError(t, syscall.Kill(p.PID, 0), must.Sprint("the plugin process runs"))
 
-	info, err := p.Base.PluginInfo(ctx, &nomadproto.PluginInfoRequest{})
+	info, err := p.Base.PluginInfo(ctx, &basepb.PluginInfoRequest{})
 	must.NoError(t, err)
-	must.EqOp(t, nomadproto.PluginType_DEVICE, info.GetType())
+	must.EqOp(t, basepb.PluginType_DEVICE, info.GetType())
 	must.EqOp(t, "nomad-device-zfs", info.GetName())
 
 	p.Kill()

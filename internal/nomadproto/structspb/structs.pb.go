@@ -8,9 +8,9 @@
 // versions:
 // 	protoc-gen-go v1.36.11
 // 	protoc        v3.21.12
-// source: nomadproto/structs.proto
+// source: nomadproto/structspb/structs.proto
 
-package nomadproto
+package structspb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -46,7 +46,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_nomadproto_structs_proto_msgTypes[0]
+	mi := &file_nomadproto_structspb_structs_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -58,7 +58,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_structs_proto_msgTypes[0]
+	mi := &file_nomadproto_structspb_structs_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -71,7 +71,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_nomadproto_structs_proto_rawDescGZIP(), []int{0}
+	return file_nomadproto_structspb_structs_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Attribute) GetValue() isAttribute_Value {
@@ -163,7 +163,7 @@ type StatObject struct {
 
 func (x *StatObject) Reset() {
 	*x = StatObject{}
-	mi := &file_nomadproto_structs_proto_msgTypes[1]
+	mi := &file_nomadproto_structspb_structs_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +175,7 @@ func (x *StatObject) String() string {
 func (*StatObject) ProtoMessage() {}
 
 func (x *StatObject) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_structs_proto_msgTypes[1]
+	mi := &file_nomadproto_structspb_structs_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +188,7 @@ func (x *StatObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatObject.ProtoReflect.Descriptor instead.
 func (*StatObject) Descriptor() ([]byte, []int) {
-	return file_nomadproto_structs_proto_rawDescGZIP(), []int{1}
+	return file_nomadproto_structspb_structs_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *StatObject) GetNested() map[string]*StatObject {
@@ -224,7 +224,7 @@ type StatValue struct {
 
 func (x *StatValue) Reset() {
 	*x = StatValue{}
-	mi := &file_nomadproto_structs_proto_msgTypes[2]
+	mi := &file_nomadproto_structspb_structs_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +236,7 @@ func (x *StatValue) String() string {
 func (*StatValue) ProtoMessage() {}
 
 func (x *StatValue) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_structs_proto_msgTypes[2]
+	mi := &file_nomadproto_structspb_structs_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +249,7 @@ func (x *StatValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatValue.ProtoReflect.Descriptor instead.
 func (*StatValue) Descriptor() ([]byte, []int) {
-	return file_nomadproto_structs_proto_rawDescGZIP(), []int{2}
+	return file_nomadproto_structspb_structs_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StatValue) GetFloatNumeratorVal() *wrapperspb.DoubleValue {
@@ -308,11 +308,11 @@ func (x *StatValue) GetDesc() string {
 	return ""
 }
 
-var File_nomadproto_structs_proto protoreflect.FileDescriptor
+var File_nomadproto_structspb_structs_proto protoreflect.FileDescriptor
 
-const file_nomadproto_structs_proto_rawDesc = "" +
+const file_nomadproto_structspb_structs_proto_rawDesc = "" +
 	"\n" +
-	"\x18nomadproto/structs.proto\x12&hashicorp.nomad.plugins.shared.structs\x1a\x1egoogle/protobuf/wrappers.proto\"\xa0\x01\n" +
+	"\"nomadproto/structspb/structs.proto\x12&hashicorp.nomad.plugins.shared.structs\x1a\x1egoogle/protobuf/wrappers.proto\"\xa0\x01\n" +
 	"\tAttribute\x12\x1d\n" +
 	"\tfloat_val\x18\x01 \x01(\x01H\x00R\bfloatVal\x12\x19\n" +
 	"\aint_val\x18\x02 \x01(\x03H\x00R\x06intVal\x12\x1f\n" +
@@ -342,22 +342,22 @@ const file_nomadproto_structs_proto_rawDesc = "" +
 	"string_val\x18\x05 \x01(\v2\x1c.google.protobuf.StringValueR\tstringVal\x125\n" +
 	"\bbool_val\x18\x06 \x01(\v2\x1a.google.protobuf.BoolValueR\aboolVal\x12\x12\n" +
 	"\x04unit\x18\a \x01(\tR\x04unit\x12\x12\n" +
-	"\x04desc\x18\b \x01(\tR\x04descBBZ@github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadprotob\x06proto3"
+	"\x04desc\x18\b \x01(\tR\x04descBLZJgithub.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/structspbb\x06proto3"
 
 var (
-	file_nomadproto_structs_proto_rawDescOnce sync.Once
-	file_nomadproto_structs_proto_rawDescData []byte
+	file_nomadproto_structspb_structs_proto_rawDescOnce sync.Once
+	file_nomadproto_structspb_structs_proto_rawDescData []byte
 )
 
-func file_nomadproto_structs_proto_rawDescGZIP() []byte {
-	file_nomadproto_structs_proto_rawDescOnce.Do(func() {
-		file_nomadproto_structs_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_structs_proto_rawDesc), len(file_nomadproto_structs_proto_rawDesc)))
+func file_nomadproto_structspb_structs_proto_rawDescGZIP() []byte {
+	file_nomadproto_structspb_structs_proto_rawDescOnce.Do(func() {
+		file_nomadproto_structspb_structs_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_structspb_structs_proto_rawDesc), len(file_nomadproto_structspb_structs_proto_rawDesc)))
 	})
-	return file_nomadproto_structs_proto_rawDescData
+	return file_nomadproto_structspb_structs_proto_rawDescData
 }
 
-var file_nomadproto_structs_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
-var file_nomadproto_structs_proto_goTypes = []any{
+var file_nomadproto_structspb_structs_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_nomadproto_structspb_structs_proto_goTypes = []any{
 	(*Attribute)(nil),              // 0: hashicorp.nomad.plugins.shared.structs.Attribute
 	(*StatObject)(nil),             // 1: hashicorp.nomad.plugins.shared.structs.StatObject
 	(*StatValue)(nil),              // 2: hashicorp.nomad.plugins.shared.structs.StatValue
@@ -368,7 +368,7 @@ var file_nomadproto_structs_proto_goTypes = []any{
 	(*wrapperspb.StringValue)(nil), // 7: google.protobuf.StringValue
 	(*wrapperspb.BoolValue)(nil),   // 8: google.protobuf.BoolValue
 }
-var file_nomadproto_structs_proto_depIdxs = []int32{
+var file_nomadproto_structspb_structs_proto_depIdxs = []int32{
 	3,  // 0: hashicorp.nomad.plugins.shared.structs.StatObject.nested:type_name -> hashicorp.nomad.plugins.shared.structs.StatObject.NestedEntry
 	4,  // 1: hashicorp.nomad.plugins.shared.structs.StatObject.attributes:type_name -> hashicorp.nomad.plugins.shared.structs.StatObject.AttributesEntry
 	5,  // 2: hashicorp.nomad.plugins.shared.structs.StatValue.float_numerator_val:type_name -> google.protobuf.DoubleValue
@@ -386,12 +386,12 @@ var file_nomadproto_structs_proto_depIdxs = []int32{
 	0,  // [0:10] is the sub-list for field type_name
 }
 
-func init() { file_nomadproto_structs_proto_init() }
-func file_nomadproto_structs_proto_init() {
-	if File_nomadproto_structs_proto != nil {
+func init() { file_nomadproto_structspb_structs_proto_init() }
+func file_nomadproto_structspb_structs_proto_init() {
+	if File_nomadproto_structspb_structs_proto != nil {
 		return
 	}
-	file_nomadproto_structs_proto_msgTypes[0].OneofWrappers = []any{
+	file_nomadproto_structspb_structs_proto_msgTypes[0].OneofWrappers = []any{
 		(*Attribute_FloatVal)(nil),
 		(*Attribute_IntVal)(nil),
 		(*Attribute_StringVal)(nil),
@@ -401,17 +401,17 @@ func file_nomadproto_structs_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_structs_proto_rawDesc), len(file_nomadproto_structs_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_structspb_structs_proto_rawDesc), len(file_nomadproto_structspb_structs_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_nomadproto_structs_proto_goTypes,
-		DependencyIndexes: file_nomadproto_structs_proto_depIdxs,
-		MessageInfos:      file_nomadproto_structs_proto_msgTypes,
+		GoTypes:           file_nomadproto_structspb_structs_proto_goTypes,
+		DependencyIndexes: file_nomadproto_structspb_structs_proto_depIdxs,
+		MessageInfos:      file_nomadproto_structspb_structs_proto_msgTypes,
 	}.Build()
-	File_nomadproto_structs_proto = out.File
-	file_nomadproto_structs_proto_goTypes = nil
-	file_nomadproto_structs_proto_depIdxs = nil
+	File_nomadproto_structspb_structs_proto = out.File
+	file_nomadproto_structspb_structs_proto_goTypes = nil
+	file_nomadproto_structspb_structs_proto_depIdxs = nil
 }

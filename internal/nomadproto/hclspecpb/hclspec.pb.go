@@ -10,9 +10,9 @@
 // versions:
 // 	protoc-gen-go v1.36.11
 // 	protoc        v3.21.12
-// source: nomadproto/hclspec.proto
+// source: nomadproto/hclspecpb/hclspec.proto
 
-package nomadproto
+package hclspecpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -51,7 +51,7 @@ type Spec struct {
 
 func (x *Spec) Reset() {
 	*x = Spec{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[0]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -63,7 +63,7 @@ func (x *Spec) String() string {
 func (*Spec) ProtoMessage() {}
 
 func (x *Spec) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[0]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -76,7 +76,7 @@ func (x *Spec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spec.ProtoReflect.Descriptor instead.
 func (*Spec) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{0}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Spec) GetBlock() isSpec_Block {
@@ -254,7 +254,7 @@ type Attr struct {
 
 func (x *Attr) Reset() {
 	*x = Attr{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[1]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +266,7 @@ func (x *Attr) String() string {
 func (*Attr) ProtoMessage() {}
 
 func (x *Attr) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[1]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +279,7 @@ func (x *Attr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attr.ProtoReflect.Descriptor instead.
 func (*Attr) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{1}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Attr) GetName() string {
@@ -316,7 +316,7 @@ type Block struct {
 
 func (x *Block) Reset() {
 	*x = Block{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[2]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +328,7 @@ func (x *Block) String() string {
 func (*Block) ProtoMessage() {}
 
 func (x *Block) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[2]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +341,7 @@ func (x *Block) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Block.ProtoReflect.Descriptor instead.
 func (*Block) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{2}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Block) GetName() string {
@@ -378,7 +378,7 @@ type BlockAttrs struct {
 
 func (x *BlockAttrs) Reset() {
 	*x = BlockAttrs{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[3]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +390,7 @@ func (x *BlockAttrs) String() string {
 func (*BlockAttrs) ProtoMessage() {}
 
 func (x *BlockAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[3]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +403,7 @@ func (x *BlockAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockAttrs.ProtoReflect.Descriptor instead.
 func (*BlockAttrs) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{3}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BlockAttrs) GetName() string {
@@ -440,7 +440,7 @@ type BlockList struct {
 
 func (x *BlockList) Reset() {
 	*x = BlockList{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[4]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +452,7 @@ func (x *BlockList) String() string {
 func (*BlockList) ProtoMessage() {}
 
 func (x *BlockList) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[4]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +465,7 @@ func (x *BlockList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockList.ProtoReflect.Descriptor instead.
 func (*BlockList) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{4}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BlockList) GetName() string {
@@ -509,7 +509,7 @@ type BlockSet struct {
 
 func (x *BlockSet) Reset() {
 	*x = BlockSet{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[5]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +521,7 @@ func (x *BlockSet) String() string {
 func (*BlockSet) ProtoMessage() {}
 
 func (x *BlockSet) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[5]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +534,7 @@ func (x *BlockSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockSet.ProtoReflect.Descriptor instead.
 func (*BlockSet) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{5}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BlockSet) GetName() string {
@@ -578,7 +578,7 @@ type BlockMap struct {
 
 func (x *BlockMap) Reset() {
 	*x = BlockMap{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[6]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +590,7 @@ func (x *BlockMap) String() string {
 func (*BlockMap) ProtoMessage() {}
 
 func (x *BlockMap) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[6]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +603,7 @@ func (x *BlockMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockMap.ProtoReflect.Descriptor instead.
 func (*BlockMap) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{6}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BlockMap) GetName() string {
@@ -637,7 +637,7 @@ type Literal struct {
 
 func (x *Literal) Reset() {
 	*x = Literal{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[7]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +649,7 @@ func (x *Literal) String() string {
 func (*Literal) ProtoMessage() {}
 
 func (x *Literal) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[7]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +662,7 @@ func (x *Literal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Literal.ProtoReflect.Descriptor instead.
 func (*Literal) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{7}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Literal) GetValue() string {
@@ -683,7 +683,7 @@ type Default struct {
 
 func (x *Default) Reset() {
 	*x = Default{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[8]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +695,7 @@ func (x *Default) String() string {
 func (*Default) ProtoMessage() {}
 
 func (x *Default) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[8]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +708,7 @@ func (x *Default) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Default.ProtoReflect.Descriptor instead.
 func (*Default) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{8}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Default) GetPrimary() *Spec {
@@ -735,7 +735,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[9]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +747,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[9]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +760,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{9}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Object) GetAttributes() map[string]*Spec {
@@ -780,7 +780,7 @@ type Array struct {
 
 func (x *Array) Reset() {
 	*x = Array{}
-	mi := &file_nomadproto_hclspec_proto_msgTypes[10]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +792,7 @@ func (x *Array) String() string {
 func (*Array) ProtoMessage() {}
 
 func (x *Array) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_hclspec_proto_msgTypes[10]
+	mi := &file_nomadproto_hclspecpb_hclspec_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +805,7 @@ func (x *Array) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Array.ProtoReflect.Descriptor instead.
 func (*Array) Descriptor() ([]byte, []int) {
-	return file_nomadproto_hclspec_proto_rawDescGZIP(), []int{10}
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Array) GetValues() []*Spec {
@@ -815,11 +815,11 @@ func (x *Array) GetValues() []*Spec {
 	return nil
 }
 
-var File_nomadproto_hclspec_proto protoreflect.FileDescriptor
+var File_nomadproto_hclspecpb_hclspec_proto protoreflect.FileDescriptor
 
-const file_nomadproto_hclspec_proto_rawDesc = "" +
+const file_nomadproto_hclspecpb_hclspec_proto_rawDesc = "" +
 	"\n" +
-	"\x18nomadproto/hclspec.proto\x12&hashicorp.nomad.plugins.shared.hclspec\"\x9d\x06\n" +
+	"\"nomadproto/hclspecpb/hclspec.proto\x12&hashicorp.nomad.plugins.shared.hclspec\"\x9d\x06\n" +
 	"\x04Spec\x12H\n" +
 	"\x06object\x18\x01 \x01(\v2..hashicorp.nomad.plugins.shared.hclspec.ObjectH\x00R\x06object\x12E\n" +
 	"\x05array\x18\x02 \x01(\v2-.hashicorp.nomad.plugins.shared.hclspec.ArrayH\x00R\x05array\x12B\n" +
@@ -876,22 +876,22 @@ const file_nomadproto_hclspec_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12B\n" +
 	"\x05value\x18\x02 \x01(\v2,.hashicorp.nomad.plugins.shared.hclspec.SpecR\x05value:\x028\x01\"M\n" +
 	"\x05Array\x12D\n" +
-	"\x06values\x18\x01 \x03(\v2,.hashicorp.nomad.plugins.shared.hclspec.SpecR\x06valuesBBZ@github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadprotob\x06proto3"
+	"\x06values\x18\x01 \x03(\v2,.hashicorp.nomad.plugins.shared.hclspec.SpecR\x06valuesBLZJgithub.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/hclspecpbb\x06proto3"
 
 var (
-	file_nomadproto_hclspec_proto_rawDescOnce sync.Once
-	file_nomadproto_hclspec_proto_rawDescData []byte
+	file_nomadproto_hclspecpb_hclspec_proto_rawDescOnce sync.Once
+	file_nomadproto_hclspecpb_hclspec_proto_rawDescData []byte
 )
 
-func file_nomadproto_hclspec_proto_rawDescGZIP() []byte {
-	file_nomadproto_hclspec_proto_rawDescOnce.Do(func() {
-		file_nomadproto_hclspec_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_hclspec_proto_rawDesc), len(file_nomadproto_hclspec_proto_rawDesc)))
+func file_nomadproto_hclspecpb_hclspec_proto_rawDescGZIP() []byte {
+	file_nomadproto_hclspecpb_hclspec_proto_rawDescOnce.Do(func() {
+		file_nomadproto_hclspecpb_hclspec_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_hclspecpb_hclspec_proto_rawDesc), len(file_nomadproto_hclspecpb_hclspec_proto_rawDesc)))
 	})
-	return file_nomadproto_hclspec_proto_rawDescData
+	return file_nomadproto_hclspecpb_hclspec_proto_rawDescData
 }
 
-var file_nomadproto_hclspec_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
-var file_nomadproto_hclspec_proto_goTypes = []any{
+var file_nomadproto_hclspecpb_hclspec_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_nomadproto_hclspecpb_hclspec_proto_goTypes = []any{
 	(*Spec)(nil),       // 0: hashicorp.nomad.plugins.shared.hclspec.Spec
 	(*Attr)(nil),       // 1: hashicorp.nomad.plugins.shared.hclspec.Attr
 	(*Block)(nil),      // 2: hashicorp.nomad.plugins.shared.hclspec.Block
@@ -905,7 +905,7 @@ var file_nomadproto_hclspec_proto_goTypes = []any{
 	(*Array)(nil),      // 10: hashicorp.nomad.plugins.shared.hclspec.Array
 	nil,                // 11: hashicorp.nomad.plugins.shared.hclspec.Object.AttributesEntry
 }
-var file_nomadproto_hclspec_proto_depIdxs = []int32{
+var file_nomadproto_hclspecpb_hclspec_proto_depIdxs = []int32{
 	9,  // 0: hashicorp.nomad.plugins.shared.hclspec.Spec.object:type_name -> hashicorp.nomad.plugins.shared.hclspec.Object
 	10, // 1: hashicorp.nomad.plugins.shared.hclspec.Spec.array:type_name -> hashicorp.nomad.plugins.shared.hclspec.Array
 	1,  // 2: hashicorp.nomad.plugins.shared.hclspec.Spec.Attr:type_name -> hashicorp.nomad.plugins.shared.hclspec.Attr
@@ -932,12 +932,12 @@ var file_nomadproto_hclspec_proto_depIdxs = []int32{
 	0,  // [0:19] is the sub-list for field type_name
 }
 
-func init() { file_nomadproto_hclspec_proto_init() }
-func file_nomadproto_hclspec_proto_init() {
-	if File_nomadproto_hclspec_proto != nil {
+func init() { file_nomadproto_hclspecpb_hclspec_proto_init() }
+func file_nomadproto_hclspecpb_hclspec_proto_init() {
+	if File_nomadproto_hclspecpb_hclspec_proto != nil {
 		return
 	}
-	file_nomadproto_hclspec_proto_msgTypes[0].OneofWrappers = []any{
+	file_nomadproto_hclspecpb_hclspec_proto_msgTypes[0].OneofWrappers = []any{
 		(*Spec_Object)(nil),
 		(*Spec_Array)(nil),
 		(*Spec_Attr)(nil),
@@ -953,17 +953,17 @@ func file_nomadproto_hclspec_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_hclspec_proto_rawDesc), len(file_nomadproto_hclspec_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_hclspecpb_hclspec_proto_rawDesc), len(file_nomadproto_hclspecpb_hclspec_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_nomadproto_hclspec_proto_goTypes,
-		DependencyIndexes: file_nomadproto_hclspec_proto_depIdxs,
-		MessageInfos:      file_nomadproto_hclspec_proto_msgTypes,
+		GoTypes:           file_nomadproto_hclspecpb_hclspec_proto_goTypes,
+		DependencyIndexes: file_nomadproto_hclspecpb_hclspec_proto_depIdxs,
+		MessageInfos:      file_nomadproto_hclspecpb_hclspec_proto_msgTypes,
 	}.Build()
-	File_nomadproto_hclspec_proto = out.File
-	file_nomadproto_hclspec_proto_goTypes = nil
-	file_nomadproto_hclspec_proto_depIdxs = nil
+	File_nomadproto_hclspecpb_hclspec_proto = out.File
+	file_nomadproto_hclspecpb_hclspec_proto_goTypes = nil
+	file_nomadproto_hclspecpb_hclspec_proto_depIdxs = nil
 }

@@ -10,11 +10,12 @@
 // versions:
 // 	protoc-gen-go v1.36.11
 // 	protoc        v3.21.12
-// source: nomadproto/device.proto
+// source: nomadproto/devicepb/device.proto
 
-package nomadproto
+package devicepb
 
 import (
+	structspb "github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/structspb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -39,7 +40,7 @@ type FingerprintRequest struct {
 
 func (x *FingerprintRequest) Reset() {
 	*x = FingerprintRequest{}
-	mi := &file_nomadproto_device_proto_msgTypes[0]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +52,7 @@ func (x *FingerprintRequest) String() string {
 func (*FingerprintRequest) ProtoMessage() {}
 
 func (x *FingerprintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[0]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +65,7 @@ func (x *FingerprintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FingerprintRequest.ProtoReflect.Descriptor instead.
 func (*FingerprintRequest) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{0}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{0}
 }
 
 type FingerprintResponse struct {
@@ -76,7 +77,7 @@ type FingerprintResponse struct {
 
 func (x *FingerprintResponse) Reset() {
 	*x = FingerprintResponse{}
-	mi := &file_nomadproto_device_proto_msgTypes[1]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -88,7 +89,7 @@ func (x *FingerprintResponse) String() string {
 func (*FingerprintResponse) ProtoMessage() {}
 
 func (x *FingerprintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[1]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -101,7 +102,7 @@ func (x *FingerprintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FingerprintResponse.ProtoReflect.Descriptor instead.
 func (*FingerprintResponse) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{1}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *FingerprintResponse) GetDeviceGroup() []*DeviceGroup {
@@ -113,19 +114,19 @@ func (x *FingerprintResponse) GetDeviceGroup() []*DeviceGroup {
 
 // DeviceGroup is a set of like devices, named vendor/device_type/device_name.
 type DeviceGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vendor        string                 `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
-	DeviceType    string                 `protobuf:"bytes,2,opt,name=device_type,json=deviceType,proto3" json:"device_type,omitempty"`
-	DeviceName    string                 `protobuf:"bytes,3,opt,name=device_name,json=deviceName,proto3" json:"device_name,omitempty"`
-	Devices       []*DetectedDevice      `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
-	Attributes    map[string]*Attribute  `protobuf:"bytes,5,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state         protoimpl.MessageState          `protogen:"open.v1"`
+	Vendor        string                          `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	DeviceType    string                          `protobuf:"bytes,2,opt,name=device_type,json=deviceType,proto3" json:"device_type,omitempty"`
+	DeviceName    string                          `protobuf:"bytes,3,opt,name=device_name,json=deviceName,proto3" json:"device_name,omitempty"`
+	Devices       []*DetectedDevice               `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
+	Attributes    map[string]*structspb.Attribute `protobuf:"bytes,5,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeviceGroup) Reset() {
 	*x = DeviceGroup{}
-	mi := &file_nomadproto_device_proto_msgTypes[2]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -137,7 +138,7 @@ func (x *DeviceGroup) String() string {
 func (*DeviceGroup) ProtoMessage() {}
 
 func (x *DeviceGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[2]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -150,7 +151,7 @@ func (x *DeviceGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceGroup.ProtoReflect.Descriptor instead.
 func (*DeviceGroup) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{2}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DeviceGroup) GetVendor() string {
@@ -181,7 +182,7 @@ func (x *DeviceGroup) GetDevices() []*DetectedDevice {
 	return nil
 }
 
-func (x *DeviceGroup) GetAttributes() map[string]*Attribute {
+func (x *DeviceGroup) GetAttributes() map[string]*structspb.Attribute {
 	if x != nil {
 		return x.Attributes
 	}
@@ -202,7 +203,7 @@ type DetectedDevice struct {
 
 func (x *DetectedDevice) Reset() {
 	*x = DetectedDevice{}
-	mi := &file_nomadproto_device_proto_msgTypes[3]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +215,7 @@ func (x *DetectedDevice) String() string {
 func (*DetectedDevice) ProtoMessage() {}
 
 func (x *DetectedDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[3]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +228,7 @@ func (x *DetectedDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetectedDevice.ProtoReflect.Descriptor instead.
 func (*DetectedDevice) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{3}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DetectedDevice) GetID() string {
@@ -267,7 +268,7 @@ type DeviceLocality struct {
 
 func (x *DeviceLocality) Reset() {
 	*x = DeviceLocality{}
-	mi := &file_nomadproto_device_proto_msgTypes[4]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +280,7 @@ func (x *DeviceLocality) String() string {
 func (*DeviceLocality) ProtoMessage() {}
 
 func (x *DeviceLocality) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[4]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +293,7 @@ func (x *DeviceLocality) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceLocality.ProtoReflect.Descriptor instead.
 func (*DeviceLocality) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{4}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DeviceLocality) GetPciBusId() string {
@@ -311,7 +312,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_nomadproto_device_proto_msgTypes[5]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +324,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[5]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +337,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{5}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReserveRequest) GetDeviceIds() []string {
@@ -355,7 +356,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_nomadproto_device_proto_msgTypes[6]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +368,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[6]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +381,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{6}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReserveResponse) GetContainerRes() *ContainerReservation {
@@ -403,7 +404,7 @@ type ContainerReservation struct {
 
 func (x *ContainerReservation) Reset() {
 	*x = ContainerReservation{}
-	mi := &file_nomadproto_device_proto_msgTypes[7]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +416,7 @@ func (x *ContainerReservation) String() string {
 func (*ContainerReservation) ProtoMessage() {}
 
 func (x *ContainerReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[7]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +429,7 @@ func (x *ContainerReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerReservation.ProtoReflect.Descriptor instead.
 func (*ContainerReservation) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{7}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ContainerReservation) GetEnvs() map[string]string {
@@ -463,7 +464,7 @@ type Mount struct {
 
 func (x *Mount) Reset() {
 	*x = Mount{}
-	mi := &file_nomadproto_device_proto_msgTypes[8]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +476,7 @@ func (x *Mount) String() string {
 func (*Mount) ProtoMessage() {}
 
 func (x *Mount) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[8]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +489,7 @@ func (x *Mount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mount.ProtoReflect.Descriptor instead.
 func (*Mount) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{8}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Mount) GetTaskPath() string {
@@ -523,7 +524,7 @@ type DeviceSpec struct {
 
 func (x *DeviceSpec) Reset() {
 	*x = DeviceSpec{}
-	mi := &file_nomadproto_device_proto_msgTypes[9]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +536,7 @@ func (x *DeviceSpec) String() string {
 func (*DeviceSpec) ProtoMessage() {}
 
 func (x *DeviceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[9]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +549,7 @@ func (x *DeviceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceSpec.ProtoReflect.Descriptor instead.
 func (*DeviceSpec) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{9}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeviceSpec) GetTaskPath() string {
@@ -583,7 +584,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_nomadproto_device_proto_msgTypes[10]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +596,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[10]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +609,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{10}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatsRequest) GetCollectionInterval() *durationpb.Duration {
@@ -627,7 +628,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_nomadproto_device_proto_msgTypes[11]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +640,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[11]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +653,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{11}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatsResponse) GetGroups() []*DeviceGroupStats {
@@ -674,7 +675,7 @@ type DeviceGroupStats struct {
 
 func (x *DeviceGroupStats) Reset() {
 	*x = DeviceGroupStats{}
-	mi := &file_nomadproto_device_proto_msgTypes[12]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +687,7 @@ func (x *DeviceGroupStats) String() string {
 func (*DeviceGroupStats) ProtoMessage() {}
 
 func (x *DeviceGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[12]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +700,7 @@ func (x *DeviceGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceGroupStats.ProtoReflect.Descriptor instead.
 func (*DeviceGroupStats) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{12}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeviceGroupStats) GetVendor() string {
@@ -732,8 +733,8 @@ func (x *DeviceGroupStats) GetInstanceStats() map[string]*DeviceStats {
 
 type DeviceStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Summary       *StatValue             `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
-	Stats         *StatObject            `protobuf:"bytes,2,opt,name=stats,proto3" json:"stats,omitempty"`
+	Summary       *structspb.StatValue   `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	Stats         *structspb.StatObject  `protobuf:"bytes,2,opt,name=stats,proto3" json:"stats,omitempty"`
 	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -741,7 +742,7 @@ type DeviceStats struct {
 
 func (x *DeviceStats) Reset() {
 	*x = DeviceStats{}
-	mi := &file_nomadproto_device_proto_msgTypes[13]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +754,7 @@ func (x *DeviceStats) String() string {
 func (*DeviceStats) ProtoMessage() {}
 
 func (x *DeviceStats) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_device_proto_msgTypes[13]
+	mi := &file_nomadproto_devicepb_device_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,17 +767,17 @@ func (x *DeviceStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceStats.ProtoReflect.Descriptor instead.
 func (*DeviceStats) Descriptor() ([]byte, []int) {
-	return file_nomadproto_device_proto_rawDescGZIP(), []int{13}
+	return file_nomadproto_devicepb_device_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *DeviceStats) GetSummary() *StatValue {
+func (x *DeviceStats) GetSummary() *structspb.StatValue {
 	if x != nil {
 		return x.Summary
 	}
 	return nil
 }
 
-func (x *DeviceStats) GetStats() *StatObject {
+func (x *DeviceStats) GetStats() *structspb.StatObject {
 	if x != nil {
 		return x.Stats
 	}
@@ -790,11 +791,11 @@ func (x *DeviceStats) GetTimestamp() *timestamppb.Timestamp {
 	return nil
 }
 
-var File_nomadproto_device_proto protoreflect.FileDescriptor
+var File_nomadproto_devicepb_device_proto protoreflect.FileDescriptor
 
-const file_nomadproto_device_proto_rawDesc = "" +
+const file_nomadproto_devicepb_device_proto_rawDesc = "" +
 	"\n" +
-	"\x17nomadproto/device.proto\x12\x1ehashicorp.nomad.plugins.device\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18nomadproto/structs.proto\"\x14\n" +
+	" nomadproto/devicepb/device.proto\x12\x1ehashicorp.nomad.plugins.device\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"nomadproto/structspb/structs.proto\"\x14\n" +
 	"\x12FingerprintRequest\"e\n" +
 	"\x13FingerprintResponse\x12N\n" +
 	"\fdevice_group\x18\x01 \x03(\v2+.hashicorp.nomad.plugins.device.DeviceGroupR\vdeviceGroup\"\x80\x03\n" +
@@ -860,22 +861,22 @@ const file_nomadproto_device_proto_rawDesc = "" +
 	"\fDevicePlugin\x12z\n" +
 	"\vFingerprint\x122.hashicorp.nomad.plugins.device.FingerprintRequest\x1a3.hashicorp.nomad.plugins.device.FingerprintResponse\"\x000\x01\x12l\n" +
 	"\aReserve\x12..hashicorp.nomad.plugins.device.ReserveRequest\x1a/.hashicorp.nomad.plugins.device.ReserveResponse\"\x00\x12h\n" +
-	"\x05Stats\x12,.hashicorp.nomad.plugins.device.StatsRequest\x1a-.hashicorp.nomad.plugins.device.StatsResponse\"\x000\x01BBZ@github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadprotob\x06proto3"
+	"\x05Stats\x12,.hashicorp.nomad.plugins.device.StatsRequest\x1a-.hashicorp.nomad.plugins.device.StatsResponse\"\x000\x01BKZIgithub.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/devicepbb\x06proto3"
 
 var (
-	file_nomadproto_device_proto_rawDescOnce sync.Once
-	file_nomadproto_device_proto_rawDescData []byte
+	file_nomadproto_devicepb_device_proto_rawDescOnce sync.Once
+	file_nomadproto_devicepb_device_proto_rawDescData []byte
 )
 
-func file_nomadproto_device_proto_rawDescGZIP() []byte {
-	file_nomadproto_device_proto_rawDescOnce.Do(func() {
-		file_nomadproto_device_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_device_proto_rawDesc), len(file_nomadproto_device_proto_rawDesc)))
+func file_nomadproto_devicepb_device_proto_rawDescGZIP() []byte {
+	file_nomadproto_devicepb_device_proto_rawDescOnce.Do(func() {
+		file_nomadproto_devicepb_device_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_devicepb_device_proto_rawDesc), len(file_nomadproto_devicepb_device_proto_rawDesc)))
 	})
-	return file_nomadproto_device_proto_rawDescData
+	return file_nomadproto_devicepb_device_proto_rawDescData
 }
 
-var file_nomadproto_device_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
-var file_nomadproto_device_proto_goTypes = []any{
+var file_nomadproto_devicepb_device_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_nomadproto_devicepb_device_proto_goTypes = []any{
 	(*FingerprintRequest)(nil),    // 0: hashicorp.nomad.plugins.device.FingerprintRequest
 	(*FingerprintResponse)(nil),   // 1: hashicorp.nomad.plugins.device.FingerprintResponse
 	(*DeviceGroup)(nil),           // 2: hashicorp.nomad.plugins.device.DeviceGroup
@@ -894,12 +895,12 @@ var file_nomadproto_device_proto_goTypes = []any{
 	nil,                           // 15: hashicorp.nomad.plugins.device.ContainerReservation.EnvsEntry
 	nil,                           // 16: hashicorp.nomad.plugins.device.DeviceGroupStats.InstanceStatsEntry
 	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*StatValue)(nil),             // 18: hashicorp.nomad.plugins.shared.structs.StatValue
-	(*StatObject)(nil),            // 19: hashicorp.nomad.plugins.shared.structs.StatObject
+	(*structspb.StatValue)(nil),   // 18: hashicorp.nomad.plugins.shared.structs.StatValue
+	(*structspb.StatObject)(nil),  // 19: hashicorp.nomad.plugins.shared.structs.StatObject
 	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*Attribute)(nil),             // 21: hashicorp.nomad.plugins.shared.structs.Attribute
+	(*structspb.Attribute)(nil),   // 21: hashicorp.nomad.plugins.shared.structs.Attribute
 }
-var file_nomadproto_device_proto_depIdxs = []int32{
+var file_nomadproto_devicepb_device_proto_depIdxs = []int32{
 	2,  // 0: hashicorp.nomad.plugins.device.FingerprintResponse.device_group:type_name -> hashicorp.nomad.plugins.device.DeviceGroup
 	3,  // 1: hashicorp.nomad.plugins.device.DeviceGroup.devices:type_name -> hashicorp.nomad.plugins.device.DetectedDevice
 	14, // 2: hashicorp.nomad.plugins.device.DeviceGroup.attributes:type_name -> hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry
@@ -929,27 +930,26 @@ var file_nomadproto_device_proto_depIdxs = []int32{
 	0,  // [0:16] is the sub-list for field type_name
 }
 
-func init() { file_nomadproto_device_proto_init() }
-func file_nomadproto_device_proto_init() {
-	if File_nomadproto_device_proto != nil {
+func init() { file_nomadproto_devicepb_device_proto_init() }
+func file_nomadproto_devicepb_device_proto_init() {
+	if File_nomadproto_devicepb_device_proto != nil {
 		return
 	}
-	file_nomadproto_structs_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_device_proto_rawDesc), len(file_nomadproto_device_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_devicepb_device_proto_rawDesc), len(file_nomadproto_devicepb_device_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_nomadproto_device_proto_goTypes,
-		DependencyIndexes: file_nomadproto_device_proto_depIdxs,
-		MessageInfos:      file_nomadproto_device_proto_msgTypes,
+		GoTypes:           file_nomadproto_devicepb_device_proto_goTypes,
+		DependencyIndexes: file_nomadproto_devicepb_device_proto_depIdxs,
+		MessageInfos:      file_nomadproto_devicepb_device_proto_msgTypes,
 	}.Build()
-	File_nomadproto_device_proto = out.File
-	file_nomadproto_device_proto_goTypes = nil
-	file_nomadproto_device_proto_depIdxs = nil
+	File_nomadproto_devicepb_device_proto = out.File
+	file_nomadproto_devicepb_device_proto_goTypes = nil
+	file_nomadproto_devicepb_device_proto_depIdxs = nil
 }

@@ -10,9 +10,9 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: nomadproto/device.proto
+// source: nomadproto/devicepb/device.proto
 
-package nomadproto
+package devicepb
 
 import (
 	context "context"
@@ -220,5 +220,5 @@ var DevicePlugin_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "nomadproto/device.proto",
+	Metadata: "nomadproto/devicepb/device.proto",
 }

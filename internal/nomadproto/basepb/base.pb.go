@@ -9,11 +9,12 @@
 // versions:
 // 	protoc-gen-go v1.36.11
 // 	protoc        v3.21.12
-// source: nomadproto/base.proto
+// source: nomadproto/basepb/base.proto
 
-package nomadproto
+package basepb
 
 import (
+	hclspecpb "github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/hclspecpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -62,11 +63,11 @@ func (x PluginType) String() string {
 }
 
 func (PluginType) Descriptor() protoreflect.EnumDescriptor {
-	return file_nomadproto_base_proto_enumTypes[0].Descriptor()
+	return file_nomadproto_basepb_base_proto_enumTypes[0].Descriptor()
 }
 
 func (PluginType) Type() protoreflect.EnumType {
-	return &file_nomadproto_base_proto_enumTypes[0]
+	return &file_nomadproto_basepb_base_proto_enumTypes[0]
 }
 
 func (x PluginType) Number() protoreflect.EnumNumber {
@@ -75,7 +76,7 @@ func (x PluginType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PluginType.Descriptor instead.
 func (PluginType) EnumDescriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{0}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{0}
 }
 
 type CoreGrade int32
@@ -108,11 +109,11 @@ func (x CoreGrade) String() string {
 }
 
 func (CoreGrade) Descriptor() protoreflect.EnumDescriptor {
-	return file_nomadproto_base_proto_enumTypes[1].Descriptor()
+	return file_nomadproto_basepb_base_proto_enumTypes[1].Descriptor()
 }
 
 func (CoreGrade) Type() protoreflect.EnumType {
-	return &file_nomadproto_base_proto_enumTypes[1]
+	return &file_nomadproto_basepb_base_proto_enumTypes[1]
 }
 
 func (x CoreGrade) Number() protoreflect.EnumNumber {
@@ -121,7 +122,7 @@ func (x CoreGrade) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CoreGrade.Descriptor instead.
 func (CoreGrade) EnumDescriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{1}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{1}
 }
 
 type PluginInfoRequest struct {
@@ -132,7 +133,7 @@ type PluginInfoRequest struct {
 
 func (x *PluginInfoRequest) Reset() {
 	*x = PluginInfoRequest{}
-	mi := &file_nomadproto_base_proto_msgTypes[0]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +145,7 @@ func (x *PluginInfoRequest) String() string {
 func (*PluginInfoRequest) ProtoMessage() {}
 
 func (x *PluginInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[0]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +158,7 @@ func (x *PluginInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginInfoRequest.ProtoReflect.Descriptor instead.
 func (*PluginInfoRequest) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{0}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{0}
 }
 
 type PluginInfoResponse struct {
@@ -174,7 +175,7 @@ type PluginInfoResponse struct {
 
 func (x *PluginInfoResponse) Reset() {
 	*x = PluginInfoResponse{}
-	mi := &file_nomadproto_base_proto_msgTypes[1]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +187,7 @@ func (x *PluginInfoResponse) String() string {
 func (*PluginInfoResponse) ProtoMessage() {}
 
 func (x *PluginInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[1]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +200,7 @@ func (x *PluginInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginInfoResponse.ProtoReflect.Descriptor instead.
 func (*PluginInfoResponse) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{1}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *PluginInfoResponse) GetType() PluginType {
@@ -238,7 +239,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_nomadproto_base_proto_msgTypes[2]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +251,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[2]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,19 +264,19 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{2}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{2}
 }
 
 type ConfigSchemaResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *Spec                  `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec          *hclspecpb.Spec        `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConfigSchemaResponse) Reset() {
 	*x = ConfigSchemaResponse{}
-	mi := &file_nomadproto_base_proto_msgTypes[3]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +288,7 @@ func (x *ConfigSchemaResponse) String() string {
 func (*ConfigSchemaResponse) ProtoMessage() {}
 
 func (x *ConfigSchemaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[3]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,10 +301,10 @@ func (x *ConfigSchemaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaResponse.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaResponse) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{3}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *ConfigSchemaResponse) GetSpec() *Spec {
+func (x *ConfigSchemaResponse) GetSpec() *hclspecpb.Spec {
 	if x != nil {
 		return x.Spec
 	}
@@ -325,7 +326,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_nomadproto_base_proto_msgTypes[4]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +338,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[4]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +351,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{4}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetConfigRequest) GetMsgpackConfig() []byte {
@@ -386,7 +387,7 @@ type NomadConfig struct {
 
 func (x *NomadConfig) Reset() {
 	*x = NomadConfig{}
-	mi := &file_nomadproto_base_proto_msgTypes[5]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +399,7 @@ func (x *NomadConfig) String() string {
 func (*NomadConfig) ProtoMessage() {}
 
 func (x *NomadConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[5]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +412,7 @@ func (x *NomadConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NomadConfig.ProtoReflect.Descriptor instead.
 func (*NomadConfig) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{5}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NomadConfig) GetDriver() *NomadDriverConfig {
@@ -432,7 +433,7 @@ type NomadDriverConfig struct {
 
 func (x *NomadDriverConfig) Reset() {
 	*x = NomadDriverConfig{}
-	mi := &file_nomadproto_base_proto_msgTypes[6]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +445,7 @@ func (x *NomadDriverConfig) String() string {
 func (*NomadDriverConfig) ProtoMessage() {}
 
 func (x *NomadDriverConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[6]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +458,7 @@ func (x *NomadDriverConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NomadDriverConfig.ProtoReflect.Descriptor instead.
 func (*NomadDriverConfig) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{6}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NomadDriverConfig) GetClientMaxPort() uint32 {
@@ -494,7 +495,7 @@ type ClientTopology struct {
 
 func (x *ClientTopology) Reset() {
 	*x = ClientTopology{}
-	mi := &file_nomadproto_base_proto_msgTypes[7]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +507,7 @@ func (x *ClientTopology) String() string {
 func (*ClientTopology) ProtoMessage() {}
 
 func (x *ClientTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[7]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +520,7 @@ func (x *ClientTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTopology.ProtoReflect.Descriptor instead.
 func (*ClientTopology) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{7}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClientTopology) GetNodeIds() []uint32 {
@@ -567,7 +568,7 @@ type ClientTopologySLIT struct {
 
 func (x *ClientTopologySLIT) Reset() {
 	*x = ClientTopologySLIT{}
-	mi := &file_nomadproto_base_proto_msgTypes[8]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +580,7 @@ func (x *ClientTopologySLIT) String() string {
 func (*ClientTopologySLIT) ProtoMessage() {}
 
 func (x *ClientTopologySLIT) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[8]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +593,7 @@ func (x *ClientTopologySLIT) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTopologySLIT.ProtoReflect.Descriptor instead.
 func (*ClientTopologySLIT) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{8}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClientTopologySLIT) GetDimension() uint32 {
@@ -625,7 +626,7 @@ type ClientTopologyCore struct {
 
 func (x *ClientTopologyCore) Reset() {
 	*x = ClientTopologyCore{}
-	mi := &file_nomadproto_base_proto_msgTypes[9]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +638,7 @@ func (x *ClientTopologyCore) String() string {
 func (*ClientTopologyCore) ProtoMessage() {}
 
 func (x *ClientTopologyCore) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[9]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +651,7 @@ func (x *ClientTopologyCore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTopologyCore.ProtoReflect.Descriptor instead.
 func (*ClientTopologyCore) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{9}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClientTopologyCore) GetSocketId() uint32 {
@@ -717,7 +718,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_nomadproto_base_proto_msgTypes[10]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +730,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadproto_base_proto_msgTypes[10]
+	mi := &file_nomadproto_basepb_base_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,14 +743,14 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_nomadproto_base_proto_rawDescGZIP(), []int{10}
+	return file_nomadproto_basepb_base_proto_rawDescGZIP(), []int{10}
 }
 
-var File_nomadproto_base_proto protoreflect.FileDescriptor
+var File_nomadproto_basepb_base_proto protoreflect.FileDescriptor
 
-const file_nomadproto_base_proto_rawDesc = "" +
+const file_nomadproto_basepb_base_proto_rawDesc = "" +
 	"\n" +
-	"\x15nomadproto/base.proto\x12\"hashicorp.nomad.plugins.base.proto\x1a\x18nomadproto/hclspec.proto\"\x13\n" +
+	"\x1cnomadproto/basepb/base.proto\x12\"hashicorp.nomad.plugins.base.proto\x1a\"nomadproto/hclspecpb/hclspec.proto\"\x13\n" +
 	"\x11PluginInfoRequest\"\xc3\x01\n" +
 	"\x12PluginInfoResponse\x12B\n" +
 	"\x04type\x18\x01 \x01(\x0e2..hashicorp.nomad.plugins.base.proto.PluginTypeR\x04type\x12.\n" +
@@ -807,23 +808,23 @@ const file_nomadproto_base_proto_rawDesc = "" +
 	"\n" +
 	"PluginInfo\x125.hashicorp.nomad.plugins.base.proto.PluginInfoRequest\x1a6.hashicorp.nomad.plugins.base.proto.PluginInfoResponse\"\x00\x12\x83\x01\n" +
 	"\fConfigSchema\x127.hashicorp.nomad.plugins.base.proto.ConfigSchemaRequest\x1a8.hashicorp.nomad.plugins.base.proto.ConfigSchemaResponse\"\x00\x12z\n" +
-	"\tSetConfig\x124.hashicorp.nomad.plugins.base.proto.SetConfigRequest\x1a5.hashicorp.nomad.plugins.base.proto.SetConfigResponse\"\x00BBZ@github.com/nomad-device-zfs/nomad-device-zfs/internal/nomadprotob\x06proto3"
+	"\tSetConfig\x124.hashicorp.nomad.plugins.base.proto.SetConfigRequest\x1a5.hashicorp.nomad.plugins.base.proto.SetConfigResponse\"\x00BIZGgithub.com/nomad-device-zfs/nomad-device-zfs/internal/nomadproto/basepbb\x06proto3"
 
 var (
-	file_nomadproto_base_proto_rawDescOnce sync.Once
-	file_nomadproto_base_proto_rawDescData []byte
+	file_nomadproto_basepb_base_proto_rawDescOnce sync.Once
+	file_nomadproto_basepb_base_proto_rawDescData []byte
 )
 
-func file_nomadproto_base_proto_rawDescGZIP() []byte {
-	file_nomadproto_base_proto_rawDescOnce.Do(func() {
-		file_nomadproto_base_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_base_proto_rawDesc), len(file_nomadproto_base_proto_rawDesc)))
+func file_nomadproto_basepb_base_proto_rawDescGZIP() []byte {
+	file_nomadproto_basepb_base_proto_rawDescOnce.Do(func() {
+		file_nomadproto_basepb_base_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_nomadproto_basepb_base_proto_rawDesc), len(file_nomadproto_basepb_base_proto_rawDesc)))
 	})
-	return file_nomadproto_base_proto_rawDescData
+	return file_nomadproto_basepb_base_proto_rawDescData
 }
 
-var file_nomadproto_base_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nomadproto_base_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
-var file_nomadproto_base_proto_goTypes = []any{
+var file_nomadproto_basepb_base_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_nomadproto_basepb_base_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_nomadproto_basepb_base_proto_goTypes = []any{
 	(PluginType)(0),              // 0: hashicorp.nomad.plugins.base.proto.PluginType
 	(CoreGrade)(0),               // 1: hashicorp.nomad.plugins.base.proto.CoreGrade
 	(*PluginInfoRequest)(nil),    // 2: hashicorp.nomad.plugins.base.proto.PluginInfoRequest
@@ -837,9 +838,9 @@ var file_nomadproto_base_proto_goTypes = []any{
 	(*ClientTopologySLIT)(nil),   // 10: hashicorp.nomad.plugins.base.proto.ClientTopologySLIT
 	(*ClientTopologyCore)(nil),   // 11: hashicorp.nomad.plugins.base.proto.ClientTopologyCore
 	(*SetConfigResponse)(nil),    // 12: hashicorp.nomad.plugins.base.proto.SetConfigResponse
-	(*Spec)(nil),                 // 13: hashicorp.nomad.plugins.shared.hclspec.Spec
+	(*hclspecpb.Spec)(nil),       // 13: hashicorp.nomad.plugins.shared.hclspec.Spec
 }
-var file_nomadproto_base_proto_depIdxs = []int32{
+var file_nomadproto_basepb_base_proto_depIdxs = []int32{
 	0,  // 0: hashicorp.nomad.plugins.base.proto.PluginInfoResponse.type:type_name -> hashicorp.nomad.plugins.base.proto.PluginType
 	13, // 1: hashicorp.nomad.plugins.base.proto.ConfigSchemaResponse.spec:type_name -> hashicorp.nomad.plugins.shared.hclspec.Spec
 	7,  // 2: hashicorp.nomad.plugins.base.proto.SetConfigRequest.nomad_config:type_name -> hashicorp.nomad.plugins.base.proto.NomadConfig
@@ -861,28 +862,27 @@ var file_nomadproto_base_proto_depIdxs = []int32{
 	0,  // [0:8] is the sub-list for field type_name
 }
 
-func init() { file_nomadproto_base_proto_init() }
-func file_nomadproto_base_proto_init() {
-	if File_nomadproto_base_proto != nil {
+func init() { file_nomadproto_basepb_base_proto_init() }
+func file_nomadproto_basepb_base_proto_init() {
+	if File_nomadproto_basepb_base_proto != nil {
 		return
 	}
-	file_nomadproto_hclspec_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_base_proto_rawDesc), len(file_nomadproto_base_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadproto_basepb_base_proto_rawDesc), len(file_nomadproto_basepb_base_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_nomadproto_base_proto_goTypes,
-		DependencyIndexes: file_nomadproto_base_proto_depIdxs,
-		EnumInfos:         file_nomadproto_base_proto_enumTypes,
-		MessageInfos:      file_nomadproto_base_proto_msgTypes,
+		GoTypes:           file_nomadproto_basepb_base_proto_goTypes,
+		DependencyIndexes: file_nomadproto_basepb_base_proto_depIdxs,
+		EnumInfos:         file_nomadproto_basepb_base_proto_enumTypes,
+		MessageInfos:      file_nomadproto_basepb_base_proto_msgTypes,
 	}.Build()
-	File_nomadproto_base_proto = out.File
-	file_nomadproto_base_proto_goTypes = nil
-	file_nomadproto_base_proto_depIdxs = nil
+	File_nomadproto_basepb_base_proto = out.File
+	file_nomadproto_basepb_base_proto_goTypes = nil
+	file_nomadproto_basepb_base_proto_depIdxs = nil
 }

@@ -9,9 +9,9 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: nomadproto/base.proto
+// source: nomadproto/basepb/base.proto
 
-package nomadproto
+package basepb
 
 import (
 	context "context"
@@ -210,5 +210,5 @@ var BasePlugin_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "nomadproto/base.proto",
+	Metadata: "nomadproto/basepb/base.proto",
 }
