@@ -35,7 +35,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	defer unlock()
 	cur, ok := m.slot(s.ID)
 	m.mu.Lock()
-	_, identified := m.owners[s.ID]
+	_, identified := m.ten.Owner(s.ID)
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	switch {

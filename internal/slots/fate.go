@@ -33,7 +33,7 @@ func (m *Manager) writeFate(ctx context.Context, c Class, cur Slot, o record.Own
 		// reserve_timeout) says nothing about ZFS: a reason found before
 		// it, such as a full pool, stays the slot's health.
 		m.mu.Lock()
-		_, noted := m.notes[cur.ID]
+		noted := m.ten.Noted(cur.ID)
 		m.mu.Unlock()
 		if ctx.Err() == nil || !noted {
 			m.setNote(cur.ID, note{Unhealthy: true, Text: view.BlockedText(err)})
@@ -64,22 +64,18 @@ func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o record.Owne
 
 // forgetTenancy drops what the manager knew of slot id's tenancy beyond
 // ZFS (its pending owner, note, empty start) once its release has begun,
-// and counts the release (m.releases).
+// and counts the release (tenancy.Record.Ended).
 func (m *Manager) forgetTenancy(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.owners, id)
-	delete(m.unproven, id)
-	delete(m.notes, id)
-	delete(m.emptyStarts, id)
-	m.releases[id]++
+	m.ten.Ended(id)
 }
 
 // writeFateBehind records the fate of the old dataset of slot view cur,
 // which is due (fateDue), under the slot's lock (held by the caller), and
 // returns the slot as it is then: no longer due. When ZFS refuses (a full
 // pool) the old dataset stays in use on ZFS, data and all, the slot's
-// health says why (m.fateRefused: it is not the tenancy's note, which the
+// health says why (m.ten's refused fates: it is not the tenancy's note, which the
 // new tenant's own work sets and clears), and the next work on the slot
 // writes it again (tendSlotLocked). Once it lands the new tenant's owner
 // can be recorded (recordOwner).
@@ -91,16 +87,16 @@ func (m *Manager) writeFateBehind(ctx context.Context, cur Slot) (Slot, error) {
 	if err := m.recordFate(ctx, c, old, old.Owner, cur.Dataset); err != nil {
 		m.mu.Lock()
 		if errors.Is(err, zfs.ErrNotExist) {
-			delete(m.fateRefused, old.Dataset) // gone: a read of the slot says so
+			m.ten.FateLanded(old.Dataset) // gone: a read of the slot says so
 		} else if ctx.Err() == nil {
-			m.fateRefused[old.Dataset] = err
+			m.ten.RefuseFate(old.Dataset, err)
 		}
 		m.setSlotsLocked(append([]Slot(nil), m.slots...))
 		m.mu.Unlock()
 		return Slot{}, fmt.Errorf("slot %s: the fate of its previous dataset %s: %w", cur.ID, old.Dataset, err)
 	}
 	m.mu.Lock()
-	delete(m.fateRefused, old.Dataset)
+	m.ten.FateLanded(old.Dataset)
 	m.mu.Unlock()
 	m.updateSlot(cur.ID, func(x *Slot) {
 		if x.FateDue() && x.Old.Dataset == old.Dataset {
@@ -129,7 +125,7 @@ func (m *Manager) fateFirst(id string) error {
 		return nil
 	}
 	old := m.slots[i].Old.Dataset
-	if err := m.fateRefused[old]; err != nil {
+	if err := m.ten.FateRefused(old); err != nil {
 		return fmt.Errorf("it waits for the fate of the previous dataset %s, which ZFS refused: %w", old, err)
 	}
 	return nil
@@ -141,11 +137,9 @@ func (m *Manager) fateFirst(id string) error {
 // A view not read from ZFS (the slots reset by a new configuration until
 // the next read) says nothing of them.
 func (m *Manager) forgetFatesLocked(slots []Slot) {
-	for ds := range m.fateRefused {
-		if !slices.ContainsFunc(slots, func(s Slot) bool { return s.FateDue() && s.Old.Dataset == ds }) {
-			delete(m.fateRefused, ds)
-		}
-	}
+	m.ten.KeepFates(func(ds string) bool {
+		return slices.ContainsFunc(slots, func(s Slot) bool { return s.FateDue() && s.Old.Dataset == ds })
+	})
 }
 
 // fateBehindLocked writes the fate of cur's old dataset when it is due

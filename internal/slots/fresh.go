@@ -26,7 +26,7 @@ const identifyGrace = reserve.IdentifyGrace
 func (m *Manager) releasesOf(id string) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.releases[id]
+	return m.ten.Releases(id)
 }
 
 // identified records what the read made for a Reserve says of slot s,
@@ -50,7 +50,7 @@ func (m *Manager) identified(s Slot, released uint64, o record.Owner, why string
 	if why == "" || s.Armed != "" {
 		// The owner to record, or, unknown, that an armed dataset was
 		// handed over (recordOwner).
-		m.owners[s.ID] = o
+		m.ten.SetOwner(s.ID, o)
 	}
 	slots := append([]Slot(nil), m.slots...)
 	if why != "" {

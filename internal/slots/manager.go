@@ -20,6 +20,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/tenancy"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -98,6 +99,12 @@ type Manager struct {
 	//     found (package restore).
 	//   - runs are the releases and spares being made in the background,
 	//     one run per slot (package release; goRelease, goTend).
+	//   - ten is what the manager knows of its slots' tenancies beyond ZFS
+	//     (package tenancy): owners identified at Reserve and not recorded
+	//     yet, unproven askers, notes, empty starts, releases begun, fates
+	//     refused behind a handover. Every change of it is made with mu
+	//     held, so that what one hold of mu reads of it and of the slot
+	//     view agree; setSlotsLocked lays it over the view.
 	arm      *armed.Tracker
 	runs     *release.Runs
 	starts   starts.Yield
@@ -105,6 +112,7 @@ type Manager struct {
 	preps    *preps.Record
 	proofs   *proofs.Gates
 	restorer *restore.Restorer
+	ten      *tenancy.Record
 	// preparer prepares slots at placement, and hands them to their
 	// Reserve (package prepare); its record is preps.
 	preparer *prepare.Preparer
@@ -130,28 +138,6 @@ type Manager struct {
 	// usage figures (ParentAvailable).
 	parentRoom view.Room
 	reported   map[string]bool
-	// owners are owners identified at Reserve and not yet recorded, by ID.
-	owners map[string]record.Owner
-	// unproven are, by ID, the allocations this run's armed datasets were
-	// prepared for (prepareFresh, a prepared spare's handover), laid over
-	// the slot's view but never recorded on ZFS: an owner is recorded only
-	// once the proof made behind the Reserve shows it (proof.go).
-	unproven map[string]record.Owner
-	// releases counts, by ID, the releases begun (forgetTenancy): what a read
-	// made for a Reserve says counts only if none began since the
-	// handover (identified), for the slot may serve a new dataset of the
-	// same name by then.
-	releases map[string]uint64
-	// notes explain why an in-use slot is kept, by ID.
-	notes map[string]note
-	// fateRefused is, by dataset, what ZFS answered the fate written
-	// behind a handover (writeFateBehind) while it is due: an entry goes
-	// when the fate lands, or when a read of ZFS shows no slot's old
-	// dataset of that name waiting for its fate (forgetFatesLocked).
-	fateRefused map[string]error
-	// emptyStarts say, by ID, why the tenant of a slot of a class with
-	// restore = "best-effort" started empty; gone when its release starts.
-	emptyStarts map[string]string
 	// asked is when the latest Reserve arrived. A release pass started by
 	// a kick decides from any read of the allocations that began after
 	// it (see Run): that read shows every allocation a dataset may have
@@ -181,7 +167,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	m := &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		changed: make(chan struct{}), ten: tenancy.New(),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: release.NewRuns(log),
 
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
@@ -322,10 +308,7 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 // setSlotsLocked installs a new slot list, with what the manager knows
 // beyond ZFS laid over it, and wakes everyone waiting on Changed. mu is held.
 func (m *Manager) setSlotsLocked(slots []Slot) {
-	k := m.knownLocked()
-	for i := range slots {
-		k.Derive(&slots[i])
-	}
+	m.ten.Derive(slots, m.incomplete)
 	view.KeepSchedulable(slots)
 	m.slots = slots
 	m.byID = make(map[string]int, len(slots))

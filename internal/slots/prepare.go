@@ -79,9 +79,9 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 	}
 	m.mu.Lock()
 	if cur.Armed != "" {
-		m.unproven[cur.ID] = asker // recorded once proven (proof.go)
+		m.ten.SetUnproven(cur.ID, asker) // recorded once proven (proof.go)
 	} else {
-		m.owners[cur.ID] = asker
+		m.ten.SetOwner(cur.ID, asker)
 	}
 	m.mu.Unlock()
 	m.setNote(cur.ID, note{})

@@ -70,7 +70,7 @@ func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*release.
 // noteTenancy sets the note of slot s (see setNote) only while the slot
 // still shows the tenancy s shows: the same dataset, in the same state, of
 // the same owner, with no release begun since s was copied (released is
-// m.releases then). A pass decides from a copy of the slots taken before
+// m.ten's releases then). A pass decides from a copy of the slots taken before
 // its read of the API; meanwhile a Reserve may have released the dataset
 // and handed the slot to another tenant, perhaps under the same name,
 // whose health is not the decision's to set or clear.

@@ -81,7 +81,7 @@ func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner)
 
 // handOverSpareTo is handOverSpare; prepared: the asker is the allocation
 // placed on the slot, not proven yet (a preparation, package prepare), so an
-// armed spare's owner is only laid over the view (m.unproven), and not
+// armed spare's owner is only laid over the view (m.ten's unproven askers), and not
 // recorded until the proof behind its Reserve shows it (proof.go).
 func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owner, prepared bool) (Slot, error) {
 	unlock, err := m.lockSlot(ctx, s.ID, "hand over the spare")
@@ -190,13 +190,13 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	case given == record.StateReserved && prepared && cur.SpareArmed != "":
 		// Prepared: its owner is recorded once proven (proof.go).
 		m.mu.Lock()
-		m.unproven[s.ID] = asker
+		m.ten.SetUnproven(s.ID, asker)
 		m.mu.Unlock()
 	case given == record.StateReserved && (asker.Known() || cur.SpareArmed != ""):
 		// The owner to record, or that an armed spare was handed over
 		// (recordOwner).
 		m.mu.Lock()
-		m.owners[s.ID] = asker
+		m.ten.SetOwner(s.ID, asker)
 		m.mu.Unlock()
 	}
 	// The old dataset's release, under the lock held since its fate was
