@@ -52,7 +52,7 @@ func (m *Manager) recordFate(ctx context.Context, c Class, x Slot, o record.Owne
 	if o.Known() && !x.Stamped.Known() {
 		props[record.PropOwner] = o.Encode()
 	}
-	if err := m.setProps(ctx, x.Dataset, props); err != nil {
+	if err := m.apply.SetProps(ctx, x.Dataset, props); err != nil {
 		return err
 	}
 	m.log.Info("release started", "device", x.ID, "dataset", x.Dataset, "owner", o.String(), "on_release", c.OnRelease, "spare", spare)

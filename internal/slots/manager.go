@@ -11,6 +11,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/apply"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
@@ -119,6 +120,9 @@ type Manager struct {
 	// reserver runs Reserve's rounds (package reserve), through the
 	// manager (reserveSlots); it has no state of its own.
 	reserver *reserve.Reserver
+	// apply carries out a plan's actions on ZFS (package apply); it has
+	// no state of its own.
+	apply *apply.Applier
 	// passer starts a release pass's releases (package release), through
 	// the manager (releaseSlots); it has no state of its own.
 	passer *release.Passer
@@ -172,6 +176,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
+	m.apply = apply.New(m.zfs, log)
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
 	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)

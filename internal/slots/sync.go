@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/apply"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/repair"
@@ -71,7 +72,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		m.setArchiveReady(plan.ArchiveReady, plan.ArchiveUnmounted)
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
-		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
+		tree, bySlot := apply.Split(cfg, apply.DropFailed(plan.Actions, failed))
 		for id := range bySlot {
 			if skipped[id] {
 				delete(bySlot, id)
@@ -82,7 +83,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		}
 		if len(tree) > 0 {
 			if m.treeMu.TryLock() {
-				_, errs2 := m.applyAll(ctx, cfg, tree, failed)
+				_, errs2 := m.apply.All(ctx, cfg, tree, failed)
 				m.treeMu.Unlock()
 				errs = append(errs, errs2...)
 			} else if len(bySlot) == 0 {
@@ -101,7 +102,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 				skipped[id] = true
 				continue
 			}
-			_, errs2 := m.applyAll(ctx, cfg, bySlot[id], failed)
+			_, errs2 := m.apply.All(ctx, cfg, bySlot[id], failed)
 			unlock()
 			errs = append(errs, errs2...)
 		}
