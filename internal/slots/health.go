@@ -8,6 +8,7 @@ package slots
 // released, are package view's (view/health.go).
 
 import (
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/tenancy"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 )
 
@@ -18,17 +19,23 @@ type note = view.Note
 // setNote sets (or, with a zero note, clears) what is known of an in-use
 // slot beyond ZFS, and publishes it in the slot's health.
 func (m *Manager) setNote(id string, n note) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.noteLocked(id, n) {
-		m.setSlotsLocked(append([]Slot(nil), m.slots...))
-	}
+	m.tenancy(func(t *tenancy.Record) bool { return t.SetNote(id, n) })
 }
 
 // noteLocked sets (or, with a zero note, clears) the note of slot id,
 // with m.mu held, and reports whether it changed; the caller publishes
 // it (setSlotsLocked).
 func (m *Manager) noteLocked(id string, n note) bool { return m.ten.SetNote(id, n) }
+
+// tenancy runs fn on what the manager knows beyond ZFS (m.ten) with m.mu
+// held, and publishes the slot list again when fn says so.
+func (m *Manager) tenancy(fn func(t *tenancy.Record) (publish bool)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if fn(m.ten) {
+		m.setSlotsLocked(append([]Slot(nil), m.slots...))
+	}
+}
 
 // sinceLocked returns the index of slot s in m.slots while it still
 // serves s's dataset and no release of it has begun since released was
@@ -47,10 +54,7 @@ func (m *Manager) sinceLocked(s Slot, released uint64) (int, bool) {
 // its class's restore = "best-effort", and publishes it in the slot's
 // health description for as long as the tenancy lasts.
 func (m *Manager) setEmptyStart(id, why string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ten.SetEmptyStart(id, why)
-	m.setSlotsLocked(append([]Slot(nil), m.slots...))
+	m.tenancy(func(t *tenancy.Record) bool { t.SetEmptyStart(id, why); return true })
 }
 
 // setIncomplete records why allocation views may miss allocations ("" when

@@ -13,6 +13,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/apply"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/fate"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
@@ -123,6 +124,9 @@ type Manager struct {
 	// apply carries out a plan's actions on ZFS (package apply); it has
 	// no state of its own.
 	apply *apply.Applier
+	// fates writes the fate of a dataset whose release begins (package
+	// fate), through the manager (fateSlots); it has no state of its own.
+	fates *fate.Writer
 	// passer starts a release pass's releases (package release), through
 	// the manager (releaseSlots); it has no state of its own.
 	passer *release.Passer
@@ -177,6 +181,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
 	m.apply = apply.New(m.zfs, log)
+	m.fates = fate.New(m.apply, fateSlots{m}, log)
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
 	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)

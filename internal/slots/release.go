@@ -113,7 +113,7 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 	}
 	// Foreground: a Reserve of the slot's next tenant may be waiting for
 	// the slot's lock, held across this command (see zfs.Foreground).
-	state, err := m.writeFate(zfs.Foreground(ctx), c, cur, s.Owner, spare)
+	state, err := m.fates.Write(zfs.Foreground(ctx), c, cur, s.Owner, spare)
 	if err != nil {
 		return false, err
 	}

@@ -73,7 +73,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		m.setUnavailable(cfg, reason)
 		return fmt.Errorf("slot %s: %s; its data is kept", cur.ID, reason)
 	}
-	if cur, err = m.fateBehindLocked(ctx, cur, unlock); err != nil {
+	if cur, err = m.fates.BehindLocked(ctx, cur, unlock); err != nil {
 		return err
 	}
 	var (
@@ -206,7 +206,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	}
 	view.SortSlots(merged)
 	m.vers[cur.ID]++
-	m.forgetFatesLocked(merged)
+	m.ten.KeepDue(merged)
 	m.setSlotsLocked(merged)
 	m.mu.Unlock()
 	unlock()

@@ -64,7 +64,7 @@ func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
 // the caller as for a fresh slot: see package reserve):
 // a spare armed by this run (package armed) is handed over in memory and the
 // fate of the owner's dataset written behind it, first in that dataset's
-// release run (writeFateBehind); a `free` spare of an earlier build is
+// release run (fate.Writer.Behind); a `free` spare of an earlier build is
 // marked reserved beside the fate, two zfs commands side by side, before
 // it is handed over. It returns the slot as the asker gets it; the asker
 // is recorded as owner off its path, as for a fresh slot (behind a fate,
@@ -106,7 +106,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	var herr error // the spare's mark
 	// r is the old dataset's release run, registered under the slot's lock
 	// before it is given up; behind: its first step is the old dataset's
-	// fate (writeFateBehind).
+	// fate (fate.Writer.Behind).
 	var r *release.Run
 	created, behind := false, false
 	if cur.SpareArmed != "" && cur.Stamped.Known() && cur.Stamped == cur.Owner {
@@ -131,7 +131,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	} else if cur.SpareArmed != "" {
 		// Armed by this run: only the old dataset's fate goes to ZFS, and
 		// the spare is handed over in memory once it landed.
-		if state, err = m.writeFate(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
+		if state, err = m.fates.Write(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
 			unlock()
 			return Slot{}, err
 		}
@@ -145,7 +145,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 		fg := zfs.Foreground(ctx)
 		marked := make(chan error, 1)
 		go func() { marked <- m.zfs.Set(fg, cur.Spare, record.PropState, string(record.To(record.Reserve))) }()
-		state, err = m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
+		state, err = m.fates.Write(fg, c, cur, cur.Owner, cur.Spare)
 		herr = <-marked
 		// The spare is recorded free again when its mark took effect but the
 		// fate did not, and whenever the mark was cut short by the context: it
@@ -210,7 +210,7 @@ func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owne
 	} else {
 		m.runs.Carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
 			began := time.Now()
-			now, err := m.fateBehindLocked(ctx, out, unlock) // behind: first
+			now, err := m.fates.BehindLocked(ctx, out, unlock) // behind: first
 			if err != nil {
 				m.observeRelease(out.Class, err, began)
 				return err

@@ -123,7 +123,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 			}
 		}
 	}
-	m.forgetFatesLocked(slots)
+	m.ten.KeepDue(slots)
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
 	m.parentRoom = view.ParentRoomOf(cfg.Parent, datasets)

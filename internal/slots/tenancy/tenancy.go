@@ -9,6 +9,7 @@ package tenancy
 
 import (
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
@@ -40,7 +41,7 @@ type Record struct {
 	// fateRefused is, by dataset, what ZFS answered the fate written
 	// behind a handover while it is due: an entry goes when the fate
 	// lands (FateLanded), or when a read of ZFS shows no slot's old
-	// dataset of that name waiting for its fate (KeepFates).
+	// dataset of that name waiting for its fate (KeepDue).
 	fateRefused map[string]error
 	// emptyStarts say, by ID, why the tenant of a slot of a class with
 	// restore = "best-effort" started empty; gone when its release starts.
@@ -210,12 +211,16 @@ func (r *Record) FateLanded(ds string) {
 	delete(r.fateRefused, ds)
 }
 
-// KeepFates drops the refusals of fates no longer due (due false).
-func (r *Record) KeepFates(due func(ds string) bool) {
+// KeepDue drops the refusals of fates that the slot views read from ZFS
+// (slots, about to be published) show no longer due: landed, or left by
+// other means (the dataset destroyed by hand, say). A view not read from
+// ZFS (the slots reset by a new configuration until the next read) says
+// nothing of them.
+func (r *Record) KeepDue(slots []view.Slot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for ds := range r.fateRefused {
-		if !due(ds) {
+		if !slices.ContainsFunc(slots, func(s view.Slot) bool { return s.FateDue() && s.Old.Dataset == ds }) {
 			delete(r.fateRefused, ds)
 		}
 	}

@@ -80,14 +80,16 @@ func TestDropOwner(t *testing.T) {
 // lands or a read shows it no longer due.
 func TestFates(t *testing.T) {
 	refused := errors.New("out of space")
+	due := view.Slot{ID: "c-0", Dataset: "p/c/0.alt", Old: &view.Slot{ID: "c-0", Dataset: "p/c/0", State: record.StateReserved}}
+	landed := view.Slot{ID: "c-0", Dataset: "p/c/0.alt", Old: &view.Slot{ID: "c-0", Dataset: "p/c/0", State: record.StateReleasing}}
 	cases := []struct {
 		name string
 		then func(r *Record)
 		want error
 	}{
-		{name: "still due", then: func(r *Record) { r.KeepFates(func(string) bool { return true }) }, want: refused},
-		{name: "no longer due", then: func(r *Record) { r.KeepFates(func(string) bool { return false }) }},
-		{name: "landed", then: func(r *Record) { r.FateLanded("p/c/0") }},
+		{name: "still due", then: func(r *Record) { r.KeepDue([]view.Slot{due}) }, want: refused},
+		{name: "landed, as a read shows", then: func(r *Record) { r.KeepDue([]view.Slot{landed}) }},
+		{name: "landed, as its write says", then: func(r *Record) { r.FateLanded("p/c/0") }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
