@@ -125,7 +125,7 @@ func (m *Manager) unmarkFresh(ctx context.Context, s Slot) {
 
 // writeBackFree records dataset, of slot id, free again after a mark of it
 // as reserved that failed or that its asker does not get (unmarkFresh,
-// unmarkSpare). The caller holds the slot's lock. It runs even when ctx
+// package spare's unmark). The caller holds the slot's lock. It runs even when ctx
 // has ended (the mark was cut short by the Reserve's deadline), for
 // unmarkTimeout at most. On return the slot has a new version, so that a
 // Sync that read ZFS before the write-back, and saw the mark, does not

@@ -21,6 +21,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/spare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/tenancy"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
@@ -127,6 +128,10 @@ type Manager struct {
 	// fates writes the fate of a dataset whose release begins (package
 	// fate), through the manager (fateSlots); it has no state of its own.
 	fates *fate.Writer
+	// spares hands a slot's spare to the asker of a Reserve (package
+	// spare), through the manager (spareSlots); it has no state of its
+	// own.
+	spares *spare.Hander
 	// passer starts a release pass's releases (package release), through
 	// the manager (releaseSlots); it has no state of its own.
 	passer *release.Passer
@@ -182,6 +187,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	}
 	m.apply = apply.New(m.zfs, log)
 	m.fates = fate.New(m.apply, fateSlots{m}, log)
+	m.spares = spare.New(m.zfs, a, m.runs, m.fates, spareSlots{fateSlots{m}}, log)
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
 	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)

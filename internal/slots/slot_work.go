@@ -39,7 +39,7 @@ type tend struct {
 	// dataset that serves (a Reserve) does not wait for them. Nothing
 	// else touches the old dataset meanwhile: the run is registered
 	// (m.runs), which keeps other runs and Sync off the slot, and
-	// handOverSpare waits for a slot without one. A fresh dataset
+	// spare.Hander.HandOver waits for a slot without one. A fresh dataset
 	// decided from what served then is made only if that is unchanged.
 	outside bool
 	// run is the run carrying the work, whose steps outside the slot's

@@ -2,7 +2,7 @@ package slots
 
 // The spare a restart withholds. A run hands an armed spare over in
 // memory and writes the fate of the dataset it replaces behind the
-// handover (handOverSpare), so a run stopped in between leaves on ZFS a
+// handover (spare.Hander.HandOver), so a run stopped in between leaves on ZFS a
 // dataset in use by an ended owner beside an armed dataset with no owner:
 // the spare, maybe handed over, maybe written by its new tenant. The next
 // run cannot tell that from a spare never handed over, and withholds it
