@@ -137,7 +137,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		if t.asker.Known() {
 			return chains[a.Chain]
 		}
-		return a.Kind != reconcile.CreateClass && a.Kind != reconcile.CreateArchive && slotOf(cfg, a.Dataset) == cur.ID
+		return a.Kind != reconcile.CreateClass && a.Kind != reconcile.CreateArchive && cfg.SlotOf(a.Dataset) == cur.ID
 	}
 	read := func(ctx context.Context) ([]zfs.Dataset, error) {
 		return m.zfs.GetNames(ctx, slices.Sorted(maps.Keys(names)), ObservedProps...)

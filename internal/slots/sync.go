@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
@@ -171,34 +170,12 @@ func (m *Manager) settled(cfg Config, names []string, vers map[string]uint64) []
 	defer m.mu.Unlock()
 	var out []string
 	for _, n := range names {
-		if id := slotOf(cfg, n); id != "" && (m.busy[id] > 0 || m.proofs.Under(id) || m.vers[id] != vers[id]) {
+		if id := cfg.SlotOf(n); id != "" && (m.busy[id] > 0 || m.proofs.Under(id) || m.vers[id] != vers[id]) {
 			continue
 		}
 		out = append(out, n)
 	}
 	return out
-}
-
-// slotOf returns the device ID a dataset under the parent belongs to: one
-// of a slot's own datasets, or one in the archive (its name starts with the
-// device ID); "" for anything else.
-func slotOf(cfg Config, name string) string {
-	rel, ok := strings.CutPrefix(name, cfg.Parent+"/")
-	if !ok {
-		return ""
-	}
-	first, rest, ok := strings.Cut(rel, "/")
-	switch {
-	case !ok || strings.Contains(rest, "/"):
-		return ""
-	case first == record.ArchiveName:
-		id, _, _ := strings.Cut(rest, ".")
-		return id
-	}
-	if i, _ := record.SlotIndex(rest); i >= 0 {
-		return record.DeviceID(first, i)
-	}
-	return ""
 }
 
 // prepareFreeUnlocked does prepareFree's chores on the free slots (and
