@@ -15,6 +15,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/fate"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/pool"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
@@ -132,18 +133,20 @@ type Manager struct {
 	// spare), through the manager (spareSlots); it has no state of its
 	// own.
 	spares *spare.Hander
+	// pool checks the pool's health (package pool), with a lock of its
+	// own that guards when a check last found it ONLINE.
+	pool *pool.Checker
 	// passer starts a release pass's releases (package release), through
 	// the manager (releaseSlots); it has no state of its own.
 	passer *release.Passer
 
-	mu       sync.Mutex
-	cfg      Config
-	nomad    Nomad
-	slots    []Slot // sorted by class, then index
-	byID     map[string]int
-	locks    map[string]chan struct{}
-	usageAt  time.Time // when the usage figures were last read
-	poolOKAt time.Time // when a check last found the pool ONLINE; zero after one did not
+	mu      sync.Mutex
+	cfg     Config
+	nomad   Nomad
+	slots   []Slot // sorted by class, then index
+	byID    map[string]int
+	locks   map[string]chan struct{}
+	usageAt time.Time // when the usage figures were last read
 	// archiveReady: the last full read found the archive container, the
 	// plugin's own; archiveUnmounted: with mountpoint none.
 	archiveReady, archiveUnmounted bool
@@ -185,7 +188,7 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
-	m.apply = apply.New(m.zfs, log)
+	m.apply, m.pool = apply.New(m.zfs, log), pool.New(m.zfs)
 	m.fates = fate.New(m.apply, fateSlots{m}, log)
 	m.spares = spare.New(m.zfs, a, m.runs, m.fates, spareSlots{fateSlots{m}}, log)
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)

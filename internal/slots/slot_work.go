@@ -63,7 +63,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
-	reason, err := m.checkPoolRecent(ctx, cfg)
+	reason, err := m.pool.Recent(ctx, cfg)
 	if err != nil {
 		unlock()
 		return fmt.Errorf("slot %s: %w; its data is kept", cur.ID, err)

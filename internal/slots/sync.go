@@ -50,7 +50,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	cfg := m.cfg
 	m.mu.Unlock()
 
-	reason, err := m.checkPool(ctx, cfg)
+	reason, err := m.pool.Check(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
@@ -225,8 +225,3 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 	}
 	return errs
 }
-
-// poolCheckAge is how long a release trusts the last check that found the
-// pool ONLINE. A pool that fails meanwhile fails the release's commands,
-// which keep the data and mark the slot unhealthy; the next Sync names why.
-const poolCheckAge = 5 * time.Second
