@@ -109,6 +109,8 @@ type Manager struct {
 	//     refused behind a handover. Every change of it is made with mu
 	//     held, so that what one hold of mu reads of it and of the slot
 	//     view agree; setSlotsLocked lays it over the view.
+	//   - pool is when a check last found the pool ONLINE (package pool),
+	//     which the work on one slot trusts for a moment.
 	arm      *armed.Tracker
 	runs     *release.Runs
 	starts   starts.Yield
@@ -117,6 +119,7 @@ type Manager struct {
 	proofs   *proofs.Gates
 	restorer *restore.Restorer
 	ten      *tenancy.Record
+	pool     *pool.Checker
 	// preparer prepares slots at placement, and hands them to their
 	// Reserve (package prepare); its record is preps.
 	preparer *prepare.Preparer
@@ -133,9 +136,6 @@ type Manager struct {
 	// spare), through the manager (spareSlots); it has no state of its
 	// own.
 	spares *spare.Hander
-	// pool checks the pool's health (package pool), with a lock of its
-	// own that guards when a check last found it ONLINE.
-	pool *pool.Checker
 	// passer starts a release pass's releases (package release), through
 	// the manager (releaseSlots); it has no state of its own.
 	passer *release.Passer
