@@ -11,13 +11,6 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/tenancy"
 )
 
-// forgetTenancy drops what the manager knew of slot id's tenancy beyond
-// ZFS (its pending owner, note, empty start) once its release has begun,
-// and counts the release (tenancy.Record.Ended).
-func (m *Manager) forgetTenancy(id string) {
-	m.tenancy(func(t *tenancy.Record) bool { t.Ended(id); return false })
-}
-
 // fateFirst returns an error while the fate of slot id's old dataset,
 // due behind its spare's handover, is refused, and nil otherwise; it
 // runs no command. The owner of the tenant the spare went to is recorded

@@ -22,7 +22,7 @@ import (
 // (reserve.IdentifyGrace); a prepared slot's proof reads as long.
 const identifyGrace = reserve.IdentifyGrace
 
-// releasesOf returns how many releases of slot id have begun (forgetTenancy).
+// releasesOf returns how many releases of slot id have begun (tenancy.Record.Ended).
 func (m *Manager) releasesOf(id string) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

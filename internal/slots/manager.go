@@ -29,20 +29,13 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-// ZFS is what the manager needs from ZFS. *zfs.Client implements it.
+// ZFS is what the manager needs from ZFS: the reads, and what carrying
+// out a plan writes (package apply's ZFS: create, clone, set, destroy,
+// mount, rename). *zfs.Client implements it.
 type ZFS interface {
+	apply.ZFS
 	Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error)
 	GetNames(ctx context.Context, names []string, props ...string) ([]zfs.Dataset, error)
-	GetExact(ctx context.Context, name, prop string) (zfs.Prop, error)
-	Create(ctx context.Context, name string, props map[string]string) error
-	Clone(ctx context.Context, snapshot, name string, props map[string]string) error
-	Set(ctx context.Context, name, prop, value string) error
-	SetMany(ctx context.Context, name string, props map[string]string) error
-	Destroy(ctx context.Context, name string) error
-	DestroyRecursive(ctx context.Context, name, within string) error
-	Mount(ctx context.Context, name string) error
-	MountLoadKey(ctx context.Context, name string) error
-	Rename(ctx context.Context, from, to string) error
 	PoolHealth(ctx context.Context, pool string) (string, error)
 }
 
