@@ -35,7 +35,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	defer unlock()
 	cur, ok := m.slot(s.ID)
 	m.mu.Lock()
-	_, identified := m.owners[s.ID]
+	_, identified := m.ten.Owner(s.ID)
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
 	switch {
@@ -44,7 +44,7 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	case cur.Mountpoint == "" || !cur.OK:
 		return false, "it is not mounted", nil
 	}
-	if why := mayBeWritten(ctx, cur.Dataset, cur.Mountpoint, want); why != "" {
+	if why := mounts.MayBeWritten(ctx, cur.Dataset, cur.Mountpoint, want); why != "" {
 		return false, why, nil
 	}
 	m.arm.Adopt(cur.Armed)
@@ -52,28 +52,6 @@ func (m *Manager) adoptArmed(ctx context.Context, s Slot) (adopted bool, why str
 	m.updateSlot(s.ID, func(x *Slot) { x.State = record.StateFree })
 	m.log.Info("armed dataset of an earlier run adopted: empty, and no allocation has had it", "device", s.ID, "dataset", cur.Dataset, "token", cur.Armed)
 	return true, "", nil
-}
-
-// mayBeWritten says why dataset ds, which should be mounted at mountpoint
-// with flags want, may have been written; "" when it cannot have: it is
-// what is mounted there, as the plugin mounts it, and its root is empty.
-func mayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags) string {
-	if err := mounts.CheckMounted(mountpoint, want); err != nil {
-		return err.Error()
-	}
-	if t, err := hostfs.ReadTable(); err != nil {
-		return err.Error()
-	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
-		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
-	}
-	empty, err := mounts.EmptyDir(ctx, mountpoint)
-	switch {
-	case err != nil:
-		return err.Error()
-	case !empty:
-		return fmt.Sprintf("%s is not empty: a tenant may have written it", mountpoint)
-	}
-	return ""
 }
 
 // disarmFree records free, as an earlier version would have made them, the

@@ -175,7 +175,7 @@ func TestArmed_ARestartAfterAnUnrecordedHandover(t *testing.T) {
 // TestArmed_SpareOfARestartedRunServes: a slot in use has a spare made by
 // the run before a restart (armed by it, never handed over). The new run
 // cannot tell it from a spare handed over in memory whose old dataset's
-// fate was never written (handOverSpare writes it behind the handover),
+// fate was never written (spare.Hander.HandOver writes it behind the handover),
 // so it withholds it, without calling the slot a conflict, until a read
 // of the allocations proves it was never handed over:
 //   - the owner is live: a spare is handed over only once its owner has

@@ -42,11 +42,18 @@
 //     an ended allocation's dataset to its replacement, through the
 //     manager (restoreSlots, in restore.go); it holds where archives are
 //     found.
-//   - armed, starts, hold, preps, proofs: the manager's parts with locks of
-//     their own (this run's armed datasets, the starts under way that
-//     background work yields to, the slots held for their next tenant, the
-//     slots prepared at placement and the Reserves under way, the gates of
-//     the proofs behind a prepared slot's Reserve).
+//   - fate: a dataset's fate, what its release writes first (Write), or
+//     behind an armed spare's handover (Behind), through the manager
+//     (fateSlots, in fate.go).
+//   - spare: a slot's spare handed to a Reserve's asker (HandOver), through
+//     the manager (spareSlots, in spare.go).
+//   - apply: a plan's actions carried out on ZFS (Applier.All).
+//   - armed, starts, hold, preps, proofs, tenancy, pool: the manager's parts
+//     with locks of their own (this run's armed datasets, the starts under
+//     way that background work yields to, the slots held for their next
+//     tenant, the slots prepared at placement and the Reserves under way,
+//     the gates of the proofs behind a prepared slot's Reserve, what is
+//     known of a tenancy beyond ZFS, the pool's check).
 //
 // Where to look in this package:
 //
@@ -66,13 +73,13 @@
 //     it goes back to its owner).
 //   - Release: release.go (the pass over ended allocations, the slots
 //     held for their next tenant, and one slot's release in a run of
-//     package release, yielding to starts), fate.go (what a release
-//     records first), release_known.go (the manager's side of package
+//     package release, yielding to starts), fate.go (the manager's side
+//     of package fate), release_known.go (the manager's side of package
 //     release: its steps from what the manager knows, settled),
 //     slot_work.go (the work on one slot under its lock).
-//   - Reconcile: sync.go (Sync: read, plan, apply, until settled), apply.go
-//     (the plan carried out), pool.go (pool and parent health).
-//   - Spares: spare.go (a slot's spare and its handover), withheld.go (a
-//     spare a restart withholds, adopted on decide's proof), health.go
+//   - Reconcile: sync.go (Sync: read, plan, apply, until settled), pool.go
+//     (pool and parent health on every slot).
+//   - Spares: spare.go (the manager's side of package spare), withheld.go
+//     (a spare a restart withholds, adopted on decide's proof), health.go
 //     (what the manager knows beyond ZFS, which health says).
 package slots

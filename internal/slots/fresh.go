@@ -22,11 +22,11 @@ import (
 // (reserve.IdentifyGrace); a prepared slot's proof reads as long.
 const identifyGrace = reserve.IdentifyGrace
 
-// releasesOf returns how many releases of slot id have begun (forgetTenancy).
+// releasesOf returns how many releases of slot id have begun (tenancy.Record.Ended).
 func (m *Manager) releasesOf(id string) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.releases[id]
+	return m.ten.Releases(id)
 }
 
 // identified records what the read made for a Reserve says of slot s,
@@ -50,7 +50,7 @@ func (m *Manager) identified(s Slot, released uint64, o record.Owner, why string
 	if why == "" || s.Armed != "" {
 		// The owner to record, or, unknown, that an armed dataset was
 		// handed over (recordOwner).
-		m.owners[s.ID] = o
+		m.ten.SetOwner(s.ID, o)
 	}
 	slots := append([]Slot(nil), m.slots...)
 	if why != "" {
@@ -125,7 +125,7 @@ func (m *Manager) unmarkFresh(ctx context.Context, s Slot) {
 
 // writeBackFree records dataset, of slot id, free again after a mark of it
 // as reserved that failed or that its asker does not get (unmarkFresh,
-// unmarkSpare). The caller holds the slot's lock. It runs even when ctx
+// package spare's unmark). The caller holds the slot's lock. It runs even when ctx
 // has ended (the mark was cut short by the Reserve's deadline), for
 // unmarkTimeout at most. On return the slot has a new version, so that a
 // Sync that read ZFS before the write-back, and saw the mark, does not

@@ -11,33 +11,31 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/apply"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/armed"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/fate"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/hold"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/pool"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/prepare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reserve"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/restore"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/spare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/starts"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/tenancy"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-// ZFS is what the manager needs from ZFS. *zfs.Client implements it.
+// ZFS is what the manager needs from ZFS: the reads, and what carrying
+// out a plan writes (package apply's ZFS: create, clone, set, destroy,
+// mount, rename). *zfs.Client implements it.
 type ZFS interface {
+	apply.ZFS
 	Get(ctx context.Context, name string, depth int, props ...string) ([]zfs.Dataset, error)
 	GetNames(ctx context.Context, names []string, props ...string) ([]zfs.Dataset, error)
-	GetExact(ctx context.Context, name, prop string) (zfs.Prop, error)
-	Create(ctx context.Context, name string, props map[string]string) error
-	Clone(ctx context.Context, snapshot, name string, props map[string]string) error
-	Set(ctx context.Context, name, prop, value string) error
-	SetMany(ctx context.Context, name string, props map[string]string) error
-	Destroy(ctx context.Context, name string) error
-	DestroyRecursive(ctx context.Context, name, within string) error
-	Mount(ctx context.Context, name string) error
-	MountLoadKey(ctx context.Context, name string) error
-	Rename(ctx context.Context, from, to string) error
 	PoolHealth(ctx context.Context, pool string) (string, error)
 }
 
@@ -98,6 +96,14 @@ type Manager struct {
 	//     found (package restore).
 	//   - runs are the releases and spares being made in the background,
 	//     one run per slot (package release; goRelease, goTend).
+	//   - ten is what the manager knows of its slots' tenancies beyond ZFS
+	//     (package tenancy): owners identified at Reserve and not recorded
+	//     yet, unproven askers, notes, empty starts, releases begun, fates
+	//     refused behind a handover. Every change of it is made with mu
+	//     held, so that what one hold of mu reads of it and of the slot
+	//     view agree; setSlotsLocked lays it over the view.
+	//   - pool is when a check last found the pool ONLINE (package pool),
+	//     which the work on one slot trusts for a moment.
 	arm      *armed.Tracker
 	runs     *release.Runs
 	starts   starts.Yield
@@ -105,24 +111,35 @@ type Manager struct {
 	preps    *preps.Record
 	proofs   *proofs.Gates
 	restorer *restore.Restorer
+	ten      *tenancy.Record
+	pool     *pool.Checker
 	// preparer prepares slots at placement, and hands them to their
 	// Reserve (package prepare); its record is preps.
 	preparer *prepare.Preparer
 	// reserver runs Reserve's rounds (package reserve), through the
 	// manager (reserveSlots); it has no state of its own.
 	reserver *reserve.Reserver
+	// apply carries out a plan's actions on ZFS (package apply); it has
+	// no state of its own.
+	apply *apply.Applier
+	// fates writes the fate of a dataset whose release begins (package
+	// fate), through the manager (fateSlots); it has no state of its own.
+	fates *fate.Writer
+	// spares hands a slot's spare to the asker of a Reserve (package
+	// spare), through the manager (spareSlots); it has no state of its
+	// own.
+	spares *spare.Hander
 	// passer starts a release pass's releases (package release), through
 	// the manager (releaseSlots); it has no state of its own.
 	passer *release.Passer
 
-	mu       sync.Mutex
-	cfg      Config
-	nomad    Nomad
-	slots    []Slot // sorted by class, then index
-	byID     map[string]int
-	locks    map[string]chan struct{}
-	usageAt  time.Time // when the usage figures were last read
-	poolOKAt time.Time // when a check last found the pool ONLINE; zero after one did not
+	mu      sync.Mutex
+	cfg     Config
+	nomad   Nomad
+	slots   []Slot // sorted by class, then index
+	byID    map[string]int
+	locks   map[string]chan struct{}
+	usageAt time.Time // when the usage figures were last read
 	// archiveReady: the last full read found the archive container, the
 	// plugin's own; archiveUnmounted: with mountpoint none.
 	archiveReady, archiveUnmounted bool
@@ -130,28 +147,6 @@ type Manager struct {
 	// usage figures (ParentAvailable).
 	parentRoom view.Room
 	reported   map[string]bool
-	// owners are owners identified at Reserve and not yet recorded, by ID.
-	owners map[string]record.Owner
-	// unproven are, by ID, the allocations this run's armed datasets were
-	// prepared for (prepareFresh, a prepared spare's handover), laid over
-	// the slot's view but never recorded on ZFS: an owner is recorded only
-	// once the proof made behind the Reserve shows it (proof.go).
-	unproven map[string]record.Owner
-	// releases counts, by ID, the releases begun (forgetTenancy): what a read
-	// made for a Reserve says counts only if none began since the
-	// handover (identified), for the slot may serve a new dataset of the
-	// same name by then.
-	releases map[string]uint64
-	// notes explain why an in-use slot is kept, by ID.
-	notes map[string]note
-	// fateRefused is, by dataset, what ZFS answered the fate written
-	// behind a handover (writeFateBehind) while it is due: an entry goes
-	// when the fate lands, or when a read of ZFS shows no slot's old
-	// dataset of that name waiting for its fate (forgetFatesLocked).
-	fateRefused map[string]error
-	// emptyStarts say, by ID, why the tenant of a slot of a class with
-	// restore = "best-effort" started empty; gone when its release starts.
-	emptyStarts map[string]string
 	// asked is when the latest Reserve arrived. A release pass started by
 	// a kick decides from any read of the allocations that began after
 	// it (see Run): that read shows every allocation a dataset may have
@@ -181,11 +176,14 @@ func NewManager(z ZFS, log hclog.Logger) *Manager {
 	m := &Manager{
 		zfs: armedZFS{ZFS: z, a: a}, arm: a, log: log, kick: make(chan struct{}, 1),
 		byID: map[string]int{}, locks: map[string]chan struct{}{}, reported: map[string]bool{},
-		owners: map[string]record.Owner{}, unproven: map[string]record.Owner{}, releases: map[string]uint64{}, notes: map[string]note{}, fateRefused: map[string]error{}, emptyStarts: map[string]string{}, changed: make(chan struct{}),
+		changed: make(chan struct{}), ten: tenancy.New(),
 		vers: map[string]uint64{}, busy: map[string]int{}, holder: map[string]string{}, runs: release.NewRuns(log),
 
 		holds: hold.New(), preps: preps.NewRecord(), proofs: proofs.New(identifyGrace),
 	}
+	m.apply, m.pool = apply.New(m.zfs, log), pool.New(m.zfs)
+	m.fates = fate.New(m.apply, fateSlots{m}, log)
+	m.spares = spare.New(m.zfs, a, m.runs, m.fates, spareSlots{fateSlots{m}}, log)
 	m.restorer = restore.New(m.zfs, restoreSlots{m}, log)
 	m.preparer = prepare.New(prepareSlots{m}, prepareSlots{m}, m.preps, &m.starts, a, log)
 	m.reserver = reserve.New(reserveSlots{m}, reserveSlots{m}, m.restorer, a, log)
@@ -322,10 +320,7 @@ func (m *Manager) updateSlot(id string, fn func(*Slot)) {
 // setSlotsLocked installs a new slot list, with what the manager knows
 // beyond ZFS laid over it, and wakes everyone waiting on Changed. mu is held.
 func (m *Manager) setSlotsLocked(slots []Slot) {
-	k := m.knownLocked()
-	for i := range slots {
-		k.Derive(&slots[i])
-	}
+	m.ten.Derive(slots, m.incomplete)
 	view.KeepSchedulable(slots)
 	m.slots = slots
 	m.byID = make(map[string]int, len(slots))

@@ -18,14 +18,14 @@ import (
 func (m *Manager) ownersPending() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.owners) > 0
+	return m.ten.Pending()
 }
 
 // recordOwners records the owners identified at Reserve and not recorded
 // yet (recordOwner), leaving those of busy slots for later.
 func (m *Manager) recordOwners(ctx context.Context) error {
 	m.mu.Lock()
-	pending := maps.Clone(m.owners)
+	pending := m.ten.Owners()
 	m.mu.Unlock()
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(pending)) {
@@ -56,7 +56,7 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 	defer unlock()
 	s, ok := m.slot(id)
 	m.mu.Lock()
-	cur, pending := m.owners[id]
+	cur, pending := m.ten.Owner(id)
 	m.mu.Unlock()
 	if !pending || cur != o {
 		// Released and reserved again since o was identified: o belongs to
@@ -103,7 +103,5 @@ func (m *Manager) recordOwner(ctx context.Context, id string, o record.Owner) er
 func (m *Manager) dropOwner(id string, o record.Owner) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owners[id] == o {
-		delete(m.owners, id)
-	}
+	m.ten.DropOwner(id, o)
 }

@@ -1,13 +1,9 @@
 package slots
 
-// The pool's and the parent's health, as every slot's health shows it.
+// The pool's and the parent's health, as every slot's health shows it;
+// the pool's check is package pool's (m.pool).
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
-
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -23,49 +19,6 @@ func (m *Manager) reportUnreadable(ds []zfs.Dataset) {
 			m.log.Error("dataset's properties cannot be read; leaving it alone", "dataset", d.Name, "error", d.Err)
 		}
 	}
-}
-
-// checkPoolRecent is checkPool, skipped when a check found the pool ONLINE
-// less than poolCheckAge ago.
-func (m *Manager) checkPoolRecent(ctx context.Context, cfg Config) (string, error) {
-	m.mu.Lock()
-	recent := !m.poolOKAt.IsZero() && time.Since(m.poolOKAt) < poolCheckAge
-	m.mu.Unlock()
-	if recent {
-		return "", nil
-	}
-	return m.checkPool(ctx, cfg)
-}
-
-// checkPool returns why the pool cannot be used, or "" when it is ONLINE.
-// A check cut short by ctx says nothing of the pool: it returns ctx's
-// error instead, and no slot is to be marked for it.
-func (m *Manager) checkPool(ctx context.Context, cfg Config) (string, error) {
-	reason := m.poolReason(ctx, cfg)
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("checking the pool: %w", err)
-	}
-	m.mu.Lock()
-	m.poolOKAt = time.Time{}
-	if reason == "" {
-		m.poolOKAt = time.Now()
-	}
-	m.mu.Unlock()
-	return reason, nil
-}
-
-func (m *Manager) poolReason(ctx context.Context, cfg Config) string {
-	pool := cfg.Pool()
-	health, err := m.zfs.PoolHealth(ctx, pool)
-	switch {
-	case errors.Is(err, zfs.ErrNotExist):
-		return fmt.Sprintf("pool %s is not imported", pool)
-	case err != nil:
-		return fmt.Sprintf("pool %s cannot be read: %v", pool, err)
-	case health != "ONLINE":
-		return fmt.Sprintf("pool %s is %s", pool, health)
-	}
-	return ""
 }
 
 // setUnavailable marks every slot unhealthy with reason, keeping what was

@@ -2,8 +2,8 @@ package slots
 
 // Preparation at placement: the manager's side of package prepare (which
 // says what a preparation is, when one is made, claimed or voided): the
-// work on one slot it has the manager do (prepareFresh, and handOverSpareTo
-// in spare.go), and the preparations a Reserve claims (claimPreps).
+// work on one slot it has the manager do (prepareFresh, and package
+// spare's HandOver), and the preparations a Reserve claims (claimPreps).
 
 import (
 	"context"
@@ -79,9 +79,9 @@ func (m *Manager) prepareFresh(ctx context.Context, s Slot, asker record.Owner) 
 	}
 	m.mu.Lock()
 	if cur.Armed != "" {
-		m.unproven[cur.ID] = asker // recorded once proven (proof.go)
+		m.ten.SetUnproven(cur.ID, asker) // recorded once proven (proof.go)
 	} else {
-		m.owners[cur.ID] = asker
+		m.ten.SetOwner(cur.ID, asker)
 	}
 	m.mu.Unlock()
 	m.setNote(cur.ID, note{})
@@ -109,7 +109,7 @@ func (r prepareSlots) Fresh(ctx context.Context, s Slot, asker record.Owner) (st
 }
 
 func (r prepareSlots) Spare(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
-	return r.m.handOverSpareTo(ctx, s, asker, true)
+	return r.m.spares.HandOver(ctx, s, asker, true)
 }
 
 func (r prepareSlots) RecordOwner(ctx context.Context, id string, asker record.Owner) error {

@@ -15,7 +15,7 @@ package slots
 // tenant then writes would follow that owner. So, until the proof
 // answers:
 //   - no owner is recorded on ZFS: the preparation lays the allocation
-//     over the slot's view only (m.unproven), and a plugin stopped
+//     over the slot's view only (m.ten's unproven askers), and a plugin stopped
 //     meanwhile leaves an armed dataset with no owner, which the next run
 //     keeps until a complete read and an empty root prove that nobody has
 //     it (package armed);
@@ -62,7 +62,7 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 			return nil, false, "the slot changed since it was prepared"
 		}
 		cur := m.slots[i]
-		_, unproven := m.unproven[s.ID]
+		unproven := m.ten.Unproven(s.ID)
 		if !unproven || cur.State != record.StateReserved || cur.Dataset != s.Dataset || cur.Armed == "" || cur.Stamped.Known() ||
 			cur.Owner.AllocID != asker.AllocID || cur.Owner.Task != asker.Task {
 			m.mu.Unlock()
@@ -72,7 +72,7 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 	closed := make([]string, 0, len(res))
 	for _, s := range res {
 		closed = append(closed, s.ID)
-		released[s.ID] = m.releases[s.ID]
+		released[s.ID] = m.ten.Releases(s.ID)
 	}
 	gate := m.proofs.Close(closed)
 	m.mu.Unlock()
@@ -130,15 +130,15 @@ func (m *Manager) proven(res []Slot, asker record.Owner, released map[string]uin
 	for _, s := range res {
 		i, ok := m.sinceLocked(s, released[s.ID])
 		if !ok || slots[i].State != record.StateReserved || slots[i].Stamped.Known() {
-			delete(m.unproven, s.ID)
+			m.ten.Proven(s.ID)
 			continue
 		}
-		delete(m.unproven, s.ID)
+		m.ten.Proven(s.ID)
 		if err == nil {
-			m.owners[s.ID] = asker
+			m.ten.SetOwner(s.ID, asker)
 			slots[i].Owner = asker
 		} else {
-			m.owners[s.ID] = record.Owner{} // the handover, owner unknown (recordOwner)
+			m.ten.SetOwner(s.ID, record.Owner{}) // the handover, owner unknown (recordOwner)
 			slots[i].Owner = record.Owner{}
 			m.noteLocked(s.ID, note{Unhealthy: true, Text: oneLine(fmt.Sprintf("owner unknown: it was handed over as prepared for %s before the proof of its asker, and the proof failed (%v); its data is kept until no allocation holds it", asker, err))})
 		}

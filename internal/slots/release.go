@@ -9,6 +9,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/spare"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
@@ -70,7 +71,7 @@ func (m *Manager) releasePass(ctx context.Context, since time.Time) ([]*release.
 // noteTenancy sets the note of slot s (see setNote) only while the slot
 // still shows the tenancy s shows: the same dataset, in the same state, of
 // the same owner, with no release begun since s was copied (released is
-// m.releases then). A pass decides from a copy of the slots taken before
+// m.ten's releases then). A pass decides from a copy of the slots taken before
 // its read of the API; meanwhile a Reserve may have released the dataset
 // and handed the slot to another tenant, perhaps under the same name,
 // whose health is not the decision's to set or clear.
@@ -107,13 +108,13 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 	m.mu.Lock()
 	c := reconcile.ClassByName(m.cfg, s.Class)
 	m.mu.Unlock()
-	spare := ""
+	serving := ""
 	if !cur.Surplus {
-		spare = cur.Spare // it serves while the release runs
+		serving = cur.Spare // it serves while the release runs
 	}
 	// Foreground: a Reserve of the slot's next tenant may be waiting for
 	// the slot's lock, held across this command (see zfs.Foreground).
-	state, err := m.writeFate(zfs.Foreground(ctx), c, cur, s.Owner, spare)
+	state, err := m.fates.Write(zfs.Foreground(ctx), c, cur, s.Owner, serving)
 	if err != nil {
 		return false, err
 	}
@@ -121,8 +122,8 @@ func (m *Manager) startReleaseLocked(ctx context.Context, s Slot) (begun bool, e
 		x.State, x.Owner, x.Stamped = state, s.Owner, s.Owner
 		x.SetHealth(false, view.ReleasingReason(*x))
 		x.InRelease = true
-		if spare != "" && x.Spare == spare {
-			promoteSpare(x, record.StateFree)
+		if serving != "" && x.Spare == serving {
+			spare.Promote(x, record.StateFree)
 		}
 	})
 	return true, nil

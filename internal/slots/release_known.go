@@ -2,7 +2,6 @@ package slots
 
 import (
 	"context"
-	"maps"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
@@ -67,7 +66,7 @@ func (r releaseSlots) Note(s Slot, released uint64, n note) {
 func (r releaseSlots) Copy() ([]Slot, map[string]uint64) {
 	r.m.mu.Lock()
 	defer r.m.mu.Unlock()
-	return append([]Slot(nil), r.m.slots...), maps.Clone(r.m.releases)
+	return append([]Slot(nil), r.m.slots...), r.m.ten.AllReleases()
 }
 
 func (r releaseSlots) Asked() time.Time {

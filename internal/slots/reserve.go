@@ -181,7 +181,7 @@ func (r reserveSlots) AdoptWithheld(ctx context.Context, v *View, s Slot, d deci
 }
 
 func (r reserveSlots) HandOverSpare(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
-	return r.m.handOverSpare(ctx, s, asker)
+	return r.m.spares.HandOver(ctx, s, asker, false)
 }
 
 // Release starts the release of s for asker, who waits for it: no yielding

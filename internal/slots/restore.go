@@ -44,7 +44,5 @@ func (r restoreSlots) Config() reconcile.Config {
 func (r restoreSlots) Forget(id string) {
 	r.m.mu.Lock()
 	defer r.m.mu.Unlock()
-	delete(r.m.owners, id)
-	delete(r.m.notes, id)
-	delete(r.m.emptyStarts, id)
+	r.m.ten.Restored(id)
 }

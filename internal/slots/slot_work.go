@@ -10,6 +10,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/apply"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
@@ -21,23 +22,6 @@ import (
 // release of one of them, and the making of the slot's fresh dataset or
 // spare. Both are the loop Sync runs (converge), on the slot's own
 // datasets read by name.
-
-// setProps writes props on a dataset; the state goes last, so that a
-// crash in between leaves the slot in its old state with the new facts.
-func (m *Manager) setProps(ctx context.Context, name string, props map[string]string) error {
-	state, hasState := props[record.PropState]
-	rest := maps.Clone(props)
-	delete(rest, record.PropState)
-	if len(rest) > 0 {
-		if err := m.zfs.SetMany(ctx, name, rest); err != nil {
-			return err
-		}
-	}
-	if hasState {
-		return m.zfs.Set(ctx, name, record.PropState, state)
-	}
-	return nil
-}
 
 // tend is one piece of work on a slot's datasets (tendSlotLocked).
 type tend struct {
@@ -55,7 +39,7 @@ type tend struct {
 	// dataset that serves (a Reserve) does not wait for them. Nothing
 	// else touches the old dataset meanwhile: the run is registered
 	// (m.runs), which keeps other runs and Sync off the slot, and
-	// handOverSpare waits for a slot without one. A fresh dataset
+	// spare.Hander.HandOver waits for a slot without one. A fresh dataset
 	// decided from what served then is made only if that is unchanged.
 	outside bool
 	// run is the run carrying the work, whose steps outside the slot's
@@ -79,7 +63,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	m.mu.Lock()
 	cfg := m.cfg
 	m.mu.Unlock()
-	reason, err := m.checkPoolRecent(ctx, cfg)
+	reason, err := m.pool.Recent(ctx, cfg)
 	if err != nil {
 		unlock()
 		return fmt.Errorf("slot %s: %w; its data is kept", cur.ID, err)
@@ -89,7 +73,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		m.setUnavailable(cfg, reason)
 		return fmt.Errorf("slot %s: %s; its data is kept", cur.ID, reason)
 	}
-	if cur, err = m.fateBehindLocked(ctx, cur, unlock); err != nil {
+	if cur, err = m.fates.BehindLocked(ctx, cur, unlock); err != nil {
 		return err
 	}
 	var (
@@ -110,7 +94,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		if t.run != nil {
 			m.yieldToStarts(ctx, cur.ID, t.run, "releasing the old dataset")
 		}
-		done, errs = m.applyAll(ctx, cfg, pre, failed)
+		done, errs = m.apply.All(ctx, cfg, pre, failed)
 		if t.run != nil {
 			m.yieldToStarts(ctx, cur.ID, t.run, "taking the slot's lock again")
 		}
@@ -140,7 +124,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	}
 	follow(done, names, chains)
 	if len(first) > 0 {
-		done2, errs2 := m.applyAll(ctx, cfg, first, failed)
+		done2, errs2 := m.apply.All(ctx, cfg, first, failed)
 		errs = append(errs, errs2...)
 		done = append(done, done2...)
 		follow(done2, names, chains)
@@ -153,7 +137,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 		if t.asker.Known() {
 			return chains[a.Chain]
 		}
-		return a.Kind != reconcile.CreateClass && a.Kind != reconcile.CreateArchive && slotOf(cfg, a.Dataset) == cur.ID
+		return a.Kind != reconcile.CreateClass && a.Kind != reconcile.CreateArchive && cfg.SlotOf(a.Dataset) == cur.ID
 	}
 	read := func(ctx context.Context) ([]zfs.Dataset, error) {
 		return m.zfs.GetNames(ctx, slices.Sorted(maps.Keys(names)), ObservedProps...)
@@ -165,11 +149,11 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 				actions = append(actions, a)
 			}
 		}
-		actions = dropFailed(actions, failed)
+		actions = apply.DropFailed(actions, failed)
 		if len(actions) == 0 {
 			return false
 		}
-		done, errs2 := m.applyAll(ctx, cfg, actions, failed)
+		done, errs2 := m.apply.All(ctx, cfg, actions, failed)
 		errs = append(errs, errs2...)
 		follow(done, names, chains)
 		return true
@@ -222,7 +206,7 @@ func (m *Manager) tendSlotLocked(ctx context.Context, cur Slot, t tend, unlock f
 	}
 	view.SortSlots(merged)
 	m.vers[cur.ID]++
-	m.forgetFatesLocked(merged)
+	m.ten.KeepDue(merged)
 	m.setSlotsLocked(merged)
 	m.mu.Unlock()
 	unlock()

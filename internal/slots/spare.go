@@ -1,18 +1,15 @@
 package slots
 
+// A slot's spare handed over is package spare's (m.spares.HandOver);
+// this file is the manager's side of it.
+
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/release"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/view"
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
 // errChanged: the slot changed since the caller decided; decide again
@@ -23,213 +20,22 @@ var errChanged = view.ErrChanged
 // decision was made from.
 func sameTenancy(cur, s Slot) bool { return view.SameTenancy(cur, s) }
 
-// promoteSpare makes the spare of x serve, in state, and its dataset x's
-// old one (being released). x is the slot's view right after its release
-// began.
-func promoteSpare(x *Slot, state record.State) {
-	rs := *x
-	rs.Spare, rs.SpareMount, rs.SpareArmed, rs.Old = "", "", "", nil
-	x.Dataset, x.Mountpoint, x.OwnMount, x.Armed = x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed
-	x.State, x.Owner, x.Stamped = state, record.Owner{}, record.Owner{}
-	x.Spare, x.SpareMount, x.SpareOwn, x.SpareArmed = "", "", false, ""
-	x.Old, x.Sib, x.Exists = &rs, reconcile.NameReleasing, true
-	x.Usage = zfs.Usage{}
-	x.SetHealth(true, "")
+// spareSlots is the manager's side of package spare (spare.Slots).
+type spareSlots struct{ fateSlots }
+
+func (h spareSlots) Lock(ctx context.Context, id, what string) (func(), error) {
+	return h.m.lockSlot(ctx, id, what)
 }
 
-// unmarkSpare records the spare of cur as free again after it was marked
-// reserved for an asker that does not get it (the old dataset's fate could
-// not be written), or after its mark was cut short (whether it landed is
-// not known): nobody has had it, so it is still fresh. It reports whether
-// the spare is still offered. When ZFS refuses the write-back too, the
-// spare is no longer offered, and the next read decides from what ZFS
-// says: a spare recorded reserved, for no owner, is kept until no
-// allocation holds the device (beside an old dataset also in use, a
-// conflict that keeps both). The write-back is bounded even when ctx has
-// ended (writeBackFree).
-func (m *Manager) unmarkSpare(ctx context.Context, cur Slot) bool {
-	err := m.writeBackFree(ctx, cur.ID, cur.Spare)
-	if err == nil {
-		return true
-	}
-	m.updateSlot(cur.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
-	m.log.Error("spare marked reserved for an asker that did not get it, and it cannot be marked free again; it is kept until no allocation holds the device", "device", cur.ID, "spare", cur.Spare, "error", err)
-	return false
+func (h spareSlots) WriteBackFree(ctx context.Context, id, dataset string) error {
+	return h.m.writeBackFree(ctx, id, dataset)
 }
 
-// handOverSpare gives the asker of a Reserve the spare of reserved slot s,
-// whose owner has ended (decide said so, from a read that began after the
-// Reserve arrived, and the asker is the one other holder of the device;
-// or a release pass did, and the asker, unknown here, is identified by
-// the caller as for a fresh slot: see package reserve):
-// a spare armed by this run (package armed) is handed over in memory and the
-// fate of the owner's dataset written behind it, first in that dataset's
-// release run (writeFateBehind); a `free` spare of an earlier build is
-// marked reserved beside the fate, two zfs commands side by side, before
-// it is handed over. It returns the slot as the asker gets it; the asker
-// is recorded as owner off its path, as for a fresh slot (behind a fate,
-// once the fate has landed). The owner's dataset is then archived (or
-// destroyed) in the background, in a run registered before the slot's
-// lock is given up, and its name made again as the slot's next spare. It
-// returns errChanged when the slot is no longer what s says, and an error
-// when ZFS refuses a fate or mark written before the handover; the
-// owner's data is kept either way, and the spare stays fresh
-// (unmarkSpare).
-func (m *Manager) handOverSpare(ctx context.Context, s Slot, asker record.Owner) (Slot, error) {
-	return m.handOverSpareTo(ctx, s, asker, false)
+func (h spareSlots) ReleaseOld(ctx context.Context, now Slot, r *release.Run, unlock func()) error {
+	rs := now.Old
+	return h.m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: h.m.knownRelease(now, *rs, record.Owner{}), outside: true, run: r}, unlock)
 }
 
-// handOverSpareTo is handOverSpare; prepared: the asker is the allocation
-// placed on the slot, not proven yet (a preparation, package prepare), so an
-// armed spare's owner is only laid over the view (m.unproven), and not
-// recorded until the proof behind its Reserve shows it (proof.go).
-func (m *Manager) handOverSpareTo(ctx context.Context, s Slot, asker record.Owner, prepared bool) (Slot, error) {
-	unlock, err := m.lockSlot(ctx, s.ID, "hand over the spare")
-	if err != nil {
-		return Slot{}, fmt.Errorf("handing over the spare of %s: %w", s.ID, err)
-	}
-	cur, ok := m.slot(s.ID)
-	if !ok || !sameTenancy(cur, s) || cur.Spare != s.Spare || cur.Old != nil || cur.SpareArmed != "" && !m.arm.Current(cur.Spare, cur.SpareArmed) {
-		unlock()
-		return Slot{}, errChanged
-	}
-	m.mu.Lock()
-	c := reconcile.ClassByName(m.cfg, cur.Class)
-	m.mu.Unlock()
-	if err := mounts.CheckMounted(cur.SpareMount, hostfs.FlagsFor(c.SlotProps())); err != nil {
-		m.updateSlot(s.ID, func(x *Slot) { x.Spare, x.SpareMount, x.SpareArmed = "", "", "" })
-		unlock()
-		m.log.Warn("spare not mounted as it must be; the slot is released the slow way", "device", s.ID, "spare", cur.Spare, "error", err)
-		return Slot{}, errChanged
-	}
-	var state record.State
-	var herr error // the spare's mark
-	// r is the old dataset's release run, registered under the slot's lock
-	// before it is given up; behind: its first step is the old dataset's
-	// fate (writeFateBehind).
-	var r *release.Run
-	created, behind := false, false
-	if cur.SpareArmed != "" && cur.Stamped.Known() && cur.Stamped == cur.Owner {
-		// Armed by this run (package armed), beside a dataset whose owner is
-		// recorded: the spare is handed over in memory, and the old
-		// dataset's fate is written behind the handover, first thing in
-		// the release run registered here, before the slot's lock is
-		// given up. Until it lands ZFS shows the old dataset in use by
-		// its owner beside a handover not recorded yet: to this run the
-		// handover serves and the fate is due (pair.roles); a later run
-		// withholds the spare (adoptWithheld). The asker's owner is
-		// recorded once the fate has landed (recordOwner). When a run is
-		// registered already (it waits for the lock), the fate is
-		// written first, as below.
-		if r, created = m.runs.New(s.ID, true); created {
-			behind, state = true, record.StateReserved
-			m.forgetTenancy(cur.ID)
-		}
-	}
-	if behind {
-		m.arm.HandOver(cur.SpareArmed, cur.Spare)
-	} else if cur.SpareArmed != "" {
-		// Armed by this run: only the old dataset's fate goes to ZFS, and
-		// the spare is handed over in memory once it landed.
-		if state, err = m.writeFate(zfs.Foreground(ctx), c, cur, cur.Owner, cur.Spare); err != nil {
-			unlock()
-			return Slot{}, err
-		}
-		m.arm.HandOver(cur.SpareArmed, cur.Spare)
-	} else {
-		// The spare's mark and the old dataset's fate go to ZFS side by side,
-		// so that the asker waits for one transaction group rather than two.
-		// Either order is safe: a plugin stopped between them leaves the old
-		// dataset archived beside a free spare, or both datasets recorded in
-		// use, a conflict that keeps both until one is released (reconcile.Pair).
-		fg := zfs.Foreground(ctx)
-		marked := make(chan error, 1)
-		go func() { marked <- m.zfs.Set(fg, cur.Spare, record.PropState, string(record.To(record.Reserve))) }()
-		state, err = m.writeFate(fg, c, cur, cur.Owner, cur.Spare)
-		herr = <-marked
-		// The spare is recorded free again when its mark took effect but the
-		// fate did not, and whenever the mark was cut short by the context: it
-		// may have reached ZFS before its process was stopped, so whether the
-		// spare is marked is not known.
-		cutShort := errors.Is(herr, context.DeadlineExceeded) || errors.Is(herr, context.Canceled)
-		kept := true
-		if cutShort || (err != nil && herr == nil) {
-			kept = m.unmarkSpare(ctx, cur)
-		}
-		if err != nil {
-			unlock()
-			return Slot{}, err
-		}
-		if !kept {
-			// The fate landed, and the spare, whose mark was cut short,
-			// could not be recorded free again: there is no dataset to
-			// offer in the old one's place. The next read decides from ZFS
-			// (the old dataset's release goes on; the spare, if marked, is
-			// kept until no allocation holds the device).
-			why := fmt.Sprintf("the spare %s, whose reserved mark was cut short (%v), could not be recorded free again", cur.Spare, herr)
-			m.updateSlot(s.ID, func(x *Slot) { x.SetHealth(false, why) })
-			unlock()
-			m.Kick()
-			return Slot{}, fmt.Errorf("handing over the spare of %s: %s", s.ID, why)
-		}
-	}
-	given := record.StateReserved
-	if herr != nil {
-		given = record.StateFree // the spare serves as a fresh slot: the next round takes it so
-	}
-	var out Slot
-	m.updateSlot(s.ID, func(x *Slot) {
-		x.State, x.Owner, x.Stamped = state, cur.Owner, cur.Owner
-		promoteSpare(x, given) // behind: x.old is reserved, its fate due
-		if given == record.StateReserved {
-			x.Owner = asker
-		}
-		out = *x
-	})
-	switch {
-	case given == record.StateReserved && prepared && cur.SpareArmed != "":
-		// Prepared: its owner is recorded once proven (proof.go).
-		m.mu.Lock()
-		m.unproven[s.ID] = asker
-		m.mu.Unlock()
-	case given == record.StateReserved && (asker.Known() || cur.SpareArmed != ""):
-		// The owner to record, or that an armed spare was handed over
-		// (recordOwner).
-		m.mu.Lock()
-		m.owners[s.ID] = asker
-		m.mu.Unlock()
-	}
-	// The old dataset's release, under the lock held since its fate was
-	// written (or from before it is, behind), so that its first steps
-	// follow from what was written.
-	if r == nil {
-		r, created = m.runs.New(s.ID, true)
-	}
-	if !created {
-		unlock() // a run waits for the lock: it, or the next pass, finishes the release
-	} else {
-		m.runs.Carry(ctx, s.ID, r, "release", func(ctx context.Context) error {
-			began := time.Now()
-			now, err := m.fateBehindLocked(ctx, out, unlock) // behind: first
-			if err != nil {
-				m.observeRelease(out.Class, err, began)
-				return err
-			}
-			// Outside the slot's lock up to the rename, so that the
-			// asker's owner is recorded meanwhile (recordOwner).
-			if rs := now.Old; rs != nil && !now.FateDue() {
-				err = m.tendSlotLocked(ctx, now, tend{focus: rs.Dataset, first: m.knownRelease(now, *rs, record.Owner{}), outside: true, run: r}, unlock)
-			} else {
-				unlock()
-				m.Kick() // the old dataset is gone: a read settles the slot
-			}
-			m.observeRelease(out.Class, err, began)
-			return err
-		})
-	}
-	m.Kick() // record the asker as owner, off Reserve's path
-	if herr != nil {
-		return Slot{}, fmt.Errorf("reserving the spare %s of %s: %w", cur.Spare, s.ID, herr)
-	}
-	return out, nil
+func (h spareSlots) Observe(class string, err error, began time.Time) {
+	h.m.observeRelease(class, err, began)
 }

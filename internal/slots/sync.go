@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/apply"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/repair"
@@ -50,7 +50,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 	cfg := m.cfg
 	m.mu.Unlock()
 
-	reason, err := m.checkPool(ctx, cfg)
+	reason, err := m.pool.Check(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
@@ -71,7 +71,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		m.setArchiveReady(plan.ArchiveReady, plan.ArchiveUnmounted)
 		m.reportForeign(m.settled(cfg, plan.Foreign, vers))
 		m.reportUnreadable(plan.Unreadable)
-		tree, bySlot := splitActions(cfg, dropFailed(plan.Actions, failed))
+		tree, bySlot := apply.Split(cfg, apply.DropFailed(plan.Actions, failed))
 		for id := range bySlot {
 			if skipped[id] {
 				delete(bySlot, id)
@@ -82,7 +82,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		}
 		if len(tree) > 0 {
 			if m.treeMu.TryLock() {
-				_, errs2 := m.applyAll(ctx, cfg, tree, failed)
+				_, errs2 := m.apply.All(ctx, cfg, tree, failed)
 				m.treeMu.Unlock()
 				errs = append(errs, errs2...)
 			} else if len(bySlot) == 0 {
@@ -101,7 +101,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 				skipped[id] = true
 				continue
 			}
-			_, errs2 := m.applyAll(ctx, cfg, bySlot[id], failed)
+			_, errs2 := m.apply.All(ctx, cfg, bySlot[id], failed)
 			unlock()
 			errs = append(errs, errs2...)
 		}
@@ -122,7 +122,7 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 			}
 		}
 	}
-	m.forgetFatesLocked(slots)
+	m.ten.KeepDue(slots)
 	m.setSlotsLocked(slots)
 	m.usageAt = time.Now()
 	m.parentRoom = view.ParentRoomOf(cfg.Parent, datasets)
@@ -170,34 +170,12 @@ func (m *Manager) settled(cfg Config, names []string, vers map[string]uint64) []
 	defer m.mu.Unlock()
 	var out []string
 	for _, n := range names {
-		if id := slotOf(cfg, n); id != "" && (m.busy[id] > 0 || m.proofs.Under(id) || m.vers[id] != vers[id]) {
+		if id := cfg.SlotOf(n); id != "" && (m.busy[id] > 0 || m.proofs.Under(id) || m.vers[id] != vers[id]) {
 			continue
 		}
 		out = append(out, n)
 	}
 	return out
-}
-
-// slotOf returns the device ID a dataset under the parent belongs to: one
-// of a slot's own datasets, or one in the archive (its name starts with the
-// device ID); "" for anything else.
-func slotOf(cfg Config, name string) string {
-	rel, ok := strings.CutPrefix(name, cfg.Parent+"/")
-	if !ok {
-		return ""
-	}
-	first, rest, ok := strings.Cut(rel, "/")
-	switch {
-	case !ok || strings.Contains(rest, "/"):
-		return ""
-	case first == record.ArchiveName:
-		id, _, _ := strings.Cut(rest, ".")
-		return id
-	}
-	if i, _ := record.SlotIndex(rest); i >= 0 {
-		return record.DeviceID(first, i)
-	}
-	return ""
 }
 
 // prepareFreeUnlocked does prepareFree's chores on the free slots (and
@@ -247,8 +225,3 @@ func (m *Manager) prepareFreeUnlocked(cfg Config, slots []Slot, skipped map[stri
 	}
 	return errs
 }
-
-// poolCheckAge is how long a release trusts the last check that found the
-// pool ONLINE. A pool that fails meanwhile fails the release's commands,
-// which keep the data and mark the slot unhealthy; the next Sync names why.
-const poolCheckAge = 5 * time.Second

@@ -2,7 +2,7 @@ package slots
 
 // The spare a restart withholds. A run hands an armed spare over in
 // memory and writes the fate of the dataset it replaces behind the
-// handover (handOverSpare), so a run stopped in between leaves on ZFS a
+// handover (spare.Hander.HandOver), so a run stopped in between leaves on ZFS a
 // dataset in use by an ended owner beside an armed dataset with no owner:
 // the spare, maybe handed over, maybe written by its new tenant. The next
 // run cannot tell that from a spare never handed over, and withholds it
@@ -17,6 +17,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/hostfs"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/decide"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/mounts"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/reconcile"
 )
 
@@ -63,7 +64,7 @@ func (m *Manager) adoptWithheld(ctx context.Context, v *View, s Slot, d decide.D
 	m.mu.Lock()
 	want := hostfs.FlagsFor(reconcile.ClassByName(m.cfg, s.Class).SlotProps())
 	m.mu.Unlock()
-	if why := mayBeWritten(ctx, w.Dataset, w.Mountpoint, want); why != "" {
+	if why := mounts.MayBeWritten(ctx, w.Dataset, w.Mountpoint, want); why != "" {
 		m.log.Info("an earlier run's spare stays withheld: it may have been handed over", "device", s.ID, "dataset", w.Dataset, "reason", why)
 		return s, nil
 	}

@@ -190,7 +190,7 @@ func HasOwner(d zfs.Dataset) bool {
 // PropEarlier. Beside a dataset in use it is most likely that dataset's
 // spare, but not surely: an armed spare is handed over in memory, and the
 // fate of the dataset it replaces is written behind the handover
-// (handOverSpare), so a run stopped in between leaves exactly this. It is
+// (spare.Hander.HandOver), so a run stopped in between leaves exactly this. It is
 // withheld (reconcile.Pair), and adopted only on proof (adoptWithheld).
 //
 // Only positive evidence forgets a handover: a read that showed its owner,

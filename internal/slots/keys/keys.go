@@ -2,7 +2,7 @@
 // host: a new key, on disk and fsynced, before the dataset that points to
 // it (Create), and its removal once the dataset is destroyed (Remove).
 // The key files' names and format are the on-ZFS record's (package
-// record); the slot manager calls these from its apply (slots/apply.go).
+// record); the slot manager calls these through package slots/apply.
 package keys
 
 import (

@@ -210,3 +210,25 @@ func EmptyDir(ctx context.Context, dir string) (bool, error) {
 		return len(names) == 0, nil
 	})
 }
+
+// MayBeWritten says why dataset ds, which should be mounted at mountpoint
+// with flags want, may have been written; "" when it cannot have: it is
+// what is mounted there, as the plugin mounts it, and its root is empty.
+func MayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags) string {
+	if err := CheckMounted(mountpoint, want); err != nil {
+		return err.Error()
+	}
+	if t, err := hostfs.ReadTable(); err != nil {
+		return err.Error()
+	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
+		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
+	}
+	empty, err := EmptyDir(ctx, mountpoint)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !empty:
+		return fmt.Sprintf("%s is not empty: a tenant may have written it", mountpoint)
+	}
+	return ""
+}

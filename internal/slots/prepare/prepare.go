@@ -12,7 +12,7 @@
 // zfs command a Reserve would run) with that allocation as its owner,
 // recorded on ZFS behind it as after a Reserve: the free dataset itself, or
 // the spare of a slot whose tenant has ended (handed over as the manager's
-// handOverSpare does: in memory for an armed spare, the old dataset's fate behind it). Nothing is handed over: the
+// spare.Hander.HandOver does: in memory for an armed spare, the old dataset's fate behind it). Nothing is handed over: the
 // dataset is as empty as it was, and the manager remembers that it never
 // left (package preps).
 //

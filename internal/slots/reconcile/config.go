@@ -6,6 +6,7 @@ package reconcile
 import (
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
@@ -87,4 +88,26 @@ func (c Class) SlotProps() map[string]string {
 	props[record.PropManaged] = record.ManagedSlot
 	props[record.PropState] = string(record.To(record.Create))
 	return props
+}
+
+// SlotOf returns the device ID a dataset under the parent belongs to: one
+// of a slot's own datasets, or one in the archive (its name starts with the
+// device ID); "" for anything else.
+func (c Config) SlotOf(name string) string {
+	rel, ok := strings.CutPrefix(name, c.Parent+"/")
+	if !ok {
+		return ""
+	}
+	first, rest, ok := strings.Cut(rel, "/")
+	switch {
+	case !ok || strings.Contains(rest, "/"):
+		return ""
+	case first == record.ArchiveName:
+		id, _, _ := strings.Cut(rest, ".")
+		return id
+	}
+	if i, _ := record.SlotIndex(rest); i >= 0 {
+		return record.DeviceID(first, i)
+	}
+	return ""
 }

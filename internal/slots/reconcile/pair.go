@@ -97,7 +97,7 @@ func (p Pair) first(k NameKind) int {
 //     (unrec, not earlier), beside one whose owner is recorded: the first
 //     is the spare handed over, and it serves; the second is old, the
 //     dataset it replaced, whose fate is written behind the handover
-//     (handOverSpare: old in use is a fate due);
+//     (spare.Hander.HandOver: old in use is a fate due);
 //   - one is an earlier run's, maybe handed over (earlier), beside one
 //     that is not: the second serves, and the first is withheld, neither
 //     handed over nor made again, until adoptWithheld proves that nobody

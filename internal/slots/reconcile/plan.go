@@ -2,7 +2,7 @@ package reconcile
 
 // The reconcile plan: what Sync must do to bring ZFS to the configuration,
 // decided by a pure function of the configuration and one read (MakePlan)
-// and carried out by package slots (apply.go).
+// and carried out by package slots (through package slots/apply).
 
 import (
 	"fmt"

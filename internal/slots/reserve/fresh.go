@@ -14,7 +14,7 @@ import (
 )
 
 // fresh marks fresh slots reserved (one zfs command each), hands
-// over the spares of held slots (the manager's handOverSpare: in memory for an armed
+// over the spares of held slots (package spare's HandOver: in memory for an armed
 // spare, the old dataset's fate behind it), and, while that runs, reads
 // who holds them. It returns once the
 // slots are reserved and the read is done, or IdentifyGrace after the zfs

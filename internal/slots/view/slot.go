@@ -39,7 +39,7 @@ type Slot struct {
 	Origin string
 	// Spare is the slot's fresh dataset beside the one in use, mounted
 	// and ready: the next tenant gets it in memory when it is armed, its
-	// predecessor's fate written behind it (handOverSpare). "" when there
+	// predecessor's fate written behind it (spare.Hander.HandOver). "" when there
 	// is none.
 	Spare string
 

@@ -1,4 +1,4 @@
-package slots
+package reconcile
 
 import (
 	"testing"
@@ -20,7 +20,7 @@ func TestSlotOf(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			must.EqOp(t, tc.want, slotOf(cfg, tc.name))
+			must.EqOp(t, tc.want, cfg.SlotOf(tc.name))
 		})
 	}
 }
