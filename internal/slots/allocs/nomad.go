@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/allocwatch"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 )
 
@@ -46,23 +47,9 @@ type Nomad interface {
 	Prior(ctx context.Context, namespace, allocID string) (Prior, error)
 }
 
-// Prior is what a read by ID says of an allocation that another replaced.
-type Prior struct {
-	// Exists is false when Nomad no longer has it (collected).
-	Exists bool
-	ID     string
-	NodeID string
-	// ClientStatus is Nomad's client status (pending, running, complete,
-	// failed, lost, unknown).
-	ClientStatus string
-	// Previous is the allocation it replaced in turn; "" for none.
-	Previous string
-	// Devices maps each of the plugin's device IDs it held to the task
-	// that held it; Started lists its tasks that ran (and so were handed
-	// their datasets).
-	Devices map[string]string
-	Started map[string]bool
-}
+// Prior is what a read by ID says of an allocation that another replaced
+// (the allocation watcher's answer, as it is).
+type Prior = allocwatch.Prior
 
 // View is one read of the node's allocations.
 type View struct {

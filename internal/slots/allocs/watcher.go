@@ -82,9 +82,7 @@ func (n nomadAllocs) Holds(ctx context.Context, o record.Owner, ids []string) er
 
 // Prior reads an allocation that another replaced, by ID.
 func (n nomadAllocs) Prior(ctx context.Context, namespace, allocID string) (Prior, error) {
-	p, err := n.w.Prior(ctx, namespace, allocID)
-	return Prior{Exists: p.Exists, ID: p.ID, NodeID: p.NodeID, ClientStatus: p.ClientStatus, Previous: p.Previous,
-		Devices: p.Devices, Started: p.Started}, err
+	return n.w.Prior(ctx, namespace, allocID)
 }
 
 // view is snap as the slot manager reads it, with whether the token is
