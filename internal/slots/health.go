@@ -28,7 +28,9 @@ func (m *Manager) setNote(id string, n note) {
 func (m *Manager) noteLocked(id string, n note) bool { return m.ten.SetNote(id, n) }
 
 // tenancy runs fn on what the manager knows beyond ZFS (m.ten) with m.mu
-// held, and publishes the slot list again when fn says so.
+// held, and publishes the slot list again when fn says so. fn may call
+// only the Record's methods (packages fate and spare pass theirs): m.mu
+// is not taken twice.
 func (m *Manager) tenancy(fn func(t *tenancy.Record) (publish bool)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

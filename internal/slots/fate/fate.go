@@ -2,7 +2,7 @@
 // first (archived, or destroying), before anything else is done with it.
 // It is written before the slot is handed to another tenant (Write), but
 // for an armed spare's handover, which is made in memory and has the fate
-// written behind it (Behind: see the manager's handOverSpare and
+// written behind it (Behind: see spare.Hander.HandOver and
 // reconcile.Pair's roles). The slot's lock is the manager's, held by the
 // caller; what the manager knows beyond ZFS is package tenancy's, changed
 // through the manager (Slots.Tenancy) so that its view and the slot list
@@ -36,7 +36,8 @@ type Slots interface {
 	Class(name string) reconcile.Class
 	// Tenancy runs fn on what the manager knows beyond ZFS, with the
 	// manager's lock held, and publishes the slot list again when fn
-	// says so.
+	// says so. fn may call only t's methods: a call back into Slots
+	// under that lock would deadlock.
 	Tenancy(fn func(t *tenancy.Record) (publish bool))
 	// Slot returns the current view of slot id.
 	Slot(id string) (view.Slot, bool)

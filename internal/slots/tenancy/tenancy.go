@@ -4,7 +4,9 @@
 // their proof, the notes on in-use slots, why a tenant started empty, the
 // releases begun, and the fates ZFS refused behind a handover. How it is
 // laid over each slot's view is package view's (Known.Derive); when each
-// is written, and the zfs work behind it, is the manager's (package slots).
+// is written, and the zfs work behind it, is the manager's (package slots)
+// and, through the manager's lock, packages fate (Ended, RefuseFate,
+// FateLanded) and spare (SetOwner, SetUnproven).
 package tenancy
 
 import (
@@ -19,9 +21,10 @@ import (
 // Record is the tenancy bookkeeping: one part of the slot manager, with
 // its own lock. mu guards the maps below; it is the last lock taken (no
 // other is taken while it is held), and never held while a command runs.
-// The manager holds its own lock (mu) whenever it changes a Record, so
-// that what it reads of a Record and of the slot view in one hold of its
-// lock agree.
+// Callers hold the manager's lock (its mu) whenever they read or change a
+// Record, so that what they read of a Record and of the slot view in one
+// hold of that lock agree; the Record's own lock only keeps a call that
+// forgets it from tearing a map.
 type Record struct {
 	mu sync.Mutex
 	// owners are owners identified at Reserve and not yet recorded, by ID.
