@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -210,9 +209,9 @@ func TestRestoreAcrossNodes(t *testing.T) {
 // run on client B: Nomad stops A's allocation and places its replacement
 // on B (PreviousAllocation: A's) at once. The plugin on A archives the
 // dataset, and its send to backup_dir is paused (a zfs wrapper first on A's
-// PATH). The replacement's Reserve on B waits for it, not starting empty
-// (nothing of the job is in backup_dir yet), nor on older data; once the
-// send goes on, it starts with A's data: its history names both
+// PATH). The replacement's Reserve on B waits for it (its log says why)
+// rather than start empty (nothing of the job is in backup_dir yet); once
+// the send goes on, it starts with A's data: its history names both
 // allocations.
 func TestRestoreAcrossNodes_WaitsForItsPredecessor(t *testing.T) {
 	testenv.SkipShort(t, "end-to-end: starts Nomad agents and runs jobs")
@@ -249,7 +248,10 @@ func TestRestoreAcrossNodes_WaitsForItsPredecessor(t *testing.T) {
 	})
 	must.EqOp(t, first.ID, second.PreviousAllocation, must.Sprint("Nomad names what the replacement replaced"))
 	must.EqOp(t, agentB.NodeID, second.NodeID)
-	time.Sleep(3 * time.Second)
+	agentB.Wait(t, "the plugin on client B waiting for A's data", holdTimeout, func() (bool, string) {
+		log, err := os.ReadFile(agentB.LogPath)
+		return err == nil && strings.Contains(string(log), "is not in backup_dir yet"), fmt.Sprint(err)
+	})
 	second, _, err := agentA.API.Allocations().Info(second.ID, nil)
 	must.NoError(t, err)
 	must.EqOp(t, api.AllocClientStatusPending, second.ClientStatus, must.Sprintf("the replacement waits for its data: %s", nomadtest.DescribeTaskStates(second)))

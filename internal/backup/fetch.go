@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -33,16 +34,17 @@ import (
 // aside (SetAside) are never restored, nor a local archive of one. ctx
 // bounds the whole (Reserve's reserve_timeout).
 func (k *Keeper) Fetch(ctx context.Context, class string, o record.Owner, local retention.Archive) (string, error) {
-	return k.FetchAfter(ctx, class, o, local, "")
+	return k.FetchAfter(ctx, class, o, local, record.Awaited{})
 }
 
 // FetchAfter is Fetch for an owner whose data must be, at least, that of
-// allocation after (its predecessor on another node; "" for none): while
-// neither the local archive nor backup_dir holds after's final backup of
-// each slot it left a backup of (a live one is not its final data), and
-// the operator did not set after aside, nothing is received and the error
+// allocation after.Alloc (its predecessor on another node; "" for none):
+// while neither the local archive nor backup_dir holds its final backup of
+// each slot of after.Slots (a live one is not its final data; a final one
+// of an allocation of after.Passed whose lineage names it serves as well),
+// and the operator did not set it aside, nothing is received and the error
 // wraps record.ErrNotArrived. Its release on its node sends it.
-func (k *Keeper) FetchAfter(ctx context.Context, class string, o record.Owner, local retention.Archive, after string) (string, error) {
+func (k *Keeper) FetchAfter(ctx context.Context, class string, o record.Owner, local retention.Archive, after record.Awaited) (string, error) {
 	cfg, _ := k.config()
 	if cfg.Dir == "" || !cfg.Classes[class] || !o.Known() || o.AllocIndex() < 0 || o.Truncated() {
 		return "", nil
@@ -51,7 +53,9 @@ func (k *Keeper) FetchAfter(ctx context.Context, class string, o record.Owner, l
 	// A live backup newest: wait a little for its allocation's final
 	// stream (its release on its node sends it within seconds), outside
 	// fetchMu, which restores of other identities take.
-	if newest, err := k.newest(cfg.Dir, id); err == nil && newest.Live && newerThanLocal(newest, local) {
+	// (Not while a predecessor is awaited: its final data is what is
+	// waited for, below.)
+	if newest, err := k.newest(cfg.Dir, id); err == nil && newest.Live && newerThanLocal(newest, local) && after.Alloc == "" {
 		k.settle(ctx, cfg.Dir, id)
 	}
 	k.fetchMu.Lock()
@@ -66,10 +70,11 @@ func (k *Keeper) FetchAfter(ctx context.Context, class string, o record.Owner, l
 	if err != nil {
 		return "", fmt.Errorf("which backups of %s are set aside: %w", id, err)
 	}
-	if after != "" && local.AllocID != after && !aside[after] {
+	if after.Alloc != "" && !aside[after.Alloc] && !holds(after, local.AllocID, local.From) {
 		if why := notArrived(all, after); why != "" {
-			return "", fmt.Errorf("%w: backup_dir holds %s of allocation %s, whose data %s's must start from; its release on its node sends it",
-				record.ErrNotArrived, why, record.ShortID(after), o)
+			return "", fmt.Errorf("%w: backup_dir holds %s of allocation %s (node %s), whose data %s must start with; its release on its node sends it. "+
+				"If it never will (see that node's plugin log), set it aside: nomad-device-zfs backups set-aside -alloc %s -identity %s",
+				record.ErrNotArrived, why, after.Alloc, record.ShortID(after.Node), o, after.Alloc, filepath.Base(IdentityDir(cfg.Dir, id)))
 		}
 	}
 	// The data of allocations set aside is never restored; their streams
@@ -163,18 +168,41 @@ func slotChains(all, ms []Manifest, chain []Manifest) ([][]Manifest, error) {
 	return out, nil
 }
 
+// holds reports whether data of allocation alloc, of lineage from, is
+// after's: of after.Alloc, or of an allocation after.Passed names whose
+// lineage names after.Alloc (it took that data and never ran).
+func holds(after record.Awaited, alloc string, from record.Lineage) bool {
+	return alloc != "" && (alloc == after.Alloc || slices.Contains(after.Passed, alloc) && slices.Contains(from, after.Alloc))
+}
+
 // notArrived says what all (one identity's manifests, newest first) lack
-// of allocation alloc's final data: "no backup" when it left none, "only a
-// live backup of slot N" when a slot's newest is live (taken while it
-// ran); "" when each slot it left a backup of has its final.
-func notArrived(all []Manifest, alloc string) string {
-	slots := newestPerSlot(all, alloc)
-	if len(slots) == 0 {
-		return "no backup"
+// of after's final data (see holds), slot by slot (after.Slots; none: each
+// slot it left a backup of, at least one): "no backup" of a slot, "only a
+// live backup" of one (taken while it ran); "" when each has its final.
+func notArrived(all []Manifest, after record.Awaited) string {
+	newest := map[int]Manifest{}
+	for _, m := range all {
+		if _, seen := newest[m.Slot]; !seen && holds(after, m.AllocID, m.From) {
+			newest[m.Slot] = m
+		}
 	}
-	for _, m := range slots {
-		if m.Live {
-			return fmt.Sprintf("only a live backup (taken %s) of slot %d", m.ReleasedAt.UTC().Format(time.RFC3339), m.Slot)
+	slots := after.Slots
+	if len(slots) == 0 {
+		if len(newest) == 0 {
+			return "no backup"
+		}
+		for s := range newest {
+			slots = append(slots, s)
+		}
+		sort.Ints(slots)
+	}
+	for _, s := range slots {
+		m, ok := newest[s]
+		switch {
+		case !ok:
+			return fmt.Sprintf("no backup of slot %d", s)
+		case m.Live:
+			return fmt.Sprintf("only a live backup (taken %s) of slot %d", m.ReleasedAt.UTC().Format(time.RFC3339), s)
 		}
 	}
 	return ""

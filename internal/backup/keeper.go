@@ -153,15 +153,16 @@ func (k *Keeper) Kick() { loop.Kick(k.kick) }
 
 // Run makes a pass at once, every period and at each Kick (kicks within
 // retention.KickGap of a pass share the next one), and again at once while
-// a pass leaves archives for the next, until ctx is done.
+// a pass that sent something leaves archives for the next (one whose sends
+// all failed waits for the period), until ctx is done.
 func (k *Keeper) Run(ctx context.Context, period time.Duration) {
 	cfg := loop.Config{Name: "backup", Log: k.log, First: loop.After(0), Kick: k.kick, Gap: retention.KickGap}
 	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
-		_, more, err := k.Pass(ctx)
+		sent, more, err := k.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			k.log.Error("backup pass incomplete", "error", err)
 		}
-		if more && err == nil {
+		if more && len(sent) > 0 {
 			return loop.After(0)
 		}
 		return loop.After(period)
@@ -169,7 +170,8 @@ func (k *Keeper) Run(ctx context.Context, period time.Duration) {
 }
 
 // Pass sends, oldest first, up to BatchSize archives of the configured
-// classes that are not in backup_dir yet: a snapshot of each, sent whole
+// classes that are not in backup_dir yet (oldest first: a manifest's
+// creation orders an identity's backups, List): a snapshot of each, sent whole
 // the first time, and incrementally from the identity's previous backup
 // when that snapshot is still on the archive and its stream in backup_dir.
 // An archive is then marked (retention.PropBackup) so that it is sent

@@ -19,10 +19,11 @@ import (
 // Its replacement, allocation 3 on node b, must start from allocation
 // 2's data: while backup_dir holds none of it, or only a live backup (not
 // its final data), FetchAfter receives nothing and says so
-// (record.ErrNotArrived), where Fetch would take allocation 1's older
-// data. Once allocation 2's release sent its final stream, FetchAfter
-// receives it; with it in the local archive, there is nothing to wait
-// for.
+// (record.ErrNotArrived, with the command that sets it aside), where
+// Fetch would take allocation 1's older data. Once allocation 2's release
+// sent its final stream, FetchAfter receives it (not while a second slot
+// it held has none); with it in the local archive, there is nothing to
+// wait for.
 func TestBackup_ARestoreWaitsForItsPredecessorsFinalData(t *testing.T) {
 	ctx, dir, a, b := twoNodes(t)
 	saved := backup.LiveSettle
@@ -35,15 +36,17 @@ func TestBackup_ARestoreWaitsForItsPredecessorsFinalData(t *testing.T) {
 	must.NoError(t, err)
 	ds := a.inUse(t, second)
 	a.write(t, ds, 1)
+	after := record.Awaited{Alloc: second.AllocID, Node: "node-a", Slots: []int{0}}
 	container := func() string {
 		t.Helper()
 		return strings.TrimSpace(b.pool.ZFS(t, "list", "-H", "-o", "name", "-r", "-d", "1", b.cfg.ArchiveDataset()))
 	}
 
 	// Nothing of allocation 2 in backup_dir.
-	_, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, second.AllocID)
+	_, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, after)
 	must.ErrorIs(t, err, record.ErrNotArrived)
-	must.StrContains(t, err.Error(), "no backup of allocation "+record.ShortID(second.AllocID))
+	must.StrContains(t, err.Error(), "no backup of slot 0 of allocation "+second.AllocID)
+	must.StrContains(t, err.Error(), "backups set-aside -alloc "+second.AllocID+" -identity ")
 	must.EqOp(t, b.cfg.ArchiveDataset(), container(), must.Sprint("nothing received"))
 	// What a restore that does not know its predecessor takes: older data.
 	got, err := b.keeper.Fetch(ctx, "state", third, retention.Archive{})
@@ -57,7 +60,7 @@ func TestBackup_ARestoreWaitsForItsPredecessorsFinalData(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceLen(t, 1, sent)
 	must.True(t, sent[0].Live)
-	_, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, second.AllocID)
+	_, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, after)
 	must.ErrorIs(t, err, record.ErrNotArrived)
 	must.StrContains(t, err.Error(), "only a live backup")
 	must.EqOp(t, b.cfg.ArchiveDataset(), container(), must.Sprint("nothing received"))
@@ -70,7 +73,12 @@ func TestBackup_ARestoreWaitsForItsPredecessorsFinalData(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceLen(t, 1, sent)
 	must.False(t, sent[0].Live)
-	got, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, second.AllocID)
+	// Had it held two devices, the second's final would be awaited too.
+	_, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, record.Awaited{Alloc: second.AllocID, Slots: []int{0, 1}})
+	must.ErrorIs(t, err, record.ErrNotArrived)
+	must.StrContains(t, err.Error(), "no backup of slot 1")
+	must.EqOp(t, b.cfg.ArchiveDataset(), container(), must.Sprint("nothing received"))
+	got, err = b.keeper.FetchAfter(ctx, "state", third, retention.Archive{}, after)
 	must.NoError(t, err)
 	must.EqOp(t, final, b.sum(t, got), must.Sprint("allocation 2's final data"))
 
@@ -79,7 +87,7 @@ func TestBackup_ARestoreWaitsForItsPredecessorsFinalData(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceLen(t, 1, local)
 	must.EqOp(t, second.AllocID, local[0].AllocID)
-	again, err := b.keeper.FetchAfter(ctx, "state", third, local[0], second.AllocID)
+	again, err := b.keeper.FetchAfter(ctx, "state", third, local[0], after)
 	must.NoError(t, err)
 	must.EqOp(t, "", again)
 }

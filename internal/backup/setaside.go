@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -73,6 +74,9 @@ func parseSetAside(b []byte) (map[string]bool, error) {
 	return out, sc.Err()
 }
 
+// identityName is the name of an identity's directory (IdentityDir).
+var identityName = regexp.MustCompile("^[0-9a-f]{32}$")
+
 // SetAside sets aside (or, with undo, takes back) the backups of
 // allocation alloc in every identity directory of backup_dir dir that
 // holds one, and returns those directories' identities' manifests of it
@@ -80,6 +84,15 @@ func parseSetAside(b []byte) (map[string]bool, error) {
 // a node that reads it reads all of it or the file before. backup_dir
 // holding no backup of alloc is an error.
 func SetAside(dir, alloc string, undo bool) ([]Manifest, error) {
+	return SetAsideIn(dir, alloc, "", undo)
+}
+
+// SetAsideIn is SetAside that, when backup_dir holds no backup of alloc
+// and identity is given (the name of an identity's directory in
+// backup_dir, as a restore waiting for alloc's data names it), writes the
+// choice in that identity's directory, made if need be: a restore there
+// no longer waits for alloc's data, which never came.
+func SetAsideIn(dir, alloc, identity string, undo bool) ([]Manifest, error) {
 	if l, err := record.ParseLineage(alloc); err != nil || len(l) != 1 {
 		return nil, fmt.Errorf("%q is not an allocation ID", alloc)
 	}
@@ -94,6 +107,19 @@ func SetAside(dir, alloc string, undo bool) ([]Manifest, error) {
 			of = append(of, m)
 			dirs[filepath.Dir(m.Path())] = true
 		}
+	}
+	if len(of) == 0 && identity != "" {
+		if !identityName.MatchString(identity) {
+			return nil, fmt.Errorf("-identity %q is not the name of an identity's directory in backup_dir (32 hexadecimal digits)", identity)
+		}
+		d := filepath.Join(dir, Root, identity)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+		if err := setAsideIn(d, alloc, undo); err != nil {
+			return nil, fmt.Errorf("%s: %w", d, err)
+		}
+		return nil, nil
 	}
 	if len(of) == 0 {
 		if len(problems) > 0 {

@@ -228,6 +228,10 @@ func TestBackupsSetAside_RealPool(t *testing.T) {
 	Main([]string{"backups", "verify", "-config", cfgFile}, &out, &errb)
 	must.StrContains(t, out.String(), "FORKED with "+successorAlloc)
 
+	// A restore waiting for the data of an allocation that never came
+	// names the identity's directory to set it aside in.
+	neverCame := "7f3e2a14-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+	idDir := filepath.Base(backup.IdentityDir(dir, c.Identity))
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -241,6 +245,8 @@ func TestBackupsSetAside_RealPool(t *testing.T) {
 		{"taken back", []string{"-alloc", successorAlloc, "-undo"}, exitOK, "are no longer set aside", successorAlloc, 0, 1},
 		{"the late release set aside: the successor's is the newest", []string{"-alloc", lateAlloc}, exitOK, "are set aside", "", 1, 2},
 		{"an allocation with no backup", []string{"-alloc", "00000000-1b2c-4d5e-8f90-a1b2c3d4e5f6"}, exitFailed, "holds no backup of allocation 00000000-1b2c-4d5e-8f90-a1b2c3d4e5f6", "", 1, 2},
+		{"an allocation with no backup, in the identity a restore names", []string{"-alloc", neverCame, "-identity", idDir}, exitOK, "which left no backup, is set aside", "", 1, 2},
+		{"an identity that is no directory's name", []string{"-alloc", neverCame, "-identity", "../x"}, exitFailed, "is not the name of an identity's directory", "", 1, 2},
 		{"not an allocation ID", []string{"-alloc", "web"}, exitFailed, `"web" is not an allocation ID`, "", 1, 2},
 		{"no -alloc", nil, exitUsage, "-alloc=<id> is required", "", 1, 2},
 	} {
@@ -258,6 +264,9 @@ func TestBackupsSetAside_RealPool(t *testing.T) {
 			must.EqOp(t, sent[len(sent)-tc.newestH].AllocID, newestAllocOf(t, dir, c))
 		})
 	}
+	aside, err := os.ReadFile(filepath.Join(backup.IdentityDir(dir, c.Identity), backup.SetAsideFile))
+	must.NoError(t, err)
+	must.StrContains(t, string(aside), neverCame)
 }
 
 // newestAllocOf is the allocation of the manifest of c's newest backup.

@@ -13,7 +13,7 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-const setAsideHelp = `Usage: nomad-device-zfs backups set-aside -alloc=<id> [-undo] [options]
+const setAsideHelp = `Usage: nomad-device-zfs backups set-aside -alloc=<id> [-identity=<dir>] [-undo] [options]
 
   Chooses between the forks of an identity's data (a restore refuses with
   "the data of ... forked": a lost node that came back released its
@@ -27,9 +27,20 @@ const setAsideHelp = `Usage: nomad-device-zfs backups set-aside -alloc=<id> [-un
   the agent's configuration). See docs/operations.md, "A lost node that
   comes back".
 
+  It also ends a restore's wait for data that never comes: a replacement
+  on another node waits for its predecessor's final backup ("... is not in
+  backup_dir yet"), and when that allocation's node will never send it,
+  setting it aside with the -identity the error names lets the
+  replacement start on the newest data there is.
+
   -alloc=<id>
     The allocation whose backups are set aside (the full ID, as the
     error names it).
+
+  -identity=<dir>
+    With an allocation that left no backup: the identity's directory in
+    backup_dir (32 hexadecimal digits, as the restore's error names it)
+    where the choice is written.
 
   -undo
     Take the choice back.
@@ -40,7 +51,7 @@ var errSetAsideNoAlloc = errors.New("-alloc=<id> is required: the allocation who
 
 // runSetAside runs `backups set-aside`.
 func runSetAside(args []string, stdout, stderr io.Writer) int {
-	var alloc string
+	var alloc, identity string
 	var undo bool
 	return runCommand("backups set-aside", setAsideHelp, args, stdout, stderr, func(ctx context.Context, c *common, z *zfs.Client, log hclog.Logger) int {
 		if alloc == "" {
@@ -55,7 +66,7 @@ func runSetAside(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "backups set-aside: needs -config with a backup_dir: the plugin block sets none\n")
 			return exitUsage
 		}
-		ms, err := backup.SetAside(c.settings.BackupDir, alloc, undo)
+		ms, err := backup.SetAsideIn(c.settings.BackupDir, alloc, identity, undo)
 		if err != nil {
 			fmt.Fprintf(stderr, "backups set-aside: %v\n", err)
 			return exitFailed
@@ -63,6 +74,11 @@ func runSetAside(args []string, stdout, stderr io.Writer) int {
 		verb := "set aside"
 		if undo {
 			verb = "no longer set aside"
+		}
+		if len(ms) == 0 {
+			// No backup of it: written where -identity said.
+			fmt.Fprintf(stdout, "%s: allocation %s, which left no backup, is %s\n", identity, alloc, verb)
+			return exitOK
 		}
 		seen := map[string]bool{}
 		for _, m := range ms {
@@ -80,6 +96,7 @@ func runSetAside(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}, func(fs *flag.FlagSet) {
 		fs.StringVar(&alloc, "alloc", "", "the allocation whose backups are set aside")
+		fs.StringVar(&identity, "identity", "", "with an allocation that left no backup: the identity's directory in backup_dir")
 		fs.BoolVar(&undo, "undo", false, "take the choice back")
 	})
 }

@@ -47,9 +47,9 @@ type archiveSource struct {
 // backup_dir holds a newer backup of the identity (it was on another node
 // since), which is then received and claimed. A backup_dir that cannot be
 // read is an error, local archives or not: which is newest cannot be
-// known. While neither holds the data of after (o's predecessor on
-// another node; "" for none), the error wraps record.ErrNotArrived.
-func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner, after string) ([]string, record.Lineage, func(), error) {
+// known. While neither holds the data of after (o's predecessor's from
+// another node; zero for none), the error wraps record.ErrNotArrived.
+func (a archiveSource) Claim(ctx context.Context, class string, o record.Owner, after record.Awaited) ([]string, record.Lineage, func(), error) {
 	names, local, release, err := a.pruner.ClaimNewest(ctx, class, o)
 	if err != nil {
 		return nil, nil, release, err

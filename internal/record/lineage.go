@@ -126,6 +126,22 @@ var ErrDiverged = errors.New("the identity's data forked")
 // restore = "best-effort").
 var ErrNotArrived = errors.New("the predecessor's data has not arrived")
 
+// Awaited is the data a restore waits for: its asker's predecessor's, from
+// another node (see ErrNotArrived). The zero value waits for nothing.
+type Awaited struct {
+	// Alloc is the predecessor whose data the asker must start with, and
+	// Node where it ran; "" for none to wait for.
+	Alloc, Node string
+	// Slots are the indexes of the class's devices its task held: the
+	// final data of each must have arrived.
+	Slots []int
+	// Passed are the replacements between it and the asker that never
+	// ran their task: one may have taken its data (handed over in place,
+	// or restored) and left it at its own release; a final backup of one
+	// whose lineage names Alloc serves as well.
+	Passed []string
+}
+
 // Left is one piece of an allocation's data as a store holds it (an
 // archive, a manifest in backup_dir): the allocation, the lineage of its
 // data, and the time of the data (its release, or a live backup's

@@ -264,7 +264,7 @@ func (p *Pruner) endDestroy() {
 // caller waits for) is not looked for: nothing of another node arrives in
 // this node's archive but from backup_dir, which the keeper reads
 // (device.archiveSource).
-func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner, after string) (names []string, from record.Lineage, release func(), err error) {
+func (p *Pruner) Claim(ctx context.Context, class string, o record.Owner, after record.Awaited) (names []string, from record.Lineage, release func(), err error) {
 	names, newest, release, err := p.ClaimNewest(ctx, class, o)
 	if len(names) > 0 {
 		from = newest.Lineage()

@@ -454,7 +454,7 @@ func TestRestore_SeveralDevicesKeepTheirPaths(t *testing.T) {
 // by hand.
 type forkedArchives struct{}
 
-func (forkedArchives) Claim(context.Context, string, record.Owner, string) ([]string, record.Lineage, func(), error) {
+func (forkedArchives) Claim(context.Context, string, record.Owner, record.Awaited) ([]string, record.Lineage, func(), error) {
 	return nil, nil, func() {}, fmt.Errorf("fetching from backup_dir: the data of the identity forked: %w", record.ErrDiverged)
 }
 

@@ -9,6 +9,7 @@ package restore
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -20,13 +21,12 @@ import (
 // (a replacement whose Reserve failed, itself replaced, ...).
 const maxPriorHops = record.MaxLineage
 
-// awaited returns the allocation whose data asker (in class c, on the
-// node of read v) must start with and that may still be on its way to
-// backup_dir: the allocation it replaced (Nomad's PreviousAllocation),
-// or, when that one never ran its task, the one that replaced in turn, up
-// to maxPriorHops back. It is "" when there is none to wait for: no
+// awaited returns the data that asker (in class c, on the node of read
+// v) must start with and that may still be on its way to backup_dir: that
+// of the allocation it replaced (Nomad's PreviousAllocation), or, when
+// that one never ran its task, of the one that replaced in turn, up to
+// maxPriorHops back. It is zero when there is none to wait for: no
 // predecessor, or one that
-//   - no longer exists (collected: long over);
 //   - ran on this node (its data is here, in a slot or in the archive:
 //     see predecessorSlot);
 //   - never held a device of the class with asker's task (it wrote none);
@@ -35,47 +35,60 @@ const maxPriorHops = record.MaxLineage
 //     max_restore_lag); its final stream comes only if the node returns.
 //
 // Otherwise (it ran elsewhere and is over, or stopping, or still running)
-// its release there sends its data, and the restore waits for it. node is
-// where it ran. Any doubt is an error.
-func awaited(ctx context.Context, nomad allocs.Nomad, v *allocs.View, c string, asker record.Owner) (id, node string, err error) {
+// its release there sends its data, and the restore waits for it. Any
+// doubt is an error: a read that fails, an allocation of the chain that
+// Nomad no longer has (collected: what it was cannot be told), a chain of
+// replacements that never ran longer than maxPriorHops.
+func awaited(ctx context.Context, nomad allocs.Nomad, v *allocs.View, c string, asker record.Owner) (record.Awaited, error) {
 	a, ok := v.Allocs[asker.AllocID]
 	if !ok {
-		return "", "", fmt.Errorf("%s is not in the read of the node's allocations", asker)
+		return record.Awaited{}, fmt.Errorf("%s is not in the read of the node's allocations", asker)
 	}
-	id = a.Previous
-	for hop := 0; id != "" && hop < maxPriorHops; hop++ {
+	var passed []string
+	for id := a.Previous; id != ""; {
+		if len(passed) >= maxPriorHops {
+			return record.Awaited{}, fmt.Errorf("%s replaced %d allocations in a row that never ran (the last %s): which ran before them is not looked for",
+				asker, len(passed), record.ShortID(passed[len(passed)-1]))
+		}
 		p, err := nomad.Prior(ctx, asker.Namespace, id)
 		switch {
 		case err != nil:
-			return "", "", fmt.Errorf("reading allocation %s, which %s replaced: %w", record.ShortID(id), asker, err)
+			return record.Awaited{}, fmt.Errorf("reading allocation %s, which %s replaced: %w", record.ShortID(id), asker, err)
 		case !p.Exists:
-			return "", "", nil
+			return record.Awaited{}, fmt.Errorf("allocation %s, which %s replaced, is no longer known to Nomad (collected): whether its data is in backup_dir cannot be told", id, asker)
 		case !p.Started[asker.Task]:
-			// Never handed a dataset: what it replaced left the data.
+			// Never ran: what it replaced left the data (or this one
+			// took it, and its release leaves it).
+			passed = append(passed, id)
 			id = p.Previous
 			continue
-		case p.NodeID == v.NodeID || !heldClass(p.Devices, asker.Task, c):
-			return "", "", nil
-		case p.ClientStatus == "lost" || p.ClientStatus == "unknown":
-			return "", "", nil
+		case p.NodeID == v.NodeID || p.ClientStatus == "lost" || p.ClientStatus == "unknown":
+			return record.Awaited{}, nil
 		}
-		return p.ID, p.NodeID, nil
+		slots := classSlots(p.Devices, asker.Task, c)
+		if len(slots) == 0 {
+			return record.Awaited{}, nil
+		}
+		return record.Awaited{Alloc: p.ID, Node: p.NodeID, Slots: slots, Passed: passed}, nil
 	}
-	return "", "", nil
+	return record.Awaited{}, nil
 }
 
-// heldClass reports whether devices (device ID to task) give task a device
-// of class c (record.DeviceID: the class, a dash, the slot's index).
-func heldClass(devices map[string]string, task, c string) bool {
+// classSlots returns, in order, the indexes of the devices of class c
+// that devices (device ID to task) give task (record.DeviceID: the class,
+// a dash, the slot's index).
+func classSlots(devices map[string]string, task, c string) []int {
+	var out []int
 	for id, t := range devices {
 		if t != task {
 			continue
 		}
 		if n, ok := strings.CutPrefix(id, c+"-"); ok {
-			if _, err := strconv.Atoi(n); err == nil {
-				return true
+			if i, err := strconv.Atoi(n); err == nil && i >= 0 && strconv.Itoa(i) == n {
+				out = append(out, i)
 			}
 		}
 	}
-	return false
+	sort.Ints(out)
+	return out
 }

@@ -46,46 +46,49 @@ func TestAwaited(t *testing.T) {
 	never := func(node, previous string) allocs.Prior {
 		return allocs.Prior{NodeID: node, ClientStatus: "failed", Previous: previous, Devices: map[string]string{"state-0": "t"}}
 	}
-	held := map[string]string{"state-1": "t"}
+	held := map[string]string{"state-1": "t", "state-0": "t", "scratch-2": "t"}
+	want := func(alloc string, passed ...string) record.Awaited {
+		return record.Awaited{Alloc: alloc, Node: there, Slots: []int{0, 1}, Passed: passed}
+	}
 	for _, tc := range []struct {
 		name      string
 		previous  string
 		by        map[string]allocs.Prior
 		err       error
-		want      string
-		wantNode  string
-		wantErr   bool
+		want      record.Awaited
+		wantErr   string
 		wantReads int
 	}{
-		{name: "no predecessor", want: ""},
-		{name: "complete elsewhere", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "complete", "", held)}, want: "p1", wantNode: there, wantReads: 1},
-		{name: "failed elsewhere", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "failed", "", held)}, want: "p1", wantNode: there, wantReads: 1},
-		{name: "still running elsewhere (stopping)", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "running", "", held)}, want: "p1", wantNode: there, wantReads: 1},
+		{name: "no predecessor"},
+		{name: "complete elsewhere", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "complete", "", held)}, want: want("p1"), wantReads: 1},
+		{name: "failed elsewhere", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "failed", "", held)}, want: want("p1"), wantReads: 1},
+		{name: "still running elsewhere (stopping)", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "running", "", held)}, want: want("p1"), wantReads: 1},
 		{name: "lost with its node", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "lost", "", held)}, wantReads: 1},
 		{name: "its node disconnected", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "unknown", "", held)}, wantReads: 1},
 		{name: "ran on this node", previous: "p1", by: map[string]allocs.Prior{"p1": ran(here, "complete", "", held)}, wantReads: 1},
-		{name: "collected", previous: "p1", wantReads: 1},
+		{name: "collected", previous: "p1", wantErr: "no longer known to Nomad", wantReads: 1},
 		{name: "held no device of the class", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "complete", "", map[string]string{"scratch-0": "t"})}, wantReads: 1},
 		{name: "another task held it", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "complete", "", map[string]string{"state-0": "other"})}, wantReads: 1},
-		{name: "a class whose name the other's begins with", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "complete", "", map[string]string{"state-x-0": "t"})}, wantReads: 1},
+		{name: "a class whose name the other's begins with", previous: "p1", by: map[string]allocs.Prior{"p1": ran(there, "complete", "", map[string]string{"state-x-0": "t", "state-01": "t"})}, wantReads: 1},
 		{name: "never ran: the one before it", previous: "p2", by: map[string]allocs.Prior{
-			"p2": never(there, "p1"), "p1": ran(there, "complete", "", held)}, want: "p1", wantNode: there, wantReads: 2},
+			"p2": never(there, "p1"), "p1": ran(there, "complete", "", held)}, want: want("p1", "p2"), wantReads: 2},
+		{name: "never ran, and the one before it collected", previous: "p2", by: map[string]allocs.Prior{"p2": never(there, "p1")}, wantErr: "no longer known to Nomad", wantReads: 2},
 		{name: "never ran, nor any before it", previous: "p2", by: map[string]allocs.Prior{"p2": never(there, "p1"), "p1": never(here, "")}, wantReads: 2},
-		{name: "a read fails", previous: "p1", err: errors.New("503"), wantErr: true, wantReads: 1},
+		{name: "a read fails", previous: "p1", err: errors.New("503"), wantErr: "503", wantReads: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asker := record.Owner{AllocID: "asker", Namespace: "default", Job: "db", Group: "g", Task: "t", AllocName: "db.g[0]"}
 			v := &allocs.View{NodeID: here, Allocs: map[string]allocs.Alloc{"asker": {Owner: asker, Previous: tc.previous}}}
 			n := &priors{by: tc.by, err: tc.err}
-			got, node, err := awaited(context.Background(), n, v, class, asker)
-			if tc.wantErr {
+			got, err := awaited(context.Background(), n, v, class, asker)
+			if tc.wantErr != "" {
 				must.Error(t, err)
-				must.StrContains(t, err.Error(), "which "+asker.String()+" replaced")
+				must.StrContains(t, err.Error(), "replaced")
+				must.StrContains(t, err.Error(), tc.wantErr)
 			} else {
 				must.NoError(t, err)
 			}
-			must.EqOp(t, tc.want, got)
-			must.EqOp(t, tc.wantNode, node)
+			must.Eq(t, tc.want, got)
 			must.EqOp(t, tc.wantReads, n.reads)
 		})
 	}
@@ -97,9 +100,9 @@ func TestAwaited(t *testing.T) {
 		asker := record.Owner{AllocID: "asker", Namespace: "default", Task: "t"}
 		v := &allocs.View{NodeID: here, Allocs: map[string]allocs.Alloc{"asker": {Owner: asker, Previous: "a"}}}
 		n := &priors{by: by}
-		got, _, err := awaited(context.Background(), n, v, class, asker)
-		must.NoError(t, err)
-		must.EqOp(t, "", got)
+		got, err := awaited(context.Background(), n, v, class, asker)
+		must.ErrorContains(t, err, "never ran")
+		must.Eq(t, record.Awaited{}, got)
 		must.EqOp(t, maxPriorHops, n.reads)
 	})
 }

@@ -103,28 +103,30 @@ func (r *Restorer) Fresh(ctx context.Context, nomad allocs.Nomad, c reconcile.Cl
 	}
 	// Nor may its predecessor's data have reached backup_dir, from the
 	// node it ran on: wait for that too.
-	after, node, err := awaited(ctx, nomad, *read, c.Name, asker)
+	// best-effort waits for it restoreSlotWait, then restores the newest
+	// there is, older, rather than hold the task to reserve_timeout.
+	patient := c.Restore == reconcile.RestoreRequired || time.Since(arrived) < restoreSlotWait
+	after, err := awaited(ctx, nomad, *read, c.Name, asker)
 	if err != nil {
-		if c.Restore == reconcile.RestoreRequired {
-			return fail(fmt.Sprintf("whose data it must start with cannot be known: %v", err), true)
+		why := fmt.Sprintf("whose data it must start with cannot be known: %v", err)
+		if patient {
+			return Outcome{Wait: fmt.Sprintf("device %s: class %q: %s", strings.Join(ids, ", "), c.Name, why), Renew: true}
 		}
 		r.log.Warn("whose data the slots must start with cannot be known; restoring the newest there is (restore = best-effort)", "devices", ids, "error", err)
 	}
 	names, from, release, err := archives.Claim(ctx, c.Name, asker, after)
-	if errors.Is(err, record.ErrNotArrived) && c.Restore != reconcile.RestoreRequired && time.Since(arrived) >= restoreSlotWait {
-		// best-effort: the newest data there is, older than its
-		// predecessor's, rather than a task held to reserve_timeout.
+	if errors.Is(err, record.ErrNotArrived) && !patient {
 		release()
 		r.log.Warn("the data of the asker's predecessor has not reached backup_dir; restoring the newest there is, which is older (restore = best-effort)",
-			"devices", ids, "owner", asker.String(), "predecessor", after, "predecessor_node", node, "error", err)
-		names, from, release, err = archives.Claim(ctx, c.Name, asker, "")
+			"devices", ids, "owner", asker.String(), "predecessor", after.Alloc, "predecessor_node", after.Node, "error", err)
+		names, from, release, err = archives.Claim(ctx, c.Name, asker, record.Awaited{})
 	}
 	defer release()
 	if errors.Is(err, record.ErrNotArrived) {
 		// Its release on its node sends it within seconds: a wait, then
-		// a new read (the predecessor may since be lost, or collected).
-		return Outcome{Wait: fmt.Sprintf("device %s: class %q: the data of %s's predecessor, allocation %s on node %s, is not in backup_dir yet, and its task waits for it (%v)",
-			strings.Join(ids, ", "), c.Name, asker, after, record.ShortID(node), err), Renew: true}
+		// a new read (the predecessor may since be lost).
+		return Outcome{Wait: fmt.Sprintf("device %s: class %q: the data of %s's predecessor is not in backup_dir yet, and its task waits for it (%v)",
+			strings.Join(ids, ", "), c.Name, asker, err), Renew: true}
 	}
 	if errors.Is(err, record.ErrDiverged) {
 		// The identity's data forked, or the operator's choice between

@@ -28,11 +28,11 @@ type Archives interface {
 	// they came from; none when there are none. from is the lineage their data has once restored
 	// (record.PropDataFrom), recorded on the slot's dataset with its new
 	// owner. They are not pruned until release is called, which the
-	// caller must do. after, when not "", is an allocation of o's
-	// identity on another node whose data must be what is restored (o's
-	// predecessor, which ran there): while neither the archive nor
+	// caller must do. after, when its Alloc is not "", is the data of o's
+	// identity from another node that must be what is restored (o's
+	// predecessor's, which ran there): while neither the archive nor
 	// backup_dir holds it, the error wraps record.ErrNotArrived.
-	Claim(ctx context.Context, class string, o record.Owner, after string) (names []string, from record.Lineage, release func(), err error)
+	Claim(ctx context.Context, class string, o record.Owner, after record.Awaited) (names []string, from record.Lineage, release func(), err error)
 }
 
 // ZFS is what a restore asks of ZFS (the manager's, which reads as its run
