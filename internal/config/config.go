@@ -338,6 +338,8 @@ func (c *Config) Validate() (Settings, error) {
 			s.RestoreLag[name] = lag
 		}
 		s.Slots.Classes = append(s.Slots.Classes, cl)
+		// Archives of a class that backs up are kept until sent.
+		pol.Backup = c.BackupDir != "" && (cl.Restore == slots.RestoreBestEffort || cl.Restore == slots.RestoreRequired)
 		s.Retention.Classes[name] = pol
 		if cl.OnRelease == slots.OnReleaseArchive && cl.Quota > s.Retention.Headroom {
 			s.Retention.Headroom = cl.Quota

@@ -19,6 +19,10 @@ type Policy struct {
 	Keep int
 	// MaxAge prunes archives released longer ago than this; 0 for no limit.
 	MaxAge time.Duration
+	// Backup: the class's archives are sent to backup_dir. One not sent
+	// yet (of a known identity, which the keeper sends) is pruned by no
+	// rule: it may be the data a replacement on another node waits for.
+	Backup bool
 }
 
 // Rules is the whole archive's retention.
@@ -62,7 +66,7 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 	sorted := append([]Archive(nil), archives...)
 	sortNewestFirst(sorted)
 	var out []Prune
-	pruned := make([]bool, len(sorted))
+	settled := make([]bool, len(sorted)) // pruned already, or kept whatever the quota (unsent)
 	// An identity's archives are ranked by allocation, newest first: the
 	// archives one allocation left (one per device it held) stand or fall
 	// together, so that a restore finds all of them.
@@ -83,6 +87,10 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 			keep = 1
 		}
 		age := now.Sub(a.ReleasedAt)
+		if unsent(p, a) {
+			settled[i] = true
+			continue
+		}
 		switch {
 		case n >= keep:
 			out = append(out, Prune{Archive: a, Rule: "keep",
@@ -93,7 +101,7 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 		default:
 			continue
 		}
-		pruned[i] = true
+		settled[i] = true
 	}
 	if r.Quota > 0 {
 		used := usedBytes
@@ -102,14 +110,14 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 		}
 		// Oldest first: the end of the newest-first list.
 		for i := len(sorted) - 1; i >= 0 && used+r.Headroom > r.Quota; i-- {
-			if pruned[i] {
+			if settled[i] {
 				continue
 			}
 			a := sorted[i]
 			out = append(out, Prune{Archive: a, Rule: "archive_quota",
 				Reason: fmt.Sprintf("archive_quota = %d bytes: the archive uses %d, and %d stay free for the next archive", r.Quota, used, r.Headroom)})
 			used = sub(used, a.UsedBytes)
-			pruned[i] = true
+			settled[i] = true
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -119,6 +127,13 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 		return out[i].Archive.Name < out[j].Archive.Name
 	})
 	return out
+}
+
+// unsent reports whether a, of a class with policy p, waits for its
+// backup: the class is sent to backup_dir, a is not marked sent, and its
+// identity is known (the keeper sends only those).
+func unsent(p Policy, a Archive) bool {
+	return p.Backup && a.Backup == "" && !a.Identity.Unknown && a.Identity.Index >= 0
 }
 
 func sub(a, b uint64) uint64 {

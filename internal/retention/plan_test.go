@@ -27,6 +27,11 @@ func TestPlan(t *testing.T) {
 		return Archive{Name: name, AllocID: alloc,
 			Class: id.Class, Slot: id.Slot, Identity: id, ReleasedAt: at, UsedBytes: uint64(mib) << 20}
 	}
+	// sent marks a as in backup_dir.
+	sent := func(a Archive) Archive {
+		a.Backup = "1234"
+		return a
+	}
 	keep2 := Rules{Classes: map[string]Policy{"state": {Keep: 2}}, Default: Policy{Keep: DefaultKeep}}
 
 	cases := []struct {
@@ -50,6 +55,13 @@ func TestPlan(t *testing.T) {
 			rules:    Rules{Classes: map[string]Policy{"state": {Keep: 3, MaxAge: 24 * time.Hour}}},
 			want:     []string{arch(db, 50, 1).Name, arch(web, 30, 1).Name},
 			rules2:   []string{"max_age", "max_age"},
+		},
+		{
+			name:     "an archive not in backup_dir yet is pruned by no rule",
+			archives: []Archive{arch(web, 1, 4), sent(arch(web, 2, 4)), arch(web, 3, 4), sent(arch(web, 40, 4)), arch(web, 50, 4), arch(unknown, 60, 4)},
+			rules:    Rules{Classes: map[string]Policy{"state": {Keep: 1, MaxAge: 24 * time.Hour, Backup: true}}, Quota: 10 << 20},
+			want:     []string{arch(unknown, 60, 4).Name, sent(arch(web, 40, 4)).Name, sent(arch(web, 2, 4)).Name},
+			rules2:   []string{"max_age", "keep", "keep"}, // and archive_quota prunes none of the rest
 		},
 		{
 			name:     "a release time in the future is never too old",
