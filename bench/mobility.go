@@ -185,6 +185,12 @@ func (r *MobilityResult) restore(ctx context.Context, o MobilityOptions, logf fu
 		return fmt.Errorf("no archive for the floor: %v", err)
 	}
 	arch, spot := archives[0].Name, cfg.ClassDataset("state")+"/floor"
+	// A release leaves the archive canmount=off on zfs-fuse (its
+	// unmount); the floor mounts it as it is: made mountable once,
+	// untimed (the plugin's restore sets canmount with its marks).
+	if _, err := runner.ZFSCmd(ctx, "set", "canmount=noauto", arch); err != nil {
+		return err
+	}
 	var floors []time.Duration
 	for i := 0; i < o.Reps; i++ {
 		start := time.Now()
