@@ -338,8 +338,6 @@ func (c *Config) Validate() (Settings, error) {
 			s.RestoreLag[name] = lag
 		}
 		s.Slots.Classes = append(s.Slots.Classes, cl)
-		// Archives of a class that backs up are kept until sent.
-		pol.Backup = c.BackupDir != "" && (cl.Restore == slots.RestoreBestEffort || cl.Restore == slots.RestoreRequired)
 		s.Retention.Classes[name] = pol
 		if cl.OnRelease == slots.OnReleaseArchive && cl.Quota > s.Retention.Headroom {
 			s.Retention.Headroom = cl.Quota
@@ -349,6 +347,12 @@ func (c *Config) Validate() (Settings, error) {
 	for _, cl := range s.Slots.Classes {
 		if cl.Restore == slots.RestoreBestEffort || cl.Restore == slots.RestoreRequired {
 			s.BackupClasses[cl.Name] = true
+			if c.BackupDir != "" {
+				// Its archives are kept until sent.
+				pol := s.Retention.Classes[cl.Name]
+				pol.Backup = true
+				s.Retention.Classes[cl.Name] = pol
+			}
 		}
 	}
 	encrypted := false

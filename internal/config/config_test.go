@@ -128,6 +128,9 @@ func TestConfig_LiveBackups(t *testing.T) {
 	must.Eq(t, map[string]time.Duration{"db": 5 * time.Minute, "cache": time.Hour}, s.BackupLive)
 	must.Eq(t, map[string]time.Duration{"db": 15 * time.Minute}, s.RestoreLag)
 	must.Eq(t, map[string]bool{"db": true, "cache": true, "plain": true}, s.BackupClasses)
+	for _, name := range []string{"db", "cache", "plain"} {
+		must.True(t, s.Retention.Classes[name].Backup, must.Sprintf("class %s: its archives are kept until sent", name))
+	}
 }
 
 func TestConfig_NomadBlockAndRelease(t *testing.T) {

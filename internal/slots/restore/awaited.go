@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
@@ -84,7 +83,7 @@ func classSlots(devices map[string]string, task, c string) []int {
 			continue
 		}
 		if n, ok := strings.CutPrefix(id, c+"-"); ok {
-			if i, err := strconv.Atoi(n); err == nil && i >= 0 && strconv.Itoa(i) == n {
+			if i := record.ParseIndex(n); i >= 0 {
 				out = append(out, i)
 			}
 		}
