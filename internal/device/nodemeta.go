@@ -67,6 +67,16 @@ type metaSetter interface {
 // sees the metadata published within it, with no restart.
 const MetaDeniedBackoff = 10 * time.Minute
 
+// MetaGap is the least time between two writes of the node metadata. Each
+// write is a node update on Nomad's servers, which evaluates again every
+// job with an allocation on the node and every blocked evaluation: under
+// a churn of short jobs, whose every release adds a job group to the
+// list, writing at each retention pass (every 2 s, KickGap) made the
+// scheduler's work of the node grow with the churn. A change after a
+// quiet MetaGap goes out at once; the changes within it are written
+// together, the latest value, MetaGap after the last write.
+const MetaGap = 30 * time.Second
+
 // metaPublisher keeps ArchivesMetaKey in the node's metadata in step with
 // the archive, off the retention pass's path: Update records the latest
 // value and wakes Run, which makes the Nomad call.
@@ -74,10 +84,14 @@ type metaPublisher struct {
 	log  hclog.Logger
 	kick chan struct{}
 
-	// mu guards want, have, denied and deniedUntil.
+	// mu guards want, have, wrote, denied and deniedUntil.
 	mu   sync.Mutex
 	want *string // nil until the first Update
 	have *string // what was last published; nil for nothing yet
+	// wrote is when have was published; the next write is due no sooner
+	// than gap after it (MetaGap).
+	wrote time.Time
+	gap   time.Duration
 	// denied: the last answer about permission was a refusal (a streak of
 	// them, warned about once); deniedUntil is when the next try is due.
 	denied      bool
@@ -85,7 +99,7 @@ type metaPublisher struct {
 }
 
 func newMetaPublisher(log hclog.Logger) *metaPublisher {
-	return &metaPublisher{log: log, kick: make(chan struct{}, 1)}
+	return &metaPublisher{log: log, kick: make(chan struct{}, 1), gap: MetaGap}
 }
 
 // Update records what the archive holds now. It never blocks.
@@ -97,7 +111,8 @@ func (m *metaPublisher) Update(archives []retention.Archive) {
 	loop.Kick(m.kick)
 }
 
-// Run publishes each new value until ctx is done; a failed call is tried
+// Run publishes each new value until ctx is done, no sooner than MetaGap
+// after the last write (the latest value then); a failed call is tried
 // again at the next Update or after retry, a refused one (no node:write)
 // only once backoff has passed (MetaDeniedBackoff in the plugin).
 func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry, backoff time.Duration) {
@@ -105,12 +120,16 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry, backoff 
 	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		m.mu.Lock()
 		want, have, denied, until := m.want, m.have, m.denied, m.deniedUntil
+		next := m.wrote.Add(m.gap)
 		m.mu.Unlock()
 		if wait := time.Until(until); denied && wait > 0 {
 			return loop.After(wait) // an Update meanwhile waits for it too
 		}
 		if want == nil || (have != nil && *have == *want) {
 			return loop.After(retry)
+		}
+		if wait := time.Until(next); have != nil && wait > 0 {
+			return loop.After(wait) // the Updates meanwhile are written together
 		}
 		var val *string
 		if *want != "" {
@@ -121,7 +140,7 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry, backoff 
 		defer m.mu.Unlock()
 		switch {
 		case err == nil:
-			m.have = want
+			m.have, m.wrote = want, time.Now()
 			if m.denied {
 				m.denied = false
 				m.log.Info("node metadata written again: jobs can prefer the node that holds their archived data", "key", ArchivesMetaKey)

@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,79 @@ func TestMetaPublisher(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestMetaPublisher_OneWritePerGap: a churn of changes (every release adds
+// a job group) is written at most once per MetaGap, each write the latest
+// value, and the last change is written within MetaGap of the write
+// before it; a change after a quiet MetaGap goes out at once. Each write
+// is a node update on Nomad's servers (see MetaGap).
+func TestMetaPublisher_OneWritePerGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu   sync.Mutex // guards sent, at
+			sent []string
+			at   []time.Time
+		)
+		api := setterFunc(func(v map[string]*string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			val := "-" // a removal
+			if p := v[ArchivesMetaKey]; p != nil {
+				val = *p
+			}
+			sent, at = append(sent, val), append(at, time.Now())
+			return nil
+		})
+		calls := func() ([]string, []time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(sent), slices.Clone(at)
+		}
+		m := newMetaPublisher(hclog.NewNullLogger())
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go m.Run(ctx, api, RetentionPeriod, MetaDeniedBackoff)
+		start := time.Now()
+		var jobs []retention.Archive
+		// A release at once, then every 2 s from 1 s on (1 s, 3 s, ... 67 s),
+		// each adding a job group: none at the moment a write is due.
+		for i := range 35 {
+			if i > 0 {
+				time.Sleep(time.Until(start.Add(time.Duration(2*i-1) * time.Second)))
+			}
+			jobs = append(jobs, retention.Archive{Identity: retention.Identity{Namespace: "default", Job: fmt.Sprintf("j%02d", i), Group: "g"}})
+			m.Update(jobs)
+			synctest.Wait()
+		}
+		last := archivesMeta(jobs)
+		time.Sleep(MetaGap)
+		synctest.Wait()
+		got, when := calls()
+		must.Eq(t, []time.Duration{0, MetaGap, 2 * MetaGap, 3 * MetaGap}, offsets(start, when), must.Sprint("the first change at once, then one write per MetaGap"))
+		must.Eq(t, "default/j00/g", got[0])
+		must.Eq(t, archivesMeta(jobs[:16]), got[1], must.Sprint("the latest value at the write"))
+		must.Eq(t, last, got[len(got)-1], must.Sprint("the last change is written"))
+
+		// Quiet for MetaGap: the next change goes out at once.
+		time.Sleep(MetaGap)
+		changed := time.Now()
+		m.Update(nil)
+		synctest.Wait()
+		got, when = calls()
+		must.Eq(t, 5, len(got))
+		must.Eq(t, "-", got[4])
+		must.Eq(t, changed, when[4], must.Sprint("at once after a quiet MetaGap"))
+	})
+}
+
+// offsets returns each of ts less start.
+func offsets(start time.Time, ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.Sub(start)
+	}
+	return out
 }
 
 // logCounter counts an hclog JSON logger's lines by level.
@@ -168,11 +242,15 @@ func TestMetaPublisher_RefusalIsRetriedAfterTheBackoff(t *testing.T) {
 		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g"}, calls(), must.Sprint("tried again after a second back-off, and allowed"))
 		must.Eq(t, 1, logs.count("info"), must.Sprint("success after refusals is said once"))
 
-		m.Update(nil) // allowed now: a change goes out at once
+		m.Update(nil) // allowed now: a change goes out MetaGap after the last write
+		synctest.Wait()
+		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g"}, calls())
+		time.Sleep(MetaGap)
 		synctest.Wait()
 		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g", "-"}, calls())
 
 		m.Update(group("c")) // refused again: a new streak, a new warning
+		time.Sleep(MetaGap)
 		synctest.Wait()
 		must.Eq(t, []string{"default/a/g", "default/b/g", "default/b/g", "-", "default/c/g"}, calls())
 		must.Eq(t, 2, logs.count("warn"))

@@ -3,6 +3,7 @@ package slots_test
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -259,4 +260,48 @@ func TestConcurrency_ReserveGivingUpLeavesOthersAlone(t *testing.T) {
 	names := archived(t, e)
 	must.SliceLen(t, 1, names)
 	must.Eq(t, guid, e.guid(t, names[0]))
+}
+
+// TestConcurrency_SyncReadsTheTreeOnceWhileASlotIsReleased (issue 46): the
+// fingerprint loop's Sync comes round while a release holds its slot (its
+// `zfs rename` paused by a wrapper first on PATH). The slot's steps are
+// the release's, which Sync leaves to it; Sync then reads the tree once,
+// not a second time to check changes it did not make. Under a churn of
+// short jobs some slot is nearly always being released, and each read of
+// the tree lists every archive.
+func TestConcurrency_SyncReadsTheTreeOnceWhileASlotIsReleased(t *testing.T) {
+	w := zfstest.NewWrapper(t)
+	w.SetPATH(t)
+	e, a := newReleaseEnv(t, 2)
+	o1 := owner(1)
+	s0 := withoutSpare(t, e, w, a, "scratch-0", o1)
+
+	a.end(o1)
+	w.Pause("rename")
+	released := make(chan error, 1)
+	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
+	w.WaitPaused(t, "rename", 30*time.Second)
+	must.EqOp(t, string(record.StateArchived), stateOf(t, e, s0.Dataset)) // its fate: the steps left are the release's
+
+	treeReads := func() int {
+		n := 0
+		for _, c := range w.Calls() {
+			if c.Cmd == "zfs" && len(c.Args) > 0 && c.Args[0] == "get" && slices.Contains(c.Args, "-r") && c.Args[len(c.Args)-1] == e.cfg.Parent {
+				n++
+			}
+		}
+		return n
+	}
+	before := treeReads()
+	must.NoError(t, e.mgr.Sync(context.Background()))
+	must.Eq(t, 1, treeReads()-before, must.Sprint("one read of the tree: the only changes due were the paused release's"))
+	must.False(t, slotByID(t, e, "scratch-0").Healthy, must.Sprint("the slot under release is left as the release shows it"))
+
+	w.Resume("rename")
+	select {
+	case err := <-released:
+		must.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("the release did not finish after the rename went on")
+	}
 }

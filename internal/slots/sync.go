@@ -80,11 +80,17 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 		if len(tree) == 0 && len(bySlot) == 0 {
 			return false
 		}
+		// applied: some change was made, which a read after it checks.
+		// When every slot with a change was left to its slot work (under
+		// a churn, slots being released), the tree is read again only at
+		// the next sync: a read now would show the same.
+		applied := false
 		if len(tree) > 0 {
 			if m.treeMu.TryLock() {
 				_, errs2 := m.apply.All(ctx, cfg, tree, failed)
 				m.treeMu.Unlock()
 				errs = append(errs, errs2...)
+				applied = true
 			} else if len(bySlot) == 0 {
 				m.log.Debug("slot work in progress; creating containers at the next sync")
 				return false
@@ -104,8 +110,9 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 			_, errs2 := m.apply.All(ctx, cfg, bySlot[id], failed)
 			unlock()
 			errs = append(errs, errs2...)
+			applied = true
 		}
-		return true
+		return applied
 	})
 	if err != nil {
 		m.setUnavailable(cfg, view.ParentReason(cfg.Parent, err))
