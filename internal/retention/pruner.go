@@ -87,6 +87,9 @@ type Pruner struct {
 	inflight string
 	// seen, when set, is told after each pass what the archive keeps.
 	seen func([]Archive)
+	// idle: the last pass found nothing to prune, under rules with no
+	// archive_quota (Run then serves kicks IdleKickGap apart).
+	idle bool
 }
 
 // OnPass sets a function that is told, after each pass, the archives the
@@ -108,7 +111,7 @@ func New(z ZFS, log hclog.Logger) *Pruner {
 func (p *Pruner) SetConfig(cfg Config) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cfg, p.set = cfg, true
+	p.cfg, p.set, p.idle = cfg, true, false
 }
 
 // Kick asks Run for a pass now, or KickGap after the last one began (after
@@ -116,15 +119,29 @@ func (p *Pruner) SetConfig(cfg Config) {
 func (p *Pruner) Kick() { loop.Kick(p.kick) }
 
 // Run makes a pass at once, then every period, at each Kick (no sooner
-// than KickGap after the last pass began), and again at once while a pass
-// leaves prunes for the next; it returns when ctx is done. A failed pass is
-// logged and tried again at the next.
+// than KickGap after the last pass began, or IdleKickGap while the passes
+// find nothing to prune), and again at once while a pass leaves prunes for
+// the next; it returns when ctx is done. A failed pass is logged and tried
+// again at the next.
 func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 	cfg := loop.Config{Name: "retention", Log: p.log, First: loop.After(0), Kick: p.kick, Gap: KickGap}
-	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
+	var began time.Time // when the last pass began
+	loop.Run(ctx, cfg, func(ctx context.Context, w loop.Wake) loop.Next {
+		p.mu.Lock()
+		idle := p.idle
+		p.mu.Unlock()
+		if wait := time.Until(began.Add(IdleKickGap)); idle && !w.Timer && wait > 0 {
+			return loop.After(wait) // the kicks meanwhile are served then
+		}
+		began = time.Now()
 		res, err := p.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Error("retention pass incomplete", "error", err)
+		}
+		if err != nil {
+			p.mu.Lock()
+			p.idle = false // a pass that failed is tried again at the next kick
+			p.mu.Unlock()
 		}
 		if res.More && err == nil {
 			return loop.After(0)
@@ -132,6 +149,16 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 		return loop.After(period)
 	})
 }
+
+// IdleKickGap is the gap of the retention passes that kicks ask for while
+// the last pass found nothing to prune and no archive_quota is set (a
+// quota is kept at KickGap: the archive's room is at stake). Each pass
+// reads every archive (one `zfs get` that lists them all), and under a
+// churn of short jobs of many identities, each of whose archives is
+// within its keep, a pass every KickGap read the whole archive for
+// nothing (issue 46). A prune the rules call for then waits IdleKickGap
+// at most; once a pass finds one, kicks are served KickGap apart again.
+const IdleKickGap = 30 * time.Second
 
 // KickGap is the gap of the archive's passes (retention, backups): under a
 // churn of short jobs every release kicks them, and the kicks that come
@@ -192,6 +219,7 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	}
 	p.mu.Lock()
 	seen := p.seen
+	p.idle = len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0
 	p.mu.Unlock()
 	if seen != nil {
 		gone := map[string]bool{}

@@ -1,0 +1,146 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
+)
+
+// savedArchive is a fake of the pruner's ZFS inside a synctest bubble,
+// where a real zfs process cannot run on fake time: every read answers
+// the saved zfs-fuse output of testdata (a container and three archives,
+// each of its own identity), and each read's time is counted. A destroy
+// changes nothing, so that an archive a rule prunes is pruned at every
+// pass.
+type savedArchive struct {
+	ds []zfs.Dataset
+
+	mu        sync.Mutex // guards reads, destroyed
+	reads     []time.Time
+	destroyed int
+}
+
+func newSavedArchive(t *testing.T) *savedArchive {
+	t.Helper()
+	out, err := os.ReadFile("testdata/get-archive-zfs-fuse-0.7.txt")
+	must.NoError(t, err)
+	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == record.PropKeyID || p == record.PropDataFrom })
+	ds, err := zfs.ParseGet(out, append(captured, "name"))
+	must.NoError(t, err)
+	// A second allocation of default/web/g[2]/server, released a day
+	// later: with keep = 1 the older is pruned.
+	for _, d := range ds {
+		if strings.HasSuffix(d.Name, "/state-0.default.web.g.server.1a2b3c4d.20261120T101500Z") {
+			c := zfs.Dataset{Name: strings.Replace(d.Name, "1a2b3c4d.20261120T", "1a2b3c4e.20261121T", 1), Props: map[string]zfs.Prop{}}
+			for k, v := range d.Props {
+				v.Value = strings.ReplaceAll(strings.ReplaceAll(v.Value, "1a2b3c4d-0000-4000-8000-000000000001", "1a2b3c4e-0000-4000-8000-000000000002"), "2026-11-20T", "2026-11-21T")
+				c.Props[k] = v
+			}
+			ds = append(ds, c)
+		}
+	}
+	return &savedArchive{ds: ds}
+}
+
+func (z *savedArchive) Get(_ context.Context, name string, _ int, _ ...string) ([]zfs.Dataset, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.reads = append(z.reads, time.Now())
+	if name != "capt/nomad/.archive" {
+		return nil, errors.New("not the saved container")
+	}
+	return z.ds, nil
+}
+
+func (z *savedArchive) DestroyRecursive(context.Context, string, string) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.destroyed++
+	return nil
+}
+
+func (z *savedArchive) SetMany(context.Context, string, map[string]string) error { return nil }
+
+// readsSince returns the times of the reads after from, as offsets from it.
+func (z *savedArchive) readsSince(from time.Time) []time.Duration {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	var out []time.Duration
+	for _, r := range z.reads {
+		if r.After(from) {
+			out = append(out, r.Sub(from))
+		}
+	}
+	return out
+}
+
+// everyKickGap is a read every KickGap over the 40.5 s of kicks.
+var everyKickGap = func() []time.Duration {
+	var out []time.Duration
+	for d := KickGap; d <= 40*time.Second; d += KickGap {
+		out = append(out, d)
+	}
+	return out
+}()
+
+// TestRun_KicksWhileNothingIsDue (issue 46): under a churn of short jobs
+// every release kicks a retention pass, and each pass reads the whole
+// archive. While the passes find nothing to prune (and no archive_quota
+// is set) the kicks are served IdleKickGap apart; the period still runs a
+// pass. Where a rule prunes (max_age here), or an archive_quota is set,
+// kicks are served KickGap apart as before.
+func TestRun_KicksWhileNothingIsDue(t *testing.T) {
+	cases := []struct {
+		name  string
+		rules Rules
+		// want: the reads of 40 s of kicks every second, from the first
+		// kick after the pass at start.
+		want []time.Duration
+	}{
+		{"nothing due: one read per IdleKickGap", Rules{Default: Policy{Keep: 3}},
+			[]time.Duration{IdleKickGap}},
+		{"a prune due (keep = 1, web's two allocations): one read per KickGap", Rules{Default: Policy{Keep: 1}},
+			everyKickGap},
+		{"archive_quota set: one read per KickGap", Rules{Default: Policy{Keep: 3}, Quota: 1 << 40},
+			everyKickGap},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				z := newSavedArchive(t)
+				p := New(z, hclog.NewNullLogger())
+				p.SetConfig(Config{Container: "capt/nomad/.archive", Rules: tc.rules})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go p.Run(ctx, time.Minute)
+				synctest.Wait() // the pass at start
+				must.Len(t, 1, z.readsSince(time.Time{}))
+				// Offsets are whole seconds: the kicks come half a second
+				// after each, so that none meets a pass due at that moment.
+				start := time.Now()
+				time.Sleep(500 * time.Millisecond)
+				for range 40 {
+					p.Kick()
+					time.Sleep(time.Second)
+					synctest.Wait()
+				}
+				must.Eq(t, tc.want, z.readsSince(start))
+				z.mu.Lock()
+				defer z.mu.Unlock()
+				must.Eq(t, tc.rules.Default.Keep == 1, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))
+			})
+		})
+	}
+}
