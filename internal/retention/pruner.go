@@ -88,8 +88,11 @@ type Pruner struct {
 	// seen, when set, is told after each pass what the archive keeps.
 	seen func([]Archive)
 	// idle: the last pass found nothing to prune, under rules with no
-	// archive_quota (Run then serves kicks IdleKickGap apart).
+	// archive_quota (Run then serves kicks IdleKickGap apart); gen counts
+	// SetConfig calls, so that a pass under an older config leaves idle
+	// as SetConfig cleared it.
 	idle bool
+	gen  uint64
 }
 
 // OnPass sets a function that is told, after each pass, the archives the
@@ -112,6 +115,7 @@ func (p *Pruner) SetConfig(cfg Config) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cfg, p.set, p.idle = cfg, true, false
+	p.gen++
 }
 
 // Kick asks Run for a pass now, or KickGap after the last one began (after
@@ -174,7 +178,7 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	p.passMu.Lock()
 	defer p.passMu.Unlock()
 	p.mu.Lock()
-	cfg, set := p.cfg, p.set
+	cfg, set, gen := p.cfg, p.set, p.gen
 	p.mu.Unlock()
 	if !set || cfg.Container == "" {
 		return Result{}, nil
@@ -219,7 +223,9 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	}
 	p.mu.Lock()
 	seen := p.seen
-	p.idle = len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0
+	if p.gen == gen {
+		p.idle = len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0
+	}
 	p.mu.Unlock()
 	if seen != nil {
 		gone := map[string]bool{}

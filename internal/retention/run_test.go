@@ -25,9 +25,12 @@ import (
 // changes nothing, so that an archive a rule prunes is pruned at every
 // pass.
 type savedArchive struct {
+	mu sync.Mutex // guards ds, reads, destroyed
 	ds []zfs.Dataset
+	// second is a second allocation of web's identity (see newSavedArchive),
+	// which addSecond puts in the reads from then on.
+	second zfs.Dataset
 
-	mu        sync.Mutex // guards reads, destroyed
 	reads     []time.Time
 	destroyed int
 }
@@ -48,10 +51,28 @@ func newSavedArchive(t *testing.T) *savedArchive {
 				v.Value = strings.ReplaceAll(strings.ReplaceAll(v.Value, "1a2b3c4d-0000-4000-8000-000000000001", "1a2b3c4e-0000-4000-8000-000000000002"), "2026-11-20T", "2026-11-21T")
 				c.Props[k] = v
 			}
-			ds = append(ds, c)
+			return &savedArchive{ds: append(ds, c), second: c}
 		}
 	}
-	return &savedArchive{ds: ds}
+	t.Fatal("the saved output has no archive of web")
+	return nil
+}
+
+// withoutSecond is newSavedArchive with web's second allocation left out
+// until addSecond.
+func withoutSecond(t *testing.T) *savedArchive {
+	t.Helper()
+	z := newSavedArchive(t)
+	z.ds = z.ds[:len(z.ds)-1]
+	return z
+}
+
+// addSecond puts web's second allocation in the reads from now on: a
+// release of that identity, which keep = 1 prunes the older of.
+func (z *savedArchive) addSecond() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.ds = append(z.ds, z.second)
 }
 
 func (z *savedArchive) Get(_ context.Context, name string, _ int, _ ...string) ([]zfs.Dataset, error) {
@@ -61,7 +82,7 @@ func (z *savedArchive) Get(_ context.Context, name string, _ int, _ ...string) (
 	if name != "capt/nomad/.archive" {
 		return nil, errors.New("not the saved container")
 	}
-	return z.ds, nil
+	return slices.Clone(z.ds), nil
 }
 
 func (z *savedArchive) DestroyRecursive(context.Context, string, string) error {
@@ -98,9 +119,9 @@ var everyKickGap = func() []time.Duration {
 // TestRun_KicksWhileNothingIsDue (issue 46): under a churn of short jobs
 // every release kicks a retention pass, and each pass reads the whole
 // archive. While the passes find nothing to prune (and no archive_quota
-// is set) the kicks are served IdleKickGap apart; the period still runs a
-// pass. Where a rule prunes (max_age here), or an archive_quota is set,
-// kicks are served KickGap apart as before.
+// is set) the kicks are served IdleKickGap apart. Where a rule prunes
+// (keep here), or an archive_quota is set, kicks are served KickGap apart
+// as before.
 func TestRun_KicksWhileNothingIsDue(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -140,6 +161,54 @@ func TestRun_KicksWhileNothingIsDue(t *testing.T) {
 				z.mu.Lock()
 				defer z.mu.Unlock()
 				must.Eq(t, tc.rules.Default.Keep == 1, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))
+			})
+		})
+	}
+}
+
+// TestRun_IdleUntilSomethingChanges (issue 46): passes that found nothing
+// to prune serve kicks IdleKickGap apart; a prune that becomes due (a
+// second allocation of an identity with keep = 1, released at 10 s) is
+// made at the end of that gap at most, and from then on kicks are served
+// KickGap apart again; a new config (SetConfig at 10 s) is applied at the
+// next kick, KickGap apart.
+func TestRun_IdleUntilSomethingChanges(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(z *savedArchive, p *Pruner)
+		want   []time.Duration
+		pruned bool
+	}{
+		{"a prune becomes due", func(z *savedArchive, _ *Pruner) { z.addSecond() },
+			[]time.Duration{IdleKickGap, 32 * time.Second, 34 * time.Second, 36 * time.Second, 38 * time.Second, 40 * time.Second}, true},
+		{"a new config", func(_ *savedArchive, p *Pruner) {
+			p.SetConfig(Config{Container: "capt/nomad/.archive", Rules: Rules{Default: Policy{Keep: 2}}})
+		}, []time.Duration{12 * time.Second}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				z := withoutSecond(t)
+				p := New(z, hclog.NewNullLogger())
+				p.SetConfig(Config{Container: "capt/nomad/.archive", Rules: Rules{Default: Policy{Keep: 1}}})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go p.Run(ctx, time.Minute)
+				synctest.Wait() // the pass at start: nothing due
+				start := time.Now()
+				time.Sleep(500 * time.Millisecond)
+				for i := range 40 {
+					if i == 10 {
+						tc.change(z, p)
+					}
+					p.Kick()
+					time.Sleep(time.Second)
+					synctest.Wait()
+				}
+				must.Eq(t, tc.want, z.readsSince(start))
+				z.mu.Lock()
+				defer z.mu.Unlock()
+				must.Eq(t, tc.pruned, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))
 			})
 		})
 	}

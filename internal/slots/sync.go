@@ -140,8 +140,10 @@ func (m *Manager) sync(ctx context.Context, mine string) error {
 // converge runs rounds of observe → plan → apply, the loop of both Sync and
 // a slot's release: read observes ZFS (repairing what did not parse), the
 // plan is made from what it said, and act applies the part of the plan
-// that is the caller's, returning false when there was nothing to do. It
-// stops there, or after maxRounds rounds, and returns the last read.
+// that is the caller's, returning false when it applied nothing (nothing
+// to do, or all of it left to other work): a read after it would show the
+// same. It stops there, or after maxRounds rounds, and returns the last
+// read.
 func (m *Manager) converge(ctx context.Context, cfg Config, read func(context.Context) ([]zfs.Dataset, error), act func(reconcile.Plan) bool) ([]zfs.Dataset, error) {
 	for round := 0; ; round++ {
 		datasets, err := read(ctx)
