@@ -89,9 +89,8 @@ type metaPublisher struct {
 	want *string // nil until the first Update
 	have *string // what was last published; nil for nothing yet
 	// wrote is when have was published; the next write is due no sooner
-	// than gap after it (MetaGap).
+	// than MetaGap after it.
 	wrote time.Time
-	gap   time.Duration
 	// denied: the last answer about permission was a refusal (a streak of
 	// them, warned about once); deniedUntil is when the next try is due.
 	denied      bool
@@ -99,7 +98,7 @@ type metaPublisher struct {
 }
 
 func newMetaPublisher(log hclog.Logger) *metaPublisher {
-	return &metaPublisher{log: log, kick: make(chan struct{}, 1), gap: MetaGap}
+	return &metaPublisher{log: log, kick: make(chan struct{}, 1)}
 }
 
 // Update records what the archive holds now. It never blocks.
@@ -120,7 +119,7 @@ func (m *metaPublisher) Run(ctx context.Context, api metaSetter, retry, backoff 
 	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {
 		m.mu.Lock()
 		want, have, denied, until := m.want, m.have, m.denied, m.deniedUntil
-		next := m.wrote.Add(m.gap)
+		next := m.wrote.Add(MetaGap)
 		m.mu.Unlock()
 		if wait := time.Until(until); denied && wait > 0 {
 			return loop.After(wait) // an Update meanwhile waits for it too

@@ -14,15 +14,23 @@ import (
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
-func TestParse_SavedZFSFuseOutput(t *testing.T) {
+// savedGet parses testdata's saved zfs-fuse output of the archive
+// container "capt/nomad/.archive" (three archives, and children retention
+// leaves alone). It was captured before Props held the key ID (no archive
+// there is encrypted; zfs-fuse has no encryption) and the data's lineage
+// (none there was restored): the props asked for then.
+func savedGet(t *testing.T) []zfs.Dataset {
+	t.Helper()
 	out, err := os.ReadFile("testdata/get-archive-zfs-fuse-0.7.txt")
 	must.NoError(t, err)
-	// Captured before Props held the key ID (no archive there is
-	// encrypted; zfs-fuse has no encryption) and the data's lineage (none
-	// there was restored): the props asked for then.
 	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == record.PropKeyID || p == record.PropDataFrom })
 	ds, err := zfs.ParseGet(out, append(captured, "name"))
 	must.NoError(t, err)
+	return ds
+}
+
+func TestParse_SavedZFSFuseOutput(t *testing.T) {
+	ds := savedGet(t)
 
 	c, arch, skipped := Parse("capt/nomad/.archive", ds)
 	must.True(t, c.Exists)

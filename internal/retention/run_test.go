@@ -3,7 +3,6 @@ package retention
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
-	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/zfs"
 )
 
@@ -37,11 +35,7 @@ type savedArchive struct {
 
 func newSavedArchive(t *testing.T) *savedArchive {
 	t.Helper()
-	out, err := os.ReadFile("testdata/get-archive-zfs-fuse-0.7.txt")
-	must.NoError(t, err)
-	captured := slices.DeleteFunc(slices.Clone(Props), func(p string) bool { return p == record.PropKeyID || p == record.PropDataFrom })
-	ds, err := zfs.ParseGet(out, append(captured, "name"))
-	must.NoError(t, err)
+	ds := savedGet(t)
 	// A second allocation of default/web/g[2]/server, released a day
 	// later: with keep = 1 the older is pruned.
 	for _, d := range ds {
@@ -107,6 +101,31 @@ func (z *savedArchive) readsSince(from time.Time) []time.Duration {
 	return out
 }
 
+// kickEverySecond runs p in the synctest bubble of t, waits for its pass at
+// start, then kicks it every second for 40 s, the first half a second after
+// the start (offsets are whole seconds: no kick meets a pass due at that
+// moment), calling change (when not nil) before the eleventh kick, at
+// 10.5 s. It returns the reads of z after the start, as offsets from it.
+func kickEverySecond(t *testing.T, z *savedArchive, p *Pruner, change func()) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go p.Run(ctx, time.Minute)
+	synctest.Wait() // the pass at start
+	must.Len(t, 1, z.readsSince(time.Time{}))
+	start := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	for i := range 40 {
+		if i == 10 && change != nil {
+			change()
+		}
+		p.Kick()
+		time.Sleep(time.Second)
+		synctest.Wait()
+	}
+	return z.readsSince(start)
+}
+
 // everyKickGap is a read every KickGap over the 40.5 s of kicks.
 var everyKickGap = func() []time.Duration {
 	var out []time.Duration
@@ -143,21 +162,7 @@ func TestRun_KicksWhileNothingIsDue(t *testing.T) {
 				z := newSavedArchive(t)
 				p := New(z, hclog.NewNullLogger())
 				p.SetConfig(Config{Container: "capt/nomad/.archive", Rules: tc.rules})
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				go p.Run(ctx, time.Minute)
-				synctest.Wait() // the pass at start
-				must.Len(t, 1, z.readsSince(time.Time{}))
-				// Offsets are whole seconds: the kicks come half a second
-				// after each, so that none meets a pass due at that moment.
-				start := time.Now()
-				time.Sleep(500 * time.Millisecond)
-				for range 40 {
-					p.Kick()
-					time.Sleep(time.Second)
-					synctest.Wait()
-				}
-				must.Eq(t, tc.want, z.readsSince(start))
+				must.Eq(t, tc.want, kickEverySecond(t, z, p, nil))
 				z.mu.Lock()
 				defer z.mu.Unlock()
 				must.Eq(t, tc.rules.Default.Keep == 1, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))
@@ -191,21 +196,7 @@ func TestRun_IdleUntilSomethingChanges(t *testing.T) {
 				z := withoutSecond(t)
 				p := New(z, hclog.NewNullLogger())
 				p.SetConfig(Config{Container: "capt/nomad/.archive", Rules: Rules{Default: Policy{Keep: 1}}})
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				go p.Run(ctx, time.Minute)
-				synctest.Wait() // the pass at start: nothing due
-				start := time.Now()
-				time.Sleep(500 * time.Millisecond)
-				for i := range 40 {
-					if i == 10 {
-						tc.change(z, p)
-					}
-					p.Kick()
-					time.Sleep(time.Second)
-					synctest.Wait()
-				}
-				must.Eq(t, tc.want, z.readsSince(start))
+				must.Eq(t, tc.want, kickEverySecond(t, z, p, func() { tc.change(z, p) }))
 				z.mu.Lock()
 				defer z.mu.Unlock()
 				must.Eq(t, tc.pruned, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))

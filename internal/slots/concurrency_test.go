@@ -28,11 +28,8 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 	guid := e.guid(t, s0.Dataset)
 
 	a.end(o1)
-	w.Pause("rename")
 	changed := e.mgr.Changed()
-	released := make(chan error, 1)
-	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
-	w.WaitPaused(t, "rename", 30*time.Second)
+	released := releasePausedAtRename(t, e, w)
 
 	// The release is under way: the slot says so, and the change was
 	// published (the fingerprint loop waits on Changed).
@@ -69,13 +66,7 @@ func TestConcurrency_ReserveWhileAnotherReleaseIsPaused(t *testing.T) {
 		t.Fatal("Sync waited for another slot's release")
 	}
 	must.EqOp(t, string(record.StateArchived), stateOf(t, e, s0.Dataset)) // its fate, recorded first
-	w.Resume("rename")
-	select {
-	case err := <-released:
-		must.NoError(t, err)
-	case <-time.After(time.Minute):
-		t.Fatal("the release did not finish after the rename went on")
-	}
+	resumeRelease(t, w, released)
 	checkFresh(t, e, "scratch-0", guid)
 	got = slotByID(t, e, "scratch-1")
 	must.Eq(t, record.StateReserved, got.State, must.Sprint("Sync must not undo the reservation made while it ran"))
@@ -277,10 +268,7 @@ func TestConcurrency_SyncReadsTheTreeOnceWhileASlotIsReleased(t *testing.T) {
 	s0 := withoutSpare(t, e, w, a, "scratch-0", o1)
 
 	a.end(o1)
-	w.Pause("rename")
-	released := make(chan error, 1)
-	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
-	w.WaitPaused(t, "rename", 30*time.Second)
+	released := releasePausedAtRename(t, e, w)
 	must.EqOp(t, string(record.StateArchived), stateOf(t, e, s0.Dataset)) // its fate: the steps left are the release's
 
 	treeReads := func() int {
@@ -297,6 +285,25 @@ func TestConcurrency_SyncReadsTheTreeOnceWhileASlotIsReleased(t *testing.T) {
 	must.Eq(t, 1, treeReads()-before, must.Sprint("one read of the tree: the only changes due were the paused release's"))
 	must.False(t, slotByID(t, e, "scratch-0").Healthy, must.Sprint("the slot under release is left as the release shows it"))
 
+	resumeRelease(t, w, released)
+}
+
+// releasePausedAtRename pauses `zfs rename` (w first on PATH) and starts
+// ReleaseEnded, whose outcome it returns on the channel; on return the
+// release waits in its rename.
+func releasePausedAtRename(t *testing.T, e *env, w *zfstest.Wrapper) <-chan error {
+	t.Helper()
+	w.Pause("rename")
+	released := make(chan error, 1)
+	go func() { released <- e.mgr.ReleaseEnded(context.Background()) }()
+	w.WaitPaused(t, "rename", 30*time.Second)
+	return released
+}
+
+// resumeRelease lets the paused rename go on and fails t unless the
+// release (released, from releasePausedAtRename) ends well within a minute.
+func resumeRelease(t *testing.T, w *zfstest.Wrapper, released <-chan error) {
+	t.Helper()
 	w.Resume("rename")
 	select {
 	case err := <-released:
