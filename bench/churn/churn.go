@@ -102,7 +102,8 @@ type Results struct {
 	AgentLog  string                    `json:"agent_log"`
 
 	// reads are the plugin's non-blocking allocation reads during the
-	// device batches (for the notes; not written).
+	// device batches (for the notes; not written). The blocking ones are
+	// counted in each batch (ListReads).
 	reads []logRead
 	// lockWaits are the waits of Reserves for their slot's lock during
 	// the device batches.
@@ -120,10 +121,16 @@ type BatchResult struct {
 	Failed        int       `json:"failed"`
 	ZFSProcesses  int       `json:"zfs_processes"` // from Start until the slots settled
 	// ZFSCounts are the same processes by command and subcommand.
-	ZFSCounts     bench.Counts  `json:"zfs_counts,omitempty"`
-	WindowSeconds float64       `json:"window_seconds"`
-	CPU           *CPUUse       `json:"cpu"` // over the same window
-	Allocs        []AllocRecord `json:"allocs"`
+	ZFSCounts     bench.Counts `json:"zfs_counts,omitempty"`
+	WindowSeconds float64      `json:"window_seconds"`
+	CPU           *CPUUse      `json:"cpu"` // over the same window
+	// ListReads is how many times the plugin read the node's allocation
+	// list (blocking or not) from Start until the slots settled, and
+	// ListMost the most allocations one of those reads listed: each
+	// allocation in it carries its job.
+	ListReads int           `json:"plugin_list_reads"`
+	ListMost  int           `json:"plugin_list_most_allocs"`
+	Allocs    []AllocRecord `json:"allocs"`
 }
 
 // AllocRecord is one job's allocation.
@@ -323,6 +330,9 @@ func (r *churnRun) run(ctx context.Context) error {
 	}
 	for p := range r.o.Pairs {
 		for _, kind := range []string{kindBaseline, kindDevice} {
+			if err := r.emptyNode(ctx, fmt.Sprintf("%s batch %d", kind, p+1)); err != nil {
+				return err
+			}
 			r.logf("pair %d: %s batch of %d jobs", p+1, kind, r.o.Jobs)
 			b, err := r.batch(ctx, kind, r.o.Jobs, kind)
 			if err != nil {

@@ -88,8 +88,13 @@ func (r *churnRun) figures() error {
 		})
 	}
 	for _, rd := range lg.Reads {
-		if inDevice(rd.End) {
+		if !rd.Blocking && inDevice(rd.End) {
 			res.reads = append(res.reads, rd)
+		}
+	}
+	for _, bs := range [][]BatchResult{res.Batches, res.Null, res.Floor} {
+		for i := range bs {
+			bs[i].ListReads, bs[i].ListMost = listReads(lg.Reads, bs[i].Start, bs[i].Start.Add(time.Duration(bs[i].WindowSeconds*float64(time.Second))))
 		}
 	}
 	for _, w := range lg.LockWaits {
@@ -261,4 +266,16 @@ func freshAt(lg *churnLog, device string, t time.Time) bool {
 		}
 	}
 	return !fresh.IsZero() && fresh.After(reserved)
+}
+
+// listReads counts the reads of reads that ended from start to end, and
+// the most allocations one of them listed.
+func listReads(reads []logRead, start, end time.Time) (n, most int) {
+	for _, rd := range reads {
+		if !rd.End.Before(start) && !rd.End.After(end) {
+			n++
+			most = max(most, rd.Allocs)
+		}
+	}
+	return n, most
 }

@@ -24,17 +24,11 @@ import (
 var errNoFloor = errors.New("the floor control needs the null device")
 
 // floorControl runs the floor batches: as many as the plugin's, of as many
-// jobs, after a forced garbage collection, with the floor driver taking
+// jobs, each after a forced garbage collection, with the floor driver taking
 // back each job's dataset.
 func (r *churnRun) floorControl(ctx context.Context) error {
 	if r.o.NullBin == "" {
 		return errNoFloor
-	}
-	if n, err := r.collect(ctx); err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("floor: the node still listed %d allocations after the forced garbage collection: %v", n, err))
 	}
 	devices := make([]string, r.o.Slots)
 	for i := range devices {
@@ -53,6 +47,9 @@ func (r *churnRun) floorControl(ctx context.Context) error {
 	defer func() { r.floor = nil }()
 	r.logf("floor: %d batches of %d jobs against the null device, each job's dataset made and destroyed by the floor driver", r.o.Pairs, r.o.Jobs)
 	for p := range r.o.Pairs {
+		if err := r.emptyNode(ctx, fmt.Sprintf("floor batch %d", p+1)); err != nil {
+			return err
+		}
 		b, err := r.batch(ctx, kindFloor, r.o.Jobs, kindFloor)
 		if err != nil {
 			return fmt.Errorf("floor batch %d: %w", p+1, err)

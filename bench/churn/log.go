@@ -79,7 +79,7 @@ type churnLog struct {
 	Unhealthy []logEvent               // plugin lines at WARN or ERROR
 	Marks     []logRan                 // "ran": the zfs set of a slot's state, on this class's slots
 	Prepared  []logEvent               // "slot prepared": At its end, Took its zfs work, Job the asker's
-	Reads     []logRead                // "read the node's allocations" with blocking=false
+	Reads     []logRead                // "read the node's allocations", blocking or not
 	LockWaits []logLockWait            // "waited for the slot's lock"
 }
 
@@ -92,12 +92,14 @@ type logLockWait struct {
 	Waited time.Duration
 }
 
-// logRead is a non-blocking read of the node's allocations that the plugin
-// made (for a Reserve's identification or a release pass's proof).
+// logRead is a read of the node's allocations that the plugin made: a
+// blocking one (its watch of the node), or not (a Reserve's
+// identification, a release pass's proof).
 type logRead struct {
-	End    time.Time
-	Took   time.Duration
-	Allocs int
+	End      time.Time
+	Took     time.Duration
+	Allocs   int
+	Blocking bool
 }
 
 // logRan is one zfs command the plugin ran, as its runner logged it: when
@@ -198,11 +200,11 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 				}
 			}
 			out.Sent = append(out.Sent, sent)
-		case plugin && strings.Contains(l.Text, "read the node's allocations:") && l.KV["blocking"] == "false":
+		case plugin && strings.Contains(l.Text, "read the node's allocations:"):
 			took, ok := logDuration(l.KV["took"])
 			n, err := strconv.Atoi(l.KV["allocs"])
-			if ok && err == nil {
-				out.Reads = append(out.Reads, logRead{End: l.At, Took: took, Allocs: n})
+			if b := l.KV["blocking"]; ok && err == nil && (b == "true" || b == "false") {
+				out.Reads = append(out.Reads, logRead{End: l.At, Took: took, Allocs: n, Blocking: b == "true"})
 			}
 		case plugin && strings.Contains(l.Text, "waited for the slot's lock"):
 			if w, ok := logDuration(l.KV["waited"]); ok {

@@ -76,9 +76,9 @@ func TestReserveCommand(t *testing.T) {
 	must.Eq(t, logEvent{}, reservedIn(lg, "scratch-2", h))
 }
 
-// The plugin's non-blocking allocation reads and its waits for a slot's
-// lock are read with their durations (hclog's float nanoseconds); a
-// blocking read is not one of them.
+// The plugin's allocation reads, blocking or not, and its waits for a
+// slot's lock are read with their durations (hclog's float nanoseconds);
+// listReads counts the reads within a batch's window.
 func TestChurnLogReadsAndLockWaits(t *testing.T) {
 	const log = `    2026-11-24T21:29:13.151Z [TRACE] client.device_mgr.nomad-device-zfs: read the node's allocations: plugin=nomad-device-zfs @module=nomad-device-zfs.allocwatch allocs=132 blocking=true index=887 took="2.2466715e+08" timestamp=2026-11-24T21:29:13.151Z
     2026-11-24T21:29:13.274Z [TRACE] client.device_mgr.nomad-device-zfs: read the node's allocations: plugin=nomad-device-zfs @module=nomad-device-zfs.allocwatch allocs=135 blocking=false index=892 took="1.5074066e+07" timestamp=2026-11-24T21:29:13.274Z
@@ -86,9 +86,26 @@ func TestChurnLogReadsAndLockWaits(t *testing.T) {
 `
 	lg, err := readChurnLog(strings.NewReader(log), "p/nomad", "scratch")
 	must.NoError(t, err)
-	must.Len(t, 1, lg.Reads)
-	must.Eq(t, 135, lg.Reads[0].Allocs)
-	must.Eq(t, 15074066*time.Nanosecond, lg.Reads[0].Took)
+	must.Len(t, 2, lg.Reads)
+	must.Eq(t, logRead{End: lg.Reads[0].End, Took: 224667150 * time.Nanosecond, Allocs: 132, Blocking: true}, lg.Reads[0])
+	must.Eq(t, logRead{End: lg.Reads[1].End, Took: 15074066 * time.Nanosecond, Allocs: 135}, lg.Reads[1])
+	for _, tc := range []struct {
+		from, to string
+		n, most  int
+	}{
+		{from: "21:29:13.000", to: "21:29:14.000", n: 2, most: 135},
+		{from: "21:29:13.000", to: "21:29:13.200", n: 1, most: 132},
+		{from: "21:29:13.200", to: "21:29:14.000", n: 1, most: 135},
+		{from: "21:29:14.000", to: "21:29:15.000"},
+	} {
+		at := func(s string) time.Time {
+			v, err := time.Parse(time.RFC3339Nano, "2026-11-24T"+s+"Z")
+			must.NoError(t, err)
+			return v
+		}
+		n, most := listReads(lg.Reads, at(tc.from), at(tc.to))
+		must.Eq(t, [2]int{tc.n, tc.most}, [2]int{n, most}, must.Sprintf("%s to %s", tc.from, tc.to))
+	}
 	must.Len(t, 1, lg.LockWaits)
 	must.Eq(t, logLockWait{At: lg.LockWaits[0].At, For: "hand over the spare", Behind: "sync", Waited: 4200 * time.Microsecond}, lg.LockWaits[0])
 	must.StrContains(t, lockWaitsNote(lg.LockWaits), "behind: sync 1")

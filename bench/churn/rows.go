@@ -219,6 +219,7 @@ func churnRows(res *Results) []Row {
 		rows = append(rows, row)
 	}
 	if row, ok := cpuRow(res.Batches); ok {
+		row.Note += listReadsNote(res)
 		rows = append(rows, row)
 	}
 	rows = append(rows, nullRows(res)...)
@@ -362,6 +363,24 @@ func cpuRow(batches []BatchResult) (Row, bool) {
 		Reference: fmt.Sprintf("%.2f s", per(base.Machine, baseJobs)), Ratio: fmt.Sprintf("%.2f×", q), Value: q, Target: "—", Verdict: "info",
 		Note: fmt.Sprintf("busy CPU time of the whole machine from a batch's start until its slots settled, per job; a device job's extra, by part: zfs commands %s, zfs-fuse daemon %s, plugin %s, Nomad agent %s, executors and tasks %s; the rest is the kernel and the benchmark's own polling",
 			extra(dev.ZFSCommands, base.ZFSCommands), extra(dev.ZFSDaemon, base.ZFSDaemon), extra(dev.Plugin, base.Plugin), extra(dev.Agent, base.Agent), extra(dev.AgentChildren, base.AgentChildren))}, true
+}
+
+// listReadsNote gives, for each batch of 40 in run order, how many times
+// the plugin read the node's allocation list and the most allocations a
+// read listed: each carries its job, so a read costs the agent and the
+// plugin in proportion, and every batch starts on a node emptied by a
+// forced garbage collection so that none pays for the ones before it.
+func listReadsNote(res *Results) string {
+	var parts []string
+	for _, bs := range [][]BatchResult{res.Batches, res.Null, res.Floor} {
+		for _, b := range bs {
+			parts = append(parts, fmt.Sprintf("%s %d (up to %d)", b.Kind, b.ListReads, b.ListMost))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; the plugin's reads of the node's allocation list, blocking or not, per batch: " + strings.Join(parts, ", ")
 }
 
 // turnParts splits the turns of one batch: the time from an allocation's
