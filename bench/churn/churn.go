@@ -102,8 +102,8 @@ type Results struct {
 	AgentLog  string                    `json:"agent_log"`
 
 	// reads are the plugin's non-blocking allocation reads during the
-	// device batches (for the notes; not written). The blocking ones are
-	// counted in each batch (ListReads).
+	// device batches (for the notes; not written). Every read, blocking
+	// or not, is counted per batch (ListReads).
 	reads []logRead
 	// lockWaits are the waits of Reserves for their slot's lock during
 	// the device batches.

@@ -6,7 +6,7 @@ package churn
 // nothing else. The floor driver (bench/churn/floor) follows the floor
 // jobs' allocations, hands each device its spare at its tenant's end and
 // makes and destroys the datasets; its package doc says how. The floor
-// batches run after the null control's, after a forced garbage
+// batches run after the null control's, each after a forced garbage
 // collection, on the same agent, with the same batch shape.
 
 import (

@@ -19,6 +19,8 @@ package churn
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
@@ -59,43 +61,56 @@ func (r *churnRun) control(ctx context.Context) error {
 }
 
 // emptyNode has the node's terminal allocations collected before the
-// batch what (collect); a node that still lists some after gcTimeout is
-// noted in the results, and the run goes on. It fails only when ctx ends.
+// batch what (collect); a node not empty after gcTimeout is noted in the
+// results, and the run goes on. It fails only when ctx ends.
 func (r *churnRun) emptyNode(ctx context.Context, what string) error {
-	n, err := r.collect(ctx)
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
+	err := r.collect(ctx)
+	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: the node still listed %d allocations after the forced garbage collection: %v", what, n, err))
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: after the forced garbage collection: %v", what, err))
 	return nil
 }
 
 // collect asks the servers for a forced garbage collection and returns
-// once the node lists no allocation (nothing runs between batches), or
-// gcTimeout has passed: then with how many it still lists.
-func (r *churnRun) collect(ctx context.Context) (int, error) {
+// once the node lists no allocation (nothing runs between batches) and
+// the client has torn down every one it held (its allocation directory,
+// <data dir>/alloc, is empty: the client destroys a collected allocation
+// a moment after the servers' list no longer shows it, up to a second
+// later under this load, which would otherwise fall in the next batch's
+// window), or gcTimeout has passed: then with what was left.
+func (r *churnRun) collect(ctx context.Context) error {
 	if err := r.a.API.System().GarbageCollect(); err != nil {
-		return 0, fmt.Errorf("forced garbage collection: %w", err)
+		return fmt.Errorf("forced garbage collection: %w", err)
 	}
+	allocDir := filepath.Join(r.a.Dir, "data", "alloc")
 	deadline := time.Now().Add(gcTimeout)
 	for {
+		var left error
 		allocs, _, err := r.a.API.Nodes().Allocations(r.a.NodeID, nil)
-		if err == nil && len(allocs) == 0 {
-			return 0, nil
+		switch {
+		case err != nil:
+			left = fmt.Errorf("listing the node's allocations: %w", err)
+		case len(allocs) > 0:
+			left = fmt.Errorf("the node still lists %d allocations", len(allocs))
+		default:
+			switch dirs, err := os.ReadDir(allocDir); {
+			case err != nil && !os.IsNotExist(err):
+				left = fmt.Errorf("reading the client's allocation directory: %w", err)
+			case len(dirs) > 0:
+				left = fmt.Errorf("the client still holds %d allocation directories in %s", len(dirs), allocDir)
+			}
+		}
+		if left == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			if err != nil {
-				return 0, fmt.Errorf("listing the node's allocations: %w", err)
-			}
-			return len(allocs), fmt.Errorf("not empty after %s", gcTimeout)
+			return fmt.Errorf("%w after %s", left, gcTimeout)
 		}
 		select {
 		case <-ctx.Done():
-			return len(allocs), ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -146,7 +161,7 @@ func nullRows(res *Results) []Row {
 		Figure:   fmt.Sprintf("control: Reserve of a device plugin that does nothing, p50, the first %d tasks of each of its batches (started together)", res.Slots),
 		Measured: fmtMS(bench.Median(wave)), Reference: fmtMS(base) + " idle", Ratio: fmt.Sprintf("%.2f×", q(bench.Median(wave), base)), Value: q(bench.Median(wave), base),
 		Target: "—", Verdict: "info",
-		Note: fmt.Sprintf("bench/nulldevice: the same idle jobs and batches asking for its device, run after the plugin's on the same agent, the node's allocations collected first; its Reserve answers at once (gRPC, the client's device manager and hook, nothing else). The fresh Reserve row's samples are the device batches' first waves: a plugin that took no time at all would read about %.2f× there (%d and %d samples). At the same moment the plugin's Reserves took p50 %s (all of its first waves, %d; its fresh ones %s, %d), %.2f× the null's; idle, the plugin's %s is %.2f× the null's",
+		Note: fmt.Sprintf("bench/nulldevice: the same idle jobs and batches asking for its device, run after the plugin's on the same agent, each batch on a node emptied by a forced garbage collection, as every batch is; its Reserve answers at once (gRPC, the client's device manager and hook, nothing else). The fresh Reserve row's samples are the device batches' first waves: a plugin that took no time at all would read about %.2f× there (%d and %d samples). At the same moment the plugin's Reserves took p50 %s (all of its first waves, %d; its fresh ones %s, %d), %.2f× the null's; idle, the plugin's %s is %.2f× the null's",
 			q(bench.Median(wave), base), len(wave), len(idle), fmtMS(bench.Median(zfsWave)), len(zfsWave), fmtMS(bench.Median(fresh)), len(fresh),
 			q(bench.Median(zfsWave), bench.Median(wave)), fmtMS(zfsIdle), q(zfsIdle, base))})
 	rows = append(rows, Row{Key: "null-reserve-rest",
