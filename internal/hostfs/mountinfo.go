@@ -70,13 +70,26 @@ const maxLine = 4 << 20
 // not exactly three fields after it, a bad number or escape) makes it fail
 // with a *ParseError naming the line.
 func ParseMountInfo(r io.Reader) (Table, error) {
+	return parseTable(r, func([]byte) (bool, string) { return true, "" })
+}
+
+// parseTable parses the lines of mountinfo text that keep takes, in order:
+// keep says whether to parse a line, or why it is malformed.
+func parseTable(r io.Reader, keep func(line []byte) (bool, string)) (Table, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var t Table
 	n := 0
 	for sc.Scan() {
 		n++
-		m, reason := parseLine(sc.Text())
+		take, reason := keep(sc.Bytes())
+		if reason == "" && !take {
+			continue
+		}
+		var m Mount
+		if reason == "" {
+			m, reason = parseLine(sc.Text())
+		}
 		if reason != "" {
 			return nil, &ParseError{Line: n, Text: sc.Text(), Reason: reason}
 		}

@@ -24,7 +24,7 @@ package slots
 //     release pass does not decide it (the proof kicks the next), no
 //     preparation starts for it, and another Reserve of it waits
 //     (awaitProofs). Each waits only for the proofs of its own slots, and
-//     a proof lasts identifyGrace at most.
+//     a proof lasts proofs.After and identifyGrace at most.
 //
 // A proof that shows the prepared allocation live, wanted running and
 // holding the devices makes it the owner, recorded behind as after any
@@ -42,6 +42,7 @@ import (
 
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/record"
 	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/preps"
+	"github.com/nomad-device-zfs/nomad-device-zfs/internal/slots/proofs"
 )
 
 // answerBeforeProof hands over the prepared slots res (of ids, as
@@ -87,10 +88,12 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 }
 
 // prove makes the proof behind the answer of answerBeforeProof: one read
-// of asker, made now (after the call arrived), bounded by identifyGrace
+// of asker, made proofs.After from now (after the call arrived, once the
+// agent has taken the answer in), bounded by identifyGrace
 // (m.proofs.Grace).
 // It records what the proof says (proven), then opens the slots' gate.
 func (m *Manager) prove(ctx context.Context, nomad Nomad, ids []string, res []Slot, asker record.Owner, released map[string]uint64, gate chan struct{}) {
+	time.Sleep(proofs.After)
 	began := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, m.proofs.Grace())
 	err := nomad.Holds(hctx, asker, ids)

@@ -115,9 +115,11 @@ func ensureMount(table hostfs.Table, tableErr error, path string, want hostfs.Fl
 // CheckMounted verifies, from the kernel's mount table, that a slot's
 // mountpoint is a mount with the wanted flags: Reserve never hands over a
 // path that is a bare directory (a dataset unmounted behind the plugin's
-// back) or a mount without nosuid/nodev.
+// back) or a mount without nosuid/nodev. It parses only the table's lines
+// at path (hostfs.ReadTableAt): a Reserve checks its slot's mount, on a
+// node whose table holds a few mounts per allocation.
 func CheckMounted(path string, want hostfs.Flags) error {
-	t, err := hostfs.ReadTable()
+	t, err := hostfs.ReadTableAt(path)
 	if err != nil {
 		return err
 	}
@@ -218,7 +220,7 @@ func MayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags)
 	if err := CheckMounted(mountpoint, want); err != nil {
 		return err.Error()
 	}
-	if t, err := hostfs.ReadTable(); err != nil {
+	if t, err := hostfs.ReadTableAt(mountpoint); err != nil {
 		return err.Error()
 	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
 		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
