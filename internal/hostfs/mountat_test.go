@@ -1,9 +1,11 @@
 package hostfs
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,8 +41,9 @@ func TestParseMountInfoAt_SameAsFullParse(t *testing.T) {
 }
 
 // Mounts stacked at one path, listed in any order, and an escaped mount
-// point; a malformed line is refused whether or not it is at the path, a
-// malformed line elsewhere only when it has no mount point to skip.
+// point. A malformed line at the path is refused as a full parse refuses
+// it; one elsewhere only when its mount point cannot be read (too few
+// fields, a bad escape), and the error names its line.
 func TestParseMountInfoAt_Cases(t *testing.T) {
 	const (
 		lower = "30 1 0:40 / /s rw,relatime - fuse.zfs p/lower rw"
@@ -54,6 +57,7 @@ func TestParseMountInfoAt_Cases(t *testing.T) {
 		path    string
 		want    string // the source of At(path), "" for none
 		wantErr string // in the ParseError's reason
+		errLine int    // the ParseError's line
 	}{
 		{name: "upper listed second", text: lower + "\n" + child + "\n" + upper, path: "/s", want: "p/upper"},
 		{name: "upper listed first", text: upper + "\n" + lower, path: "/s", want: "p/upper"},
@@ -61,9 +65,9 @@ func TestParseMountInfoAt_Cases(t *testing.T) {
 		{name: "escaped", text: lower + "\n" + space, path: "/srv/my slots", want: "p/space"},
 		{name: "escaped, compared unescaped", text: space, path: `/srv/my\040slots`},
 		{name: "not there", text: lower, path: "/t"},
-		{name: "short line elsewhere", text: lower + "\n30 1 0:40 /", path: "/s", wantErr: "fewer than 6 fields"},
-		{name: "bad escape elsewhere", text: `34 1 0:44 / /x\9 rw - zfs p/x rw` + "\n" + lower, path: "/s", wantErr: "mount point"},
-		{name: "malformed at the path", text: "35 1 0:45 / /s rw x zfs p/y rw", path: "/s", wantErr: "separator"},
+		{name: "short line elsewhere", text: lower + "\n30 1 0:40 /", path: "/s", wantErr: "fewer than 6 fields", errLine: 2},
+		{name: "bad escape elsewhere", text: `34 1 0:44 / /x\9 rw - zfs p/x rw` + "\n" + lower, path: "/s", wantErr: "mount point", errLine: 1},
+		{name: "malformed at the path", text: "35 1 0:45 / /s rw x zfs p/y rw", path: "/s", wantErr: "separator", errLine: 1},
 		{name: "malformed elsewhere, skipped", text: "35 1 0:45 / /y rw zfs p/y rw\n" + lower, path: "/s", want: "p/lower"},
 	}
 	for _, tc := range cases {
@@ -72,6 +76,7 @@ func TestParseMountInfoAt_Cases(t *testing.T) {
 			if tc.wantErr != "" {
 				var pe *ParseError
 				must.True(t, errors.As(err, &pe), must.Sprintf("error %v", err))
+				must.Eq(t, tc.errLine, pe.Line)
 				must.StrContains(t, pe.Reason, tc.wantErr)
 				return
 			}
@@ -90,4 +95,53 @@ func TestReadTableAt_Root(t *testing.T) {
 	m, ok := tbl.At("/")
 	must.True(t, ok)
 	must.Eq(t, "/", m.MountPoint)
+}
+
+// bigTable is the zfs-fuse capture's lines ten times over, each copy's
+// mount points moved under its own directory: 230 lines, about what the
+// churn of `make bench` leaves in a node's table.
+func bigTable(b *testing.B) ([]byte, string) {
+	b.Helper()
+	capture, err := os.ReadFile(filepath.Join("testdata", "mountinfo-zfs-fuse.txt"))
+	must.NoError(b, err)
+	var out strings.Builder
+	for i := range 10 {
+		for _, line := range strings.Split(strings.TrimSpace(string(capture)), "\n") {
+			f := strings.Split(line, " ")
+			f[4] = "/copy" + strconv.Itoa(i) + f[4]
+			out.WriteString(strings.Join(f, " ") + "\n")
+		}
+	}
+	return []byte(out.String()), "/copy9/tmp/hostfs-cap.jcD6/mnt/slot"
+}
+
+// The cost of a Reserve's mount check on a node with a few hundred
+// mounts: the whole table parsed, then only the lines at one path.
+func BenchmarkParseMountInfo(b *testing.B) {
+	text, path := bigTable(b)
+	for b.Loop() {
+		tbl, err := ParseMountInfo(bytes.NewReader(text))
+		must.NoError(b, err)
+		_, ok := tbl.At(path)
+		must.True(b, ok)
+	}
+}
+
+func BenchmarkParseMountInfoAt(b *testing.B) {
+	text, path := bigTable(b)
+	for b.Loop() {
+		tbl, err := ParseMountInfoAt(bytes.NewReader(text), path)
+		must.NoError(b, err)
+		_, ok := tbl.At(path)
+		must.True(b, ok)
+	}
+}
+
+// Reading this machine's table, which the kernel writes out at each read:
+// what a check costs beyond the parse (it grows with the node's mounts).
+func BenchmarkReadMountInfo(b *testing.B) {
+	for b.Loop() {
+		_, err := os.ReadFile(MountInfoPath)
+		must.NoError(b, err)
+	}
 }

@@ -73,8 +73,9 @@ func ParseMountInfo(r io.Reader) (Table, error) {
 	return parseTable(r, func([]byte) (bool, string) { return true, "" })
 }
 
-// parseTable parses the lines of mountinfo text that keep takes, in order:
-// keep says whether to parse a line, or why it is malformed.
+// parseTable parses the lines of mountinfo text that keep takes, in order.
+// keep says whether to parse a line, or why it is malformed: a reason
+// fails the parse with a *ParseError naming the line, whatever take says.
 func parseTable(r io.Reader, keep func(line []byte) (bool, string)) (Table, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)

@@ -88,9 +88,9 @@ func (m *Manager) answerBeforeProof(ctx context.Context, nomad Nomad, ids []stri
 }
 
 // prove makes the proof behind the answer of answerBeforeProof: one read
-// of asker, made proofs.After from now (after the call arrived, once the
-// agent has taken the answer in), bounded by identifyGrace
-// (m.proofs.Grace).
+// of asker, made proofs.After from now (after the call arrived, and by
+// then most likely after the agent has taken the answer in), bounded by
+// identifyGrace (m.proofs.Grace).
 // It records what the proof says (proven), then opens the slots' gate.
 func (m *Manager) prove(ctx context.Context, nomad Nomad, ids []string, res []Slot, asker record.Owner, released map[string]uint64, gate chan struct{}) {
 	time.Sleep(proofs.After)

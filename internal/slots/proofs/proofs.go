@@ -3,8 +3,8 @@
 // and why): while one is under way its slots are closed to every other
 // work (the manager's lockSlot waits, its Sync and release passes leave
 // them, another Reserve of them waits: Await), and how long a proof may
-// read (Grace). What a proof does and records is the manager's; this
-// package keeps only the gates and their lock.
+// read (Grace), and when it reads (After). What a proof does and records
+// is the manager's; this package keeps only the gates and their lock.
 package proofs
 
 import (
@@ -27,15 +27,18 @@ type Gates struct {
 	grace time.Duration
 }
 
-// After is how long a proof waits, once its Reserve is answered, before it
-// reads. The agent that asked is still taking the answer in then (it saves
-// it in its state database and goes on with the task's start), and a read
-// of the agent's API at that moment competes with it for the node's CPUs
-// (under the churn of `make bench`, the part of a Reserve outside the
-// plugin read 2.6-2.9 ms p50 with the read at once, 2.2-2.4 ms in four
-// runs of six with it 15 ms later: issue 46). The proof is about the
-// allocation's state at a moment after the call arrived, so a later read
-// proves as much; the slot stays closed to other work that much longer.
+// After is how long a proof waits, from the moment the manager answers
+// its Reserve, before it reads. The agent that asked is then still taking
+// the answer in (it saves it in its state database and goes on with the
+// task's start), and a read of the agent's API made at once would be
+// served beside it on the same CPUs. Under the churn of `make bench` the
+// part of a Reserve outside the plugin read 2.6-2.9 ms (p50) in five runs
+// with the read at once, 2.2-2.3 ms in three runs of five with it 15 ms
+// later (2.8 and 3.4 in the other two); suggestive, not proven, and the
+// ratios the bench judges did not move beyond the runs' spread (issue
+// 46). The proof is about the allocation's state at a moment after the
+// call arrived, so a later read proves as much; the slot stays closed to
+// other work that much longer.
 const After = 15 * time.Millisecond
 
 // New returns gates with none closed, whose proofs read for grace at most.
