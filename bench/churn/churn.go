@@ -110,6 +110,14 @@ type Results struct {
 	lockWaits []logLockWait
 }
 
+// allBatches returns the batches of every kind, in the order they ran:
+// the plugin's (with the baseline's), the null device's, the floor's.
+// The slices are the Results' own: a change to a batch through them is a
+// change to it.
+func (r *Results) allBatches() [][]BatchResult {
+	return [][]BatchResult{r.Batches, r.Null, r.Floor}
+}
+
 // BatchResult is one batch of jobs.
 type BatchResult struct {
 	Kind          string    `json:"kind"` // baseline, device or null
@@ -164,6 +172,9 @@ type AllocRecord struct {
 	// ReservePluginMS is the plugin's own part of the hook: from the
 	// Reserve's arrival to its "slot reserved" line (its "took").
 	ReservePluginMS float64 `json:"reserve_plugin_ms,omitempty"`
+	// ZFSInFlight is how many of the plugin's zfs and zpool commands, on
+	// any slot, were running at some moment of the hook (inflight.go).
+	ZFSInFlight int `json:"zfs_in_flight,omitempty"`
 	// Prepared: the plugin reserved the slot for this allocation when it
 	// saw it placed, and its Reserve handed it over as prepared.
 	Prepared bool `json:"prepared,omitempty"`

@@ -92,7 +92,7 @@ func (r *churnRun) figures() error {
 			res.reads = append(res.reads, rd)
 		}
 	}
-	for _, bs := range [][]BatchResult{res.Batches, res.Null, res.Floor} {
+	for _, bs := range res.allBatches() {
 		for i := range bs {
 			bs[i].ListReads, bs[i].ListMost = listReads(lg.Reads, bs[i].Start, bs[i].Start.Add(time.Duration(bs[i].WindowSeconds*float64(time.Second))))
 		}
@@ -115,6 +115,7 @@ func (r *churnRun) figures() error {
 			}
 			if h, ok := lg.Hooks[a.AllocID]; ok && a.Device != "" {
 				a.ReserveMS, a.ReserveStart = bench.Millis(h.Duration), h.Start
+				a.ZFSInFlight = inFlight(lg.Commands, h.Start, h.Start.Add(h.Duration))
 				r := reservedIn(lg, a.Device, h)
 				a.How, a.ReservePluginMS, a.Prepared = r.Text, bench.Millis(r.Took), r.Prepared
 				if p, ok := preparedFor(lg, a.Device, a.Job, h); ok && r.Prepared {

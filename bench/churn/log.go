@@ -78,6 +78,7 @@ type churnLog struct {
 	Sent      []logSent                // "fingerprint sent"
 	Unhealthy []logEvent               // plugin lines at WARN or ERROR
 	Marks     []logRan                 // "ran": the zfs set of a slot's state, on this class's slots
+	Commands  []cmdSpan                // "ran": every zfs and zpool command the plugin ran, in log order
 	Prepared  []logEvent               // "slot prepared": At its end, Took its zfs work, Job the asker's
 	Reads     []logRead                // "read the node's allocations", blocking or not
 	LockWaits []logLockWait            // "waited for the slot's lock"
@@ -213,6 +214,9 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 		case plugin && strings.Contains(l.Text, ": ran:"):
 			if r, ok := stateMark(l, slotPrefix, class); ok {
 				out.Marks = append(out.Marks, r)
+			}
+			if c, ok := commandSpan(l); ok {
+				out.Commands = append(out.Commands, c)
 			}
 		case plugin && (l.Level == "WARN" || l.Level == "ERROR"):
 			out.Unhealthy = append(out.Unhealthy, logEvent{At: l.At, Text: l.Text})

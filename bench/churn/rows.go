@@ -224,6 +224,9 @@ func churnRows(res *Results) []Row {
 	}
 	rows = append(rows, nullRows(res)...)
 	rows = append(rows, controlRows(res)...)
+	if row, ok := inFlightRow(res); ok {
+		rows = append(rows, row)
+	}
 	rows = append(rows, floorRows(res)...)
 	if res.RSSStart > 0 {
 		q := float64(res.RSSEnd) / float64(res.RSSStart)
@@ -372,7 +375,7 @@ func cpuRow(batches []BatchResult) (Row, bool) {
 // forced garbage collection so that none pays for the ones before it.
 func listReadsNote(res *Results) string {
 	var parts []string
-	for _, bs := range [][]BatchResult{res.Batches, res.Null, res.Floor} {
+	for _, bs := range res.allBatches() {
 		for _, b := range bs {
 			parts = append(parts, fmt.Sprintf("%s %d (up to %d)", b.Kind, b.ListReads, b.ListMost))
 		}

@@ -119,18 +119,25 @@ func ensureMount(table hostfs.Table, tableErr error, path string, want hostfs.Fl
 // at path (hostfs.ReadTableAt): a Reserve checks its slot's mount, on a
 // node whose table holds a few mounts per allocation.
 func CheckMounted(path string, want hostfs.Flags) error {
+	_, err := mountedAt(path, want)
+	return err
+}
+
+// mountedAt is CheckMounted's check, returning the mount it found at path
+// (from one read of the table's lines there) when it passes.
+func mountedAt(path string, want hostfs.Flags) (hostfs.Mount, error) {
 	t, err := hostfs.ReadTableAt(path)
 	if err != nil {
-		return err
+		return hostfs.Mount{}, err
 	}
 	m, ok := t.At(path)
 	if !ok {
-		return fmt.Errorf("%s: %w", path, hostfs.ErrNotMounted)
+		return hostfs.Mount{}, fmt.Errorf("%s: %w", path, hostfs.ErrNotMounted)
 	}
 	if !m.Satisfies(want) {
-		return fmt.Errorf("%s is mounted without %s", path, want)
+		return hostfs.Mount{}, fmt.Errorf("%s is mounted without %s", path, want)
 	}
-	return nil
+	return m, nil
 }
 
 // ReadyRoot gives an empty root directory the class owner and mode. A
@@ -217,12 +224,10 @@ func EmptyDir(ctx context.Context, dir string) (bool, error) {
 // with flags want, may have been written; "" when it cannot have: it is
 // what is mounted there, as the plugin mounts it, and its root is empty.
 func MayBeWritten(ctx context.Context, ds, mountpoint string, want hostfs.Flags) string {
-	if err := CheckMounted(mountpoint, want); err != nil {
+	// One read of the table decides both: the mount's flags and its source.
+	if mnt, err := mountedAt(mountpoint, want); err != nil {
 		return err.Error()
-	}
-	if t, err := hostfs.ReadTableAt(mountpoint); err != nil {
-		return err.Error()
-	} else if mnt, ok := t.At(mountpoint); !ok || mnt.Source != ds {
+	} else if mnt.Source != ds {
 		return fmt.Sprintf("%s is not what is mounted at %s", ds, mountpoint)
 	}
 	empty, err := EmptyDir(ctx, mountpoint)

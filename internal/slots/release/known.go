@@ -168,7 +168,7 @@ func Settle(log hclog.Logger, cfg reconcile.Config, cur view.Slot, focus string,
 	case made != "":
 		_, leaf, _ := view.CutLast(made)
 		mp := filepath.Join(filepath.Dir(cur.Mountpoint), leaf)
-		table, err := hostfs.ReadTable()
+		table, err := hostfs.ReadTableAt(mp) // the lines at mp alone
 		if err != nil {
 			return view.Slot{}, false
 		}

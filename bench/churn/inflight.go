@@ -1,0 +1,80 @@
+package churn
+
+// The plugin's zfs commands beside its Reserves: how much slower a Reserve
+// after a batch's first wave is when one of the plugin's zfs or zpool
+// commands (on any slot: a release, a spare, an owner's record) is running
+// at the same moment. The Reserves with none in flight are the control
+// within the same batches: the same jobs, the same agent, the same second.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nomad-device-zfs/nomad-device-zfs/bench"
+)
+
+// cmdSpan is one zfs or zpool command the plugin ran, from its runner's
+// "ran" line: when it began and ended, and what it was ("set canmount",
+// "rename", ...).
+type cmdSpan struct {
+	Start, End time.Time
+	What       string
+}
+
+// commandSpan reads a runner's "ran" line (any command, any outcome): it
+// ends at the line's time, and began its duration before. The args are
+// logged as a Go slice, [set, prop=value, dataset].
+func commandSpan(l logLine) (cmdSpan, bool) {
+	took, ok := logDuration(l.KV["duration"])
+	if !ok || took < 0 || l.At.IsZero() {
+		return cmdSpan{}, false
+	}
+	what := l.KV["cmd"]
+	if _, rest, ok := strings.Cut(l.Text, "args=["); ok {
+		list, _, _ := strings.Cut(rest, "]")
+		if args := strings.Split(list, ", "); len(args) > 0 && args[0] != "" {
+			what = args[0]
+			if args[0] == "set" && len(args) > 1 {
+				prop, _, _ := strings.Cut(args[1], "=")
+				what += " " + prop
+			}
+		}
+	}
+	return cmdSpan{Start: l.At.Add(-took), End: l.At, What: what}, true
+}
+
+// inFlight counts the commands running at some moment between start and
+// end.
+func inFlight(cmds []cmdSpan, start, end time.Time) int {
+	n := 0
+	for _, c := range cmds {
+		if c.Start.Before(end) && start.Before(c.End) {
+			n++
+		}
+	}
+	return n
+}
+
+// inFlightRow is the plugin's Reserves after its batches' first waves,
+// split by whether one of its commands was in flight meanwhile: the p50 of
+// each part, and the control's after-wave p50 beside them. False when
+// either part has no sample.
+func inFlightRow(res *Results) (Row, bool) {
+	_, busy := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.ZFSInFlight > 0 }))
+	_, none := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.ZFSInFlight == 0 }))
+	if len(busy) == 0 || len(none) == 0 {
+		return Row{}, false
+	}
+	b, n := bench.Median(busy), bench.Median(none)
+	q := float64(b) / float64(n)
+	note := fmt.Sprintf("the devices hook of the plugin's tasks after each batch's first wave: %d of %d had at least one of the plugin's zfs or zpool commands (any slot's) running at some moment of it. Those without are the control within the same batches", len(busy), len(busy)+len(none))
+	if _, nullRest := waveSplit(res.Null, res.Slots, reserveMS); len(nullRest) > 0 {
+		c := bench.Median(nullRest)
+		note += fmt.Sprintf("; against the null device's after-wave p50 %s they read %.2f× (with a command in flight) and %.2f× (without)", fmtMS(c), float64(b)/float64(c), float64(n)/float64(c))
+	}
+	return Row{Key: "zfs-in-flight-rest",
+		Figure:   "Reserve after the first wave with one of the plugin's zfs commands running meanwhile, against with none, p50",
+		Measured: fmtMS(b) + " in flight", Reference: fmtMS(n) + " none", Ratio: fmt.Sprintf("%.2f×", q), Value: q,
+		Target: "—", Verdict: "info", Note: note}, true
+}
