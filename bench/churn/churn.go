@@ -172,9 +172,10 @@ type AllocRecord struct {
 	// ReservePluginMS is the plugin's own part of the hook: from the
 	// Reserve's arrival to its "slot reserved" line (its "took").
 	ReservePluginMS float64 `json:"reserve_plugin_ms,omitempty"`
-	// ZFSInFlight is how many of the plugin's zfs and zpool commands, on
-	// any slot, were running at some moment of the hook (inflight.go).
-	ZFSInFlight int `json:"zfs_in_flight,omitempty"`
+	// ZFSInFlight are the plugin's zfs and zpool commands, on any slot,
+	// that were running at some moment of the hook (inflight.go): what
+	// each was ("set canmount", "rename", ...), sorted.
+	ZFSInFlight []string `json:"zfs_in_flight,omitempty"`
 	// Prepared: the plugin reserved the slot for this allocation when it
 	// saw it placed, and its Reserve handed it over as prepared.
 	Prepared bool `json:"prepared,omitempty"`

@@ -8,6 +8,8 @@ package churn
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,31 +46,56 @@ func commandSpan(l logLine) (cmdSpan, bool) {
 	return cmdSpan{Start: l.At.Add(-took), End: l.At, What: what}, true
 }
 
-// inFlight counts the commands running at some moment between start and
-// end.
-func inFlight(cmds []cmdSpan, start, end time.Time) int {
-	n := 0
+// inFlight returns what the commands running at some moment strictly
+// between start and end were, sorted: a command that ended at start or
+// began at end is not one of them, and a hook of no length has only the
+// commands that began before it and ended after it.
+func inFlight(cmds []cmdSpan, start, end time.Time) []string {
+	var out []string
 	for _, c := range cmds {
 		if c.Start.Before(end) && start.Before(c.End) {
-			n++
+			out = append(out, c.What)
 		}
 	}
-	return n
+	slices.Sort(out)
+	return out
 }
 
-// inFlightRow is the plugin's Reserves after its batches' first waves,
-// split by whether one of its commands was in flight meanwhile: the p50 of
-// each part, and the control's after-wave p50 beside them. False when
-// either part has no sample.
+// inFlightRow is the plugin's Reserves after its device batches' first
+// waves, split by whether one of its commands was in flight meanwhile:
+// the p50 of each part, and the control's after-wave p50 beside them. A
+// Reserve that ran a zfs command of its own (one not prepared: its
+// ReserveZFSMS) is left out, its own command being no neighbour. False
+// when either part has no sample.
 func inFlightRow(res *Results) (Row, bool) {
-	_, busy := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.ZFSInFlight > 0 }))
-	_, none := waveSplit(res.Batches, res.Slots, reserveIf(func(a AllocRecord) bool { return a.ZFSInFlight == 0 }))
+	devices := ofKind(res.Batches, kindDevice)
+	own := func(a AllocRecord) bool { return a.ReserveZFSMS > 0 }
+	_, busy := waveSplit(devices, res.Slots, reserveIf(func(a AllocRecord) bool { return !own(a) && len(a.ZFSInFlight) > 0 }))
+	_, none := waveSplit(devices, res.Slots, reserveIf(func(a AllocRecord) bool { return !own(a) && len(a.ZFSInFlight) == 0 }))
+	_, mine := waveSplit(devices, res.Slots, reserveIf(own))
 	if len(busy) == 0 || len(none) == 0 {
 		return Row{}, false
 	}
+	// What was in flight beside the Reserves counted as busy, by kind.
+	kinds := map[string]int{}
+	for _, b := range devices {
+		first := firstWave(b, res.Slots)
+		for _, a := range b.Allocs {
+			if a.ReserveMS > 0 && !first[a.AllocID] && !own(a) {
+				for _, k := range a.ZFSInFlight {
+					kinds[k]++
+				}
+			}
+		}
+	}
+	var byKind []string
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		byKind = append(byKind, fmt.Sprintf("%s %d", k, kinds[k]))
+	}
 	b, n := bench.Median(busy), bench.Median(none)
 	q := float64(b) / float64(n)
-	note := fmt.Sprintf("the devices hook of the plugin's tasks after each batch's first wave: %d of %d had at least one of the plugin's zfs or zpool commands (any slot's) running at some moment of it. Those without are the control within the same batches", len(busy), len(busy)+len(none))
+	note := fmt.Sprintf("the devices hook of the plugin's tasks after each device batch's first wave: %d of %d had at least one of the plugin's zfs or zpool commands (any slot's) running at some moment of it (%d more ran a command of their own and are left out). Those without are the control within the same batches. A longer hook is likelier to meet a command, so the split leans the slow ones to the busy side a little (the commands run 50-600 ms, the hooks a few). Beside the busy ones, by kind: %s",
+		len(busy), len(busy)+len(none), len(mine), strings.Join(byKind, ", "))
 	if _, nullRest := waveSplit(res.Null, res.Slots, reserveMS); len(nullRest) > 0 {
 		c := bench.Median(nullRest)
 		note += fmt.Sprintf("; against the null device's after-wave p50 %s they read %.2f× (with a command in flight) and %.2f× (without)", fmtMS(c), float64(b)/float64(c), float64(n)/float64(c))

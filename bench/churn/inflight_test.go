@@ -34,51 +34,64 @@ func TestCommandSpans(t *testing.T) {
 	must.Eq(t, 338006553*time.Nanosecond, lg.Commands[1].End.Sub(lg.Commands[1].Start))
 	h, ok := lg.Hooks["ba2ed19b-e4dd-ceea-4890-121e25ed6404"]
 	must.True(t, ok)
-	must.Eq(t, 1, inFlight(lg.Commands, h.Start, h.Start.Add(h.Duration)))
+	must.Eq(t, []string{"set nomad-device-zfs:state"}, inFlight(lg.Commands, h.Start, h.Start.Add(h.Duration)))
 }
 
 func TestInFlight(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	span := func(from, to int) cmdSpan { return cmdSpan{Start: at(from), End: at(to), What: "set"} }
+	span := func(from, to int, what string) cmdSpan { return cmdSpan{Start: at(from), End: at(to), What: what} }
 	cases := []struct {
-		name string
-		cmds []cmdSpan
-		want int
+		name     string
+		cmds     []cmdSpan
+		from, to int // the hook
+		want     []string
 	}{
-		{name: "none", want: 0},
-		{name: "ended before", cmds: []cmdSpan{span(0, 99)}, want: 0},
-		{name: "ended as the hook began", cmds: []cmdSpan{span(0, 100)}, want: 0},
-		{name: "began as the hook ended", cmds: []cmdSpan{span(110, 200)}, want: 0},
-		{name: "across its start", cmds: []cmdSpan{span(50, 101)}, want: 1},
-		{name: "inside", cmds: []cmdSpan{span(102, 105)}, want: 1},
-		{name: "across its end", cmds: []cmdSpan{span(109, 300)}, want: 1},
-		{name: "around it", cmds: []cmdSpan{span(0, 300)}, want: 1},
-		{name: "three of four", cmds: []cmdSpan{span(0, 300), span(0, 50), span(105, 106), span(109, 120)}, want: 3},
+		{name: "none", from: 100, to: 110},
+		{name: "ended before", cmds: []cmdSpan{span(0, 99, "set")}, from: 100, to: 110},
+		{name: "ended as the hook began", cmds: []cmdSpan{span(0, 100, "set")}, from: 100, to: 110},
+		{name: "began as the hook ended", cmds: []cmdSpan{span(110, 200, "set")}, from: 100, to: 110},
+		{name: "across its start", cmds: []cmdSpan{span(50, 101, "set")}, from: 100, to: 110, want: []string{"set"}},
+		{name: "inside", cmds: []cmdSpan{span(102, 105, "rename")}, from: 100, to: 110, want: []string{"rename"}},
+		{name: "across its end", cmds: []cmdSpan{span(109, 300, "create")}, from: 100, to: 110, want: []string{"create"}},
+		{name: "around it", cmds: []cmdSpan{span(0, 300, "get")}, from: 100, to: 110, want: []string{"get"}},
+		{name: "a command of no length inside", cmds: []cmdSpan{span(105, 105, "list")}, from: 100, to: 110, want: []string{"list"}},
+		{name: "a hook of no length: only what spans it", cmds: []cmdSpan{span(0, 300, "get"), span(100, 200, "set"), span(0, 100, "list")}, from: 100, to: 100, want: []string{"get"}},
+		{name: "three of four, sorted", cmds: []cmdSpan{span(0, 300, "set b"), span(0, 50, "x"), span(105, 106, "rename"), span(109, 120, "set a")}, from: 100, to: 110,
+			want: []string{"rename", "set a", "set b"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			must.Eq(t, tc.want, inFlight(tc.cmds, at(100), at(110)))
+			must.Eq(t, tc.want, inFlight(tc.cmds, at(tc.from), at(tc.to)))
 		})
 	}
 }
 
-// The row splits the Reserves after each first wave (the first Slots
-// placed are the wave) by whether a command was in flight, and names the
-// control's after-wave p50 when the run had null batches.
+// The row splits the device batches' Reserves after each first wave (the
+// first Slots placed are the wave) by whether a command was in flight,
+// leaves out the Reserves that ran a command of their own, tallies what
+// was in flight, and names the control's after-wave p50 when the run had
+// null batches.
 func TestInFlightRow(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC)
-	batch := func(kind string, ms []float64, inflight []int) BatchResult {
+	batch := func(kind string, ms []float64, inflight [][]string) BatchResult {
 		b := nullBatch(kind, t0, ms, nil)
 		for i := range b.Allocs {
 			b.Allocs[i].ZFSInFlight = inflight[i]
 		}
 		return b
 	}
+	set, ren := "set nomad-device-zfs:state", "rename"
 	// First wave (2 slots): 50 and 60 ms, left out. After it: 4, 6, 8 ms
-	// with a command in flight (p50 6), 2 and 3 ms without (p50 2.5).
-	dev := batch(kindDevice, []float64{50, 60, 4, 2, 6, 3, 8}, []int{1, 0, 2, 0, 1, 0, 3})
-	res := &Results{Slots: 2, Batches: []BatchResult{batch(kindBaseline, []float64{0, 0, 0}, []int{0, 0, 0}), dev},
+	// with a command in flight (p50 6), 2 and 3 ms without (p50 2.5), and
+	// 40 ms with its own command (left out).
+	dev := batch(kindDevice, []float64{50, 60, 4, 2, 6, 3, 8, 40},
+		[][]string{{set}, nil, {set, set}, nil, {ren}, nil, {ren, set}, {set}})
+	dev.Allocs[7].ReserveZFSMS = 30
+	// A baseline batch never has a devices hook; one that had would not
+	// count.
+	base := batch(kindBaseline, []float64{1, 1, 1, 1}, [][]string{nil, nil, nil, {set}})
+	res := &Results{Slots: 2, Batches: []BatchResult{base, dev},
 		Null: []BatchResult{nullBatch(kindNull, t0, []float64{9, 9, 2, 2, 2}, nil)}}
 	row, ok := inFlightRow(res)
 	must.True(t, ok)
@@ -86,6 +99,8 @@ func TestInFlightRow(t *testing.T) {
 	must.Eq(t, "info", row.Verdict)
 	must.Eq(t, 6.0/2.5, row.Value, must.Sprint(row)) // the median of two is their mean
 	must.StrContains(t, row.Note, "3 of 5 had")
+	must.StrContains(t, row.Note, "(1 more ran a command of their own")
+	must.StrContains(t, row.Note, "by kind: rename 2, set nomad-device-zfs:state 3;")
 	must.StrContains(t, row.Note, "3.00× (with a command in flight) and 1.25× (without)")
 
 	// Without null batches: no control in the note.
@@ -95,7 +110,7 @@ func TestInFlightRow(t *testing.T) {
 	must.StrNotContains(t, row.Note, "null device")
 
 	// Every Reserve with a command in flight: no row.
-	all := batch(kindDevice, []float64{50, 60, 4, 2}, []int{1, 1, 1, 1})
+	all := batch(kindDevice, []float64{50, 60, 4, 2}, [][]string{{set}, {set}, {set}, {ren}})
 	_, ok = inFlightRow(&Results{Slots: 2, Batches: []BatchResult{all}})
 	must.False(t, ok)
 }
