@@ -64,12 +64,12 @@ func inFlight(cmds []cmdSpan, start, end time.Time) []string {
 // inFlightRow is the plugin's Reserves after its device batches' first
 // waves, split by whether one of its commands was in flight meanwhile:
 // the p50 of each part, and the control's after-wave p50 beside them. A
-// Reserve that ran a zfs command of its own (one not prepared: its
-// ReserveZFSMS) is left out, its own command being no neighbour. False
-// when either part has no sample.
+// Reserve not prepared at placement is left out: it does work of its own
+// on its slot (a zfs set, a wait for its slot's release), and that work
+// is no neighbour. False when either part has no sample.
 func inFlightRow(res *Results) (Row, bool) {
 	devices := ofKind(res.Batches, kindDevice)
-	own := func(a AllocRecord) bool { return a.ReserveZFSMS > 0 }
+	own := func(a AllocRecord) bool { return !a.Prepared || a.ReserveZFSMS > 0 }
 	_, busy := waveSplit(devices, res.Slots, reserveIf(func(a AllocRecord) bool { return !own(a) && len(a.ZFSInFlight) > 0 }))
 	_, none := waveSplit(devices, res.Slots, reserveIf(func(a AllocRecord) bool { return !own(a) && len(a.ZFSInFlight) == 0 }))
 	_, mine := waveSplit(devices, res.Slots, reserveIf(own))
@@ -94,7 +94,7 @@ func inFlightRow(res *Results) (Row, bool) {
 	}
 	b, n := bench.Median(busy), bench.Median(none)
 	q := float64(b) / float64(n)
-	note := fmt.Sprintf("the devices hook of the plugin's tasks after each device batch's first wave: %d of %d had at least one of the plugin's zfs or zpool commands (any slot's) running at some moment of it (%d more ran a command of their own and are left out). Those without are the control within the same batches. A longer hook is likelier to meet a command, so the split leans the slow ones to the busy side a little (the commands run 50-600 ms, the hooks a few). Beside the busy ones, by kind: %s",
+	note := fmt.Sprintf("the devices hook of the plugin's tasks after each device batch's first wave: %d of %d had at least one of the plugin's zfs or zpool commands (any slot's) running at some moment of it (%d more were not prepared at placement, did work of their own on their slot, and are left out). Those without are the control within the same batches. A longer hook is likelier to meet a command, so the split leans the slow ones to the busy side a little (the commands run 50-600 ms, the hooks a few). Beside the busy ones, by kind: %s",
 		len(busy), len(busy)+len(none), len(mine), strings.Join(byKind, ", "))
 	if _, nullRest := waveSplit(res.Null, res.Slots, reserveMS); len(nullRest) > 0 {
 		c := bench.Median(nullRest)

@@ -67,27 +67,30 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
-// The row splits the device batches' Reserves after each first wave (the
-// first Slots placed are the wave) by whether a command was in flight,
-// leaves out the Reserves that ran a command of their own, tallies what
-// was in flight, and names the control's after-wave p50 when the run had
-// null batches.
+// The row splits the device batches' prepared Reserves after each first
+// wave (the first Slots placed are the wave) by whether a command was in
+// flight, leaves out the Reserves not prepared (they do work of their
+// own), tallies what was in flight, and names the control's after-wave
+// p50 when the run had null batches.
 func TestInFlightRow(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC)
 	batch := func(kind string, ms []float64, inflight [][]string) BatchResult {
 		b := nullBatch(kind, t0, ms, nil)
 		for i := range b.Allocs {
-			b.Allocs[i].ZFSInFlight = inflight[i]
+			b.Allocs[i].ZFSInFlight, b.Allocs[i].Prepared = inflight[i], true
 		}
 		return b
 	}
 	set, ren := "set nomad-device-zfs:state", "rename"
 	// First wave (2 slots): 50 and 60 ms, left out. After it: 4, 6, 8 ms
-	// with a command in flight (p50 6), 2 and 3 ms without (p50 2.5), and
-	// 40 ms with its own command (left out).
-	dev := batch(kindDevice, []float64{50, 60, 4, 2, 6, 3, 8, 40},
-		[][]string{{set}, nil, {set, set}, nil, {ren}, nil, {ren, set}, {set}})
-	dev.Allocs[7].ReserveZFSMS = 30
+	// with a command in flight (p50 6), 2 and 3 ms without (p50 2.5), 40
+	// ms not prepared and 30 ms that ran a command of its own (both left
+	// out). The first wave's unprepared one is not counted as left out.
+	dev := batch(kindDevice, []float64{50, 60, 4, 2, 6, 3, 8, 40, 30},
+		[][]string{{set}, nil, {set, set}, nil, {ren}, nil, {ren, set}, {set}, {set}})
+	dev.Allocs[0].Prepared = false
+	dev.Allocs[7].Prepared = false
+	dev.Allocs[8].ReserveZFSMS = 25
 	// A baseline batch never has a devices hook; one that had would not
 	// count.
 	base := batch(kindBaseline, []float64{1, 1, 1, 1}, [][]string{nil, nil, nil, {set}})
@@ -99,7 +102,7 @@ func TestInFlightRow(t *testing.T) {
 	must.Eq(t, "info", row.Verdict)
 	must.Eq(t, 6.0/2.5, row.Value, must.Sprint(row)) // the median of two is their mean
 	must.StrContains(t, row.Note, "3 of 5 had")
-	must.StrContains(t, row.Note, "(1 more ran a command of their own")
+	must.StrContains(t, row.Note, "(2 more were not prepared at placement")
 	must.StrContains(t, row.Note, "by kind: rename 2, set nomad-device-zfs:state 3;")
 	must.StrContains(t, row.Note, "3.00× (with a command in flight) and 1.25× (without)")
 
