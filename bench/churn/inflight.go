@@ -25,22 +25,20 @@ type cmdSpan struct {
 }
 
 // commandSpan reads a runner's "ran" line (any command, any outcome): it
-// ends at the line's time, and began its duration before. The args are
-// logged as a Go slice, [set, prop=value, dataset].
+// ends at the line's time, and began its duration before; what it was is
+// its subcommand, with the property a set sets (ranArgs), or the command
+// when no args were logged.
 func commandSpan(l logLine) (cmdSpan, bool) {
 	took, ok := logDuration(l.KV["duration"])
 	if !ok || took < 0 || l.At.IsZero() {
 		return cmdSpan{}, false
 	}
 	what := l.KV["cmd"]
-	if _, rest, ok := strings.Cut(l.Text, "args=["); ok {
-		list, _, _ := strings.Cut(rest, "]")
-		if args := strings.Split(list, ", "); len(args) > 0 && args[0] != "" {
-			what = args[0]
-			if args[0] == "set" && len(args) > 1 {
-				prop, _, _ := strings.Cut(args[1], "=")
-				what += " " + prop
-			}
+	if args, ok := ranArgs(l); ok && args[0] != "" {
+		what = args[0]
+		if args[0] == "set" && len(args) > 1 {
+			prop, _, _ := strings.Cut(args[1], "=")
+			what += " " + prop
 		}
 	}
 	return cmdSpan{Start: l.At.Add(-took), End: l.At, What: what}, true
@@ -68,25 +66,28 @@ func inFlight(cmds []cmdSpan, start, end time.Time) []string {
 // on its slot (a zfs set, a wait for its slot's release), and that work
 // is no neighbour. False when either part has no sample.
 func inFlightRow(res *Results) (Row, bool) {
-	devices := ofKind(res.Batches, kindDevice)
-	own := func(a AllocRecord) bool { return !a.Prepared || a.ReserveZFSMS > 0 }
-	_, busy := waveSplit(devices, res.Slots, reserveIf(func(a AllocRecord) bool { return !own(a) && len(a.ZFSInFlight) > 0 }))
-	_, none := waveSplit(devices, res.Slots, reserveIf(func(a AllocRecord) bool { return !own(a) && len(a.ZFSInFlight) == 0 }))
-	_, mine := waveSplit(devices, res.Slots, reserveIf(own))
-	if len(busy) == 0 || len(none) == 0 {
-		return Row{}, false
-	}
-	// What was in flight beside the Reserves counted as busy, by kind.
-	kinds := map[string]int{}
-	for _, b := range devices {
+	var busy, none []time.Duration
+	mine := 0
+	kinds := map[string]int{} // what was in flight beside the busy ones
+	for _, b := range ofKind(res.Batches, kindDevice) {
 		first := firstWave(b, res.Slots)
 		for _, a := range b.Allocs {
-			if a.ReserveMS > 0 && !first[a.AllocID] && !own(a) {
+			switch {
+			case a.ReserveMS <= 0 || first[a.AllocID]:
+			case !a.Prepared:
+				mine++
+			case len(a.ZFSInFlight) == 0:
+				none = append(none, msDur(a.ReserveMS))
+			default:
+				busy = append(busy, msDur(a.ReserveMS))
 				for _, k := range a.ZFSInFlight {
 					kinds[k]++
 				}
 			}
 		}
+	}
+	if len(busy) == 0 || len(none) == 0 {
+		return Row{}, false
 	}
 	var byKind []string
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {
@@ -95,7 +96,7 @@ func inFlightRow(res *Results) (Row, bool) {
 	b, n := bench.Median(busy), bench.Median(none)
 	q := float64(b) / float64(n)
 	note := fmt.Sprintf("the devices hook of the plugin's tasks after each device batch's first wave: %d of %d had at least one of the plugin's zfs or zpool commands (any slot's) running at some moment of it (%d more were not prepared at placement, did work of their own on their slot, and are left out). Those without are the control within the same batches. A longer hook is likelier to meet a command, so the split leans the slow ones to the busy side a little (the commands run 50-600 ms, the hooks a few). Beside the busy ones, by kind: %s",
-		len(busy), len(busy)+len(none), len(mine), strings.Join(byKind, ", "))
+		len(busy), len(busy)+len(none), mine, strings.Join(byKind, ", "))
 	if _, nullRest := waveSplit(res.Null, res.Slots, reserveMS); len(nullRest) > 0 {
 		c := bench.Median(nullRest)
 		note += fmt.Sprintf("; against the null device's after-wave p50 %s they read %.2f× (with a command in flight) and %.2f× (without)", fmtMS(c), float64(b)/float64(c), float64(n)/float64(c))

@@ -84,13 +84,14 @@ func TestInFlightRow(t *testing.T) {
 	set, ren := "set nomad-device-zfs:state", "rename"
 	// First wave (2 slots): 50 and 60 ms, left out. After it: 4, 6, 8 ms
 	// with a command in flight (p50 6), 2 and 3 ms without (p50 2.5), 40
-	// ms not prepared and 30 ms that ran a command of its own (both left
-	// out). The first wave's unprepared one is not counted as left out.
+	// ms not prepared and 30 ms not prepared that ran a zfs set of its own
+	// (both left out). The first wave's unprepared one is not counted as
+	// left out.
 	dev := batch(kindDevice, []float64{50, 60, 4, 2, 6, 3, 8, 40, 30},
 		[][]string{{set}, nil, {set, set}, nil, {ren}, nil, {ren, set}, {set}, {set}})
 	dev.Allocs[0].Prepared = false
 	dev.Allocs[7].Prepared = false
-	dev.Allocs[8].ReserveZFSMS = 25
+	dev.Allocs[8].Prepared, dev.Allocs[8].ReserveZFSMS = false, 25
 	// A baseline batch never has a devices hook; one that had would not
 	// count.
 	base := batch(kindBaseline, []float64{1, 1, 1, 1}, [][]string{nil, nil, nil, {set}})

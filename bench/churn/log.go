@@ -242,15 +242,10 @@ func readChurnLog(r io.Reader, parent, class string) (*churnLog, error) {
 // command a Reserve runs (one on a fresh slot, two side by side for a
 // spare). The args are logged as a Go slice, [set, prop=value, dataset].
 func stateMark(l logLine, slotPrefix, class string) (logRan, bool) {
-	_, rest, ok := strings.Cut(l.Text, "args=[")
+	args, ok := ranArgs(l)
 	if !ok || l.KV["error"] != "<nil>" {
 		return logRan{}, false
 	}
-	list, _, ok := strings.Cut(rest, "]")
-	if !ok {
-		return logRan{}, false
-	}
-	args := strings.Split(list, ", ")
 	if len(args) != 3 || args[0] != "set" || !strings.HasPrefix(args[1], record.PropState+"=") {
 		return logRan{}, false
 	}
@@ -263,6 +258,20 @@ func stateMark(l logLine, slotPrefix, class string) (logRan, bool) {
 		return logRan{}, false
 	}
 	return logRan{End: l.At, Took: took, Device: deviceOf(class, i), Dataset: args[2]}, true
+}
+
+// ranArgs returns the args of a runner's "ran" line, logged as a Go
+// slice ([set, prop=value, dataset]); false when the line has none.
+func ranArgs(l logLine) ([]string, bool) {
+	_, rest, ok := strings.Cut(l.Text, "args=[")
+	if !ok {
+		return nil, false
+	}
+	list, _, ok := strings.Cut(rest, "]")
+	if !ok {
+		return nil, false
+	}
+	return strings.Split(list, ", "), true
 }
 
 // logDuration reads a duration as the plugin logs it: hclog writes a

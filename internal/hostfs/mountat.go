@@ -2,9 +2,7 @@ package hostfs
 
 import (
 	"bytes"
-	"fmt"
 	"io"
-	"os"
 )
 
 // ParseMountInfoAt is ParseMountInfo for the mounts whose mount point is
@@ -67,13 +65,5 @@ func mountPointIs(mp []byte, path string) (bool, string) {
 // ReadTableAt reads MountInfoPath once, as ReadTable does, and returns the
 // mounts whose mount point is path (ParseMountInfoAt).
 func ReadTableAt(path string) (Table, error) {
-	b, err := os.ReadFile(MountInfoPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading mount table: %w", err)
-	}
-	t, err := ParseMountInfoAt(bytes.NewReader(b), path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", MountInfoPath, err)
-	}
-	return t, nil
+	return readTable(func(r io.Reader) (Table, error) { return ParseMountInfoAt(r, path) })
 }

@@ -216,12 +216,16 @@ func unescape(s string) (string, string) {
 // ReadTable reads and parses MountInfoPath once. Reading it does not reach
 // into any filesystem (FUSE included), so it cannot hang on a stuck daemon.
 // Callers read it once per pass and look every slot up in the result.
-func ReadTable() (Table, error) {
+func ReadTable() (Table, error) { return readTable(ParseMountInfo) }
+
+// readTable reads MountInfoPath once and parses it with parse (ReadTable,
+// ReadTableAt), naming the file in a parse error.
+func readTable(parse func(io.Reader) (Table, error)) (Table, error) {
 	b, err := os.ReadFile(MountInfoPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading mount table: %w", err)
 	}
-	t, err := ParseMountInfo(bytes.NewReader(b))
+	t, err := parse(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", MountInfoPath, err)
 	}
