@@ -228,6 +228,9 @@ func churnRows(res *Results) []Row {
 		rows = append(rows, row)
 	}
 	rows = append(rows, floorRows(res)...)
+	if row, ok := reachRow(res); ok {
+		rows = append(rows, row)
+	}
 	if res.RSSStart > 0 {
 		q := float64(res.RSSEnd) / float64(res.RSSStart)
 		rows = append(rows, Row{Key: "memory", Figure: "plugin memory (RSS) over the churn", Measured: fmt.Sprintf("%.1f MiB end", mib(res.RSSEnd)),
