@@ -3,11 +3,11 @@ package churn
 // What is within reach (issue 46): the floor control judged by the issue's
 // three targets against the null control, exactly as the plugin is judged
 // (control.go). The floor does one zfs create and one zfs destroy a job and
-// nothing else (floor.go): the least ZFS work that any implementation giving
-// each job a dataset of its own pays on the same pool. A target the floor
-// misses in a run is out of reach, in that run, of every such
-// implementation; the row says which of the plugin's misses are of that
-// kind.
+// nothing else (floor.go): one schedule of the least ZFS work that an
+// implementation giving each job a dataset of its own pays on the same
+// pool (not a bound: one that put its destroys off could read better). A
+// target the floor misses in a run was out of that work's reach in that
+// run; the row says which of the plugin's misses the floor shared.
 
 import (
 	"fmt"
@@ -95,7 +95,7 @@ func reachRow(res *Results) (Row, bool) {
 		}
 	}
 	note := fmt.Sprintf("the floor control against the null control, as the plugin is judged (null-judged rows): %s. "+
-		"The floor does one zfs create and one zfs destroy a job and nothing else: a target it misses is out of reach, in this run, of any implementation that gives each job a dataset of its own. "+
+		"The floor does one zfs create and one zfs destroy a job and nothing else: a target it misses was out of that work's reach in this run. "+
 		"The plugin's misses the floor shares: %s; the plugin's alone: %s",
 		strings.Join(figures, ", "), namesOrNone(both), namesOrNone(pluginOnly))
 	return Row{Key: "floor-reach", Figure: "issue 46's three targets against the null control: met by the floor control, and by the plugin",

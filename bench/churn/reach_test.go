@@ -42,6 +42,16 @@ func TestReachRow(t *testing.T) {
 			res.Batches[1].Seconds, res.Floor[0].Seconds = tc.devSec, tc.flSec
 			row, ok := reachRow(res)
 			must.True(t, ok)
+			// The same figures as the rows that print them.
+			floor, plugin := judgeTargets(res.Floor, kindFloor, res), judgeTargets(res.Batches, kindDevice, res)
+			printed := map[string]float64{}
+			for _, r := range append(controlRows(res), floorRows(res)...) {
+				printed[r.Key] = r.Value
+			}
+			for i, end := range []string{"wave", "rest", "throughput"} {
+				must.Eq(t, printed["floor-null-"+end], floor.ratio[i], must.Sprint(end))
+				must.Eq(t, printed["null-judged-"+end], plugin.ratio[i], must.Sprint(end))
+			}
 			must.Eq(t, "floor-reach", row.Key)
 			must.Eq(t, tc.measured, row.Measured)
 			must.Eq(t, tc.ref, row.Reference)
@@ -60,5 +70,24 @@ func TestReachRow(t *testing.T) {
 	} {
 		_, ok := reachRow(res)
 		must.False(t, ok, must.Sprint(name))
+	}
+}
+
+// The bounds are the judged rows' (control.go): at the bound is met, past
+// it is not, and a figure not computed is never met.
+func TestTargetsMet(t *testing.T) {
+	all := [3]bool{true, true, true}
+	for _, tc := range []struct {
+		name string
+		in   targets
+		want [3]bool
+	}{
+		{"at the bounds", targets{ratio: [3]float64{1.5, 1.5, 0.95}, has: all}, all},
+		{"just past them", targets{ratio: [3]float64{1.5001, 1.5001, 0.9499}, has: all}, [3]bool{}},
+		{"not computed", targets{ratio: [3]float64{1, 1, 1}, has: [3]bool{false, true, false}}, [3]bool{false, true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, tc.in.met())
+		})
 	}
 }

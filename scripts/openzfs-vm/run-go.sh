@@ -96,7 +96,7 @@ command -v go > /dev/null || die "no go on PATH"
 # the hold; since 2026-12-02 they set a longer hold, SetSpareHold, and
 # stay out for the VM step's time). The
 # end-to-end tests that stay: the scratch dataset, the conflict, long
-# names, setuid, the restore across nodes and the golden class.
+# names, setuid, the restore across nodes and the golden class (see below).
 # And internal/slots' tests of decisions from a zfs wrapper's refusal or
 # cut (TestSpare_MarkCutShortIsUndone, _RefusedFateLeavesTheSpareFresh,
 # _DeadlineAfterARefusalNamesTheRefusal, TestReserve_AMarkThatLanded…),
@@ -114,13 +114,24 @@ command -v go > /dev/null || die "no go on PATH"
 # encryption, usage, fault and mount-flag tests stay, and so do the two
 # Reserves that release and ready a slot themselves
 # (TestReserve_WaitsForTheRelease, _MadeForItsOwnerIsReadiedAfterARestart).
+# Since 2026-12-07 also four end-to-end tests whose subject is Nomad's side
+# and whose ZFS work internal/backup, internal/retention and the restore
+# across nodes run in the VM: a node lost (TestNodeLost, 189 s in the VM:
+# live backups, a fork, a receive: internal/backup's tests of each), the
+# scheduler placing by the archive's node metadata
+# (TestRestore_SchedulerPlacesByArchiveMeta, 54 s), a restore across nodes
+# waiting for its predecessor's final data
+# (TestRestoreAcrossNodes_WaitsForItsPredecessor, 45 s:
+# TestBackup_ARestoreWaitsForItsPredecessorsFinalData), and a dispatched
+# job's runs kept as one identity (TestRetention_Dispatched…, 62 s:
+# internal/retention). `make test` runs them on the host.
 VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig)$' # see above; a -skip in GOTESTFLAGS replaces it
 case $tests in
 all) pkgs=(./...) ;;
 ci)
 	pkgs=(./internal/zfs/... ./internal/testkit/zfstest/... ./internal/testkit/sandbox/... ./internal/hostfs/... ./internal/slots/...
 		./internal/device/... ./internal/cli/... ./internal/retention/... ./internal/backup/... ./internal/shared/... ./e2e/...)
-	VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_.*|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
+	VM_SKIP='^(TestDist|TestWire_AgentSendsTheGoldenConfig|TestFailClosed_(OrphanedZFSChild|ControlCharactersInNames)|TestOperator_DoctorAndStatus|TestReleaseEndToEnd|TestRestoreEndToEnd|TestRetentionEndToEnd|TestSharedClassEndToEnd|TestFailClosed_LimitedToken|TestFailClosed_APIUnreachable|TestFailClosed_HungAPI|TestFailClosed_PoststopOfAFailedAllocation|TestPreparedReserveEndToEnd|TestReleaseHealthReachesNomad|TestMetricsEndToEnd|TestNodeLost|TestRestore_SchedulerPlacesByArchiveMeta|TestRestoreAcrossNodes_WaitsForItsPredecessor|TestRetention_DispatchedRunsAreTheirParentsIdentity|TestPrepare_(FreshSlot|SpareOf|Nothing|Unproven|Void|ReserveMeets|NotFor).*|TestConcurrency_.*|TestRedTeam_(IncompleteView|StalePending|Safe_).*|TestRun_.*|TestSpare_(AHungWriteBackIsBounded|ACutMarkThatCannotBeUndone|StoppedBetweenTheMarks|HeldPairHandedOverInPart|KickedPassLeavesTheSpareToTheNextTenant|DeadlineAfterARefusalNamesTheRefusal|RefusedFateLeavesTheSpareFresh|MarkCutShortIsUndone|ReleaseWithTheOwnerStillPending)|TestRestore_WaitsForAPredecessorStillInAnotherSlot|TestRecord_.*|TestReserve_(NewAllocationWaitsForAStoppingOwner|OwnerUnknownIsKeptUntilNobodyHoldsIt|AMarkThatLandedThoughItFailedIsUndone|RepeatByTheOwner)|TestRelease_(NeverReadsTheTree|FallsBackToFullSync|NothingWhenParentMissing)|TestManager_(RefreshIfOlderCaches|ParentMissing)|TestRestore_Waits(ForTheReleaseUnderWay|ForItsPredecessor)|TestNomadAllocs_.*|TestReserve_FailsClosed|TestRestore_Faults|TestArmed_(FreshReserveRunsNoZFSCommand|SpareOfARestartedRunServes|AFailedReadForgetsNoHandover|ARepairedReadIsNormalized))$'
 	;;
 *) read -r -a pkgs <<< "$tests" ;;
 esac
