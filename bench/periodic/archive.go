@@ -21,9 +21,13 @@ const (
 	settleTimeout = 5 * time.Minute
 	// settleQuiet is how long the archive must stay as it is, every
 	// slot free and every archive in backup_dir, before the plugin counts
-	// as settled: several retention kicks (retention.KickGap) and
-	// fingerprints after the last change.
-	settleQuiet = 10 * time.Second
+	// as settled: longer than retention waits to serve a kick after a
+	// pass that found nothing to prune (retention.IdleKickGap), so that
+	// the pass a last release asked for has run, with a backup pass
+	// (retention.KickGap) on either side. At 10 s, shorter than that
+	// wait, a run could count the archive before its prune: one parent
+	// over keep by one, a bound broken that was not (CI, 2026-12-07).
+	settleQuiet = retention.IdleKickGap + 2*retention.KickGap
 )
 
 // ArchiveFigures is the archive as the plugin left it.
