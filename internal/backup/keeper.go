@@ -114,6 +114,8 @@ type Keeper struct {
 	pending []pendingRelease
 	// summaries is backup_dir as the passes last listed it (summary.go).
 	summaries summaries
+	// onSent, set before Run (OnSent), is called after a pass that sent.
+	onSent func()
 }
 
 // NewKeeper returns a keeper that reaches ZFS through z. It does nothing
@@ -151,6 +153,13 @@ func (k *Keeper) config() (Config, string) {
 // Kick asks Run for a pass now. It never blocks.
 func (k *Keeper) Kick() { loop.Kick(k.kick) }
 
+// OnSent sets a function that Run calls, on its goroutine with no lock
+// held, after a pass that sent and marked at least one archive: retention
+// prunes no archive of a class with backup_dir until it is sent, so the
+// plugin has it make a pass then (retention.HeldForBackup). Set it before
+// Run.
+func (k *Keeper) OnSent(fn func()) { k.onSent = fn }
+
 // Run makes a pass at once, every period and at each Kick (kicks within
 // retention.KickGap of a pass share the next one), and again at once while
 // a pass that sent something leaves archives for the next (one whose sends
@@ -161,6 +170,9 @@ func (k *Keeper) Run(ctx context.Context, period time.Duration) {
 		sent, more, err := k.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			k.log.Error("backup pass incomplete", "error", err)
+		}
+		if len(sent) > 0 && k.onSent != nil {
+			k.onSent()
 		}
 		if more && len(sent) > 0 {
 			return loop.After(0)

@@ -87,6 +87,9 @@ func New(log hclog.Logger, runner *zfs.Runner) *Plugin {
 	}
 	p.slots.SetObserver(slotEvents{Metrics: p.metrics, pruner: p.pruner, keeper: p.keeper})
 	p.slots.SetArchives(archiveSource{p.pruner, p.keeper})
+	// An archive retention held back until it was sent is due once the
+	// keeper sends it: a retention pass then, not at the next release.
+	p.keeper.OnSent(p.pruner.Kick)
 	p.meta = newMetaPublisher(log.Named("nodemeta"))
 	p.pruner.OnPass(p.meta.Update)
 	return p

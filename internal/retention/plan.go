@@ -132,6 +132,21 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 // unsent reports whether a, of a class with policy p, waits for its
 // backup: the class is sent to backup_dir, a is not marked sent, and its
 // identity is known (the keeper sends only those).
+// HeldForBackup says whether the rules would prune an archive of archives
+// but for its not being in backup_dir yet (Policy.Backup): a prune that
+// becomes due when the keeper sends it, with no release to ask for a pass.
+// It is a pure function.
+func HeldForBackup(archives []Archive, usedBytes uint64, r Rules, now time.Time) bool {
+	free := r
+	free.Default.Backup = false
+	free.Classes = make(map[string]Policy, len(r.Classes))
+	for class, p := range r.Classes {
+		p.Backup = false
+		free.Classes[class] = p
+	}
+	return len(Plan(archives, usedBytes, free, now)) > len(Plan(archives, usedBytes, r, now))
+}
+
 func unsent(p Policy, a Archive) bool {
 	return p.Backup && a.Backup == "" && !a.Identity.Unknown && a.Identity.Index >= 0
 }

@@ -151,3 +151,40 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+// HeldForBackup: a prune the rules call for but for the archive's not
+// being in backup_dir yet; not an unsent archive the rules keep anyway.
+func TestHeldForBackup(t *testing.T) {
+	now := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	web := Identity{Namespace: "default", Job: "web", Group: "g", Task: "t", Index: 0, Class: "state"}
+	arch := func(hoursAgo int, sent bool) Archive {
+		at := now.Add(-time.Duration(hoursAgo) * time.Hour)
+		name := fmt.Sprintf("p/.archive/state-0.web.%s", at.Format("20060102T150405Z"))
+		a := Archive{Name: name, AllocID: name, Class: "state", Identity: web, ReleasedAt: at, UsedBytes: 1 << 20}
+		if sent {
+			a.Backup = "1234"
+		}
+		return a
+	}
+	backup := func(keep int) Rules {
+		return Rules{Classes: map[string]Policy{"state": {Keep: keep, Backup: true}}, Default: Policy{Keep: DefaultKeep}}
+	}
+	for _, tc := range []struct {
+		name     string
+		archives []Archive
+		rules    Rules
+		want     bool
+	}{
+		{"the older over keep, not sent yet", []Archive{arch(1, true), arch(2, false)}, backup(1), true},
+		{"the older over keep, sent: planned, not held", []Archive{arch(1, false), arch(2, true)}, backup(1), false},
+		{"not sent, within keep", []Archive{arch(1, false), arch(2, false)}, backup(2), false},
+		{"no backup_dir: never held", []Archive{arch(1, false), arch(2, false)},
+			Rules{Classes: map[string]Policy{"state": {Keep: 1}}}, false},
+		{"a class no longer configured follows Default", []Archive{arch(1, false), arch(2, false)},
+			Rules{Default: Policy{Keep: 1, Backup: true}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, HeldForBackup(tc.archives, 2<<20, tc.rules, now))
+		})
+	}
+}

@@ -87,8 +87,9 @@ type Pruner struct {
 	inflight string
 	// seen, when set, is told after each pass what the archive keeps.
 	seen func([]Archive)
-	// idle: the last pass found nothing to prune, under rules with no
-	// archive_quota (Run then serves kicks IdleKickGap apart); gen counts
+	// idle: the last pass found nothing to prune, nor anything held
+	// back only until the keeper sends it (HeldForBackup), under rules
+	// with no archive_quota (Run then serves kicks IdleKickGap apart); gen counts
 	// SetConfig calls, so that a pass under an older config leaves idle
 	// as SetConfig cleared it.
 	idle bool
@@ -161,7 +162,10 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 // churn of short jobs of many identities, each of whose archives is
 // within its keep, a pass every KickGap read the whole archive for
 // nothing (issue 46). A prune the rules call for then waits IdleKickGap
-// at most; once a pass finds one, kicks are served KickGap apart again.
+// at most; once a pass finds one, kicks are served KickGap apart again. A
+// pass that finds a prune held back until the keeper sends the archive is
+// not idle: the keeper kicks retention once it has sent (backup.Keeper's
+// OnSent), and that pass comes KickGap after the last.
 const IdleKickGap = 30 * time.Second
 
 // KickGap is the gap of the archive's passes (retention, backups): under a
@@ -187,7 +191,8 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	if err != nil || !c.Exists {
 		return Result{}, err
 	}
-	res := Result{Planned: Plan(archives, c.UsedBytes, cfg.Rules, time.Now())}
+	now := time.Now()
+	res := Result{Planned: Plan(archives, c.UsedBytes, cfg.Rules, now)}
 	batch := res.Planned
 	if len(batch) > BatchSize {
 		batch, res.More = batch[:BatchSize], true
@@ -224,7 +229,10 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	p.mu.Lock()
 	seen := p.seen
 	if p.gen == gen {
-		p.idle = len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0
+		// Not idle while a prune waits for the keeper's send: its
+		// kick (OnSent) is then served KickGap apart, not IdleKickGap.
+		p.idle = len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0 &&
+			!HeldForBackup(archives, c.UsedBytes, cfg.Rules, now)
 	}
 	p.mu.Unlock()
 	if seen != nil {

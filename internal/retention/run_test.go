@@ -147,25 +147,40 @@ func TestRun_KicksWhileNothingIsDue(t *testing.T) {
 		rules Rules
 		// want: the reads of 40 s of kicks every second, from the first
 		// kick after the pass at start.
-		want []time.Duration
+		want   []time.Duration
+		pruned bool
+		unsent bool // every archive read as not in backup_dir yet
 	}{
 		{"nothing due: one read per IdleKickGap", Rules{Default: Policy{Keep: 3}},
-			[]time.Duration{IdleKickGap}},
+			[]time.Duration{IdleKickGap}, false, false},
 		{"a prune due (keep = 1, web's two allocations): one read per KickGap", Rules{Default: Policy{Keep: 1}},
-			everyKickGap},
+			everyKickGap, true, false},
 		{"archive_quota set: one read per KickGap", Rules{Default: Policy{Keep: 3}, Quota: 1 << 40},
-			everyKickGap},
+			everyKickGap, false, false},
+		// The older of web's archives is not in backup_dir: no rule prunes
+		// it until the keeper sends it, and then kicks (OnSent). Those
+		// kicks are served KickGap apart, not IdleKickGap.
+		{"a prune held until the keeper sends: one read per KickGap", Rules{Default: Policy{Keep: 1, Backup: true}},
+			everyKickGap, false, true},
+		// Once sent, nothing is held back: idle as with no backup_dir.
+		{"backup_dir, every archive sent, nothing due: one read per IdleKickGap", Rules{Default: Policy{Keep: 3, Backup: true}},
+			[]time.Duration{IdleKickGap}, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				z := newSavedArchive(t)
+				if tc.unsent {
+					for _, d := range z.ds {
+						delete(d.Props, PropBackup)
+					}
+				}
 				p := New(z, hclog.NewNullLogger())
 				p.SetConfig(Config{Container: "capt/nomad/.archive", Rules: tc.rules})
 				must.Eq(t, tc.want, kickEverySecond(t, z, p, nil))
 				z.mu.Lock()
 				defer z.mu.Unlock()
-				must.Eq(t, tc.rules.Default.Keep == 1, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))
+				must.Eq(t, tc.pruned, z.destroyed > 0, must.Sprintf("destroyed %d", z.destroyed))
 			})
 		})
 	}
