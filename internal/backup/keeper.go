@@ -163,7 +163,8 @@ func (k *Keeper) OnSent(fn func()) { k.onSent = fn }
 // Run makes a pass at once, every period and at each Kick (kicks within
 // retention.KickGap of a pass share the next one), and again at once while
 // a pass that sent something leaves archives for the next (one whose sends
-// all failed waits for the period), until ctx is done.
+// all failed waits for the period), until ctx is done. After a pass that
+// sent, it calls the function OnSent set.
 func (k *Keeper) Run(ctx context.Context, period time.Duration) {
 	cfg := loop.Config{Name: "backup", Log: k.log, First: loop.After(0), Kick: k.kick, Gap: retention.KickGap}
 	loop.Run(ctx, cfg, func(ctx context.Context, _ loop.Wake) loop.Next {

@@ -25,7 +25,10 @@ func TestBackup_APruneHeldForTheBackupComesWhenItIsSent(t *testing.T) {
 	t.Cleanup(cancel)
 	n := newNode(t, t.TempDir())
 	older := n.archive(t, tenant(1), 1)
-	time.Sleep(1100 * time.Millisecond) // a name of its own: the archive's time is in seconds
+	// The archives' release times are in seconds, and on a tie the
+	// archive ranks by name: the second must be released later to be the
+	// newer, which keep = 1 keeps.
+	time.Sleep(1100 * time.Millisecond)
 	newer := n.archive(t, tenant(2), 1)
 
 	pruner := retention.New(zfs.NewClient(n.pool.Runner), hclog.NewNullLogger())

@@ -129,13 +129,12 @@ func Plan(archives []Archive, usedBytes uint64, r Rules, now time.Time) []Prune 
 	return out
 }
 
-// unsent reports whether a, of a class with policy p, waits for its
-// backup: the class is sent to backup_dir, a is not marked sent, and its
-// identity is known (the keeper sends only those).
 // HeldForBackup says whether the rules would prune an archive of archives
 // but for its not being in backup_dir yet (Policy.Backup): a prune that
 // becomes due when the keeper sends it, with no release to ask for a pass.
-// It is a pure function.
+// It plans as Plan does with every class's Backup off, and looks for an
+// archive the real rules hold back among what that plan prunes. It is a
+// pure function, and leaves r as it was.
 func HeldForBackup(archives []Archive, usedBytes uint64, r Rules, now time.Time) bool {
 	free := r
 	free.Default.Backup = false
@@ -144,9 +143,17 @@ func HeldForBackup(archives []Archive, usedBytes uint64, r Rules, now time.Time)
 		p.Backup = false
 		free.Classes[class] = p
 	}
-	return len(Plan(archives, usedBytes, free, now)) > len(Plan(archives, usedBytes, r, now))
+	for _, pr := range Plan(archives, usedBytes, free, now) {
+		if unsent(r.policy(pr.Archive.Class), pr.Archive) {
+			return true
+		}
+	}
+	return false
 }
 
+// unsent reports whether a, of a class with policy p, waits for its
+// backup: the class is sent to backup_dir, a is not marked sent, and its
+// identity is known (the keeper sends only those).
 func unsent(p Policy, a Archive) bool {
 	return p.Backup && a.Backup == "" && !a.Identity.Unknown && a.Identity.Index >= 0
 }

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -166,6 +167,11 @@ func TestHeldForBackup(t *testing.T) {
 		}
 		return a
 	}
+	unknown := func(hoursAgo int) Archive {
+		a := arch(hoursAgo, false)
+		a.AllocID, a.Identity = "", Identity{Class: "state", Index: -1, Unknown: true}
+		return a
+	}
 	backup := func(keep int) Rules {
 		return Rules{Classes: map[string]Policy{"state": {Keep: keep, Backup: true}}, Default: Policy{Keep: DefaultKeep}}
 	}
@@ -182,9 +188,20 @@ func TestHeldForBackup(t *testing.T) {
 			Rules{Classes: map[string]Policy{"state": {Keep: 1}}}, false},
 		{"a class no longer configured follows Default", []Archive{arch(1, false), arch(2, false)},
 			Rules{Default: Policy{Keep: 1, Backup: true}}, true},
+		{"past max_age, not sent yet", []Archive{arch(48, false)},
+			Rules{Classes: map[string]Policy{"state": {Keep: 3, MaxAge: 24 * time.Hour, Backup: true}}}, true},
+		{"an unknown owner is never held (the keeper sends none)", []Archive{unknown(1), unknown(2)}, backup(1), false},
+		// With archive_quota the held plan prunes other, sent archives
+		// instead: the unsent one is still held back.
+		{"archive_quota: the oldest, not sent, held; a sent one pruned instead", []Archive{arch(1, true), arch(2, true), arch(3, false)},
+			Rules{Classes: map[string]Policy{"state": {Keep: 3, Backup: true}}, Quota: 2 << 20}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			must.Eq(t, tc.want, HeldForBackup(tc.archives, 2<<20, tc.rules, now))
+			rules := tc.rules
+			classes := maps.Clone(rules.Classes)
+			must.Eq(t, tc.want, HeldForBackup(tc.archives, uint64(len(tc.archives))<<20, tc.rules, now))
+			must.Eq(t, rules.Default, tc.rules.Default, must.Sprint("the rules are left as they were"))
+			must.Eq(t, classes, tc.rules.Classes, must.Sprint("the rules are left as they were"))
 		})
 	}
 }

@@ -165,7 +165,9 @@ func (p *Pruner) Run(ctx context.Context, period time.Duration) {
 // at most; once a pass finds one, kicks are served KickGap apart again. A
 // pass that finds a prune held back until the keeper sends the archive is
 // not idle: the keeper kicks retention once it has sent (backup.Keeper's
-// OnSent), and that pass comes KickGap after the last.
+// OnSent), and that pass comes KickGap after the last. While backup_dir
+// cannot be written and such a prune waits, every release's kick is served
+// KickGap apart, as before issue 46, for as long as the keeper fails.
 const IdleKickGap = 30 * time.Second
 
 // KickGap is the gap of the archive's passes (retention, backups): under a
@@ -226,13 +228,14 @@ func (p *Pruner) Pass(ctx context.Context) (Result, error) {
 	if err := p.applyQuota(ctx, c, used, cfg.Rules.Quota); err != nil {
 		errs = append(errs, err)
 	}
+	// Not idle while a prune waits for the keeper's send: its kick
+	// (OnSent) is then served KickGap apart, not IdleKickGap.
+	idle := len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0 &&
+		!HeldForBackup(archives, c.UsedBytes, cfg.Rules, now)
 	p.mu.Lock()
 	seen := p.seen
 	if p.gen == gen {
-		// Not idle while a prune waits for the keeper's send: its
-		// kick (OnSent) is then served KickGap apart, not IdleKickGap.
-		p.idle = len(res.Planned) == 0 && cfg.Rules.Quota == 0 && len(errs) == 0 &&
-			!HeldForBackup(archives, c.UsedBytes, cfg.Rules, now)
+		p.idle = idle
 	}
 	p.mu.Unlock()
 	if seen != nil {

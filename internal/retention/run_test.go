@@ -162,8 +162,9 @@ func TestRun_KicksWhileNothingIsDue(t *testing.T) {
 		// kicks are served KickGap apart, not IdleKickGap.
 		{"a prune held until the keeper sends: one read per KickGap", Rules{Default: Policy{Keep: 1, Backup: true}},
 			everyKickGap, false, true},
-		// Once sent, nothing is held back: idle as with no backup_dir.
-		{"backup_dir, every archive sent, nothing due: one read per IdleKickGap", Rules{Default: Policy{Keep: 3, Backup: true}},
+		// Unsent archives all within keep: nothing is held back, idle as
+		// with no backup_dir.
+		{"backup_dir, unsent archives all within keep: one read per IdleKickGap", Rules{Default: Policy{Keep: 3, Backup: true}},
 			[]time.Duration{IdleKickGap}, false, false},
 	}
 	for _, tc := range cases {
